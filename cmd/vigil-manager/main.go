@@ -1,0 +1,16 @@
+// Command vigil-manager is Vigil's manager; see package manager.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/vigil-storage/vigil/manager"
+)
+
+func main() {
+	if err := manager.App().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "vigil-manager:", err)
+		os.Exit(1)
+	}
+}

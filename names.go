@@ -1,0 +1,29 @@
+// Package vigil holds every externally visible name of Vigil in one place: the CSI
+// driver name, taint keys, annotations, label keys, the metric prefix, the field
+// manager and the version. Packages refer to these constants instead of repeating
+// string literals, so a contract in DESIGN.md is changed in exactly one spot.
+package vigil
+
+// Version is the build version, set by `make build` through
+// -ldflags "-X github.com/vigil-storage/vigil.Version=...".
+var Version = "dev"
+
+const (
+	// DriverName is the CSI driver and provisioner name.
+	DriverName = "driver.vigil.io"
+	// FencedTaintKey marks a node whose volumes Vigil fenced; effect NoSchedule.
+	FencedTaintKey = "vigil.io/fenced"
+	// ReapAnnotation set to "false" on a pod opts it out of force deletion.
+	ReapAnnotation = "vigil.io/reap"
+	// NodeLabel is the label the sandbox puts on its simulated nodes.
+	NodeLabel = "vigil.io/node"
+	// OutOfServiceTaintKey is Kubernetes' out-of-service taint: the operator's word
+	// that a node is down and its volumes may be detached.
+	OutOfServiceTaintKey = "node.kubernetes.io/out-of-service"
+	// FieldManager is the field manager Vigil uses for server-side writes.
+	FieldManager = "vigil"
+	// MetricsNamespace prefixes every Prometheus metric: vigil_*.
+	MetricsNamespace = "vigil"
+	// DefaultAPIAddress is where vigil-manager serves its API, UI and metrics.
+	DefaultAPIAddress = "127.0.0.1:9500"
+)
