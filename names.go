@@ -26,4 +26,11 @@ const (
 	MetricsNamespace = "vigil"
 	// DefaultAPIAddress is where vigil-manager serves its API, UI and metrics.
 	DefaultAPIAddress = "127.0.0.1:9500"
+	// PublishContextEpochKey is the CSI publish-context key under which
+	// ControllerPublishVolume hands the node the datapath epoch of its grant
+	// (decimal uint64); every I/O of the node carries that epoch.
+	PublishContextEpochKey = "vigil.io/epoch"
+	// TopologyNodeKey is the CSI topology segment key naming the node a volume is
+	// accessible from; its value is the Kubernetes node name.
+	TopologyNodeKey = "topology.vigil.io/node"
 )
