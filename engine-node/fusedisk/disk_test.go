@@ -1,0 +1,148 @@
+package fusedisk
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// memBackend is an in-memory Backend whose writes can be switched to fail.
+type memBackend struct {
+	mu      sync.Mutex
+	data    []byte
+	refuse  error
+	flushes int
+}
+
+func (m *memBackend) ReadAt(_ context.Context, off int64, n int) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]byte, n)
+	copy(out, m.data[off:])
+	return out, nil
+}
+
+func (m *memBackend) WriteAt(_ context.Context, off int64, p []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refuse != nil {
+		return m.refuse
+	}
+	copy(m.data[off:], p)
+	return nil
+}
+
+func (m *memBackend) Flush(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.flushes++
+	return m.refuse
+}
+
+// snapshot copies n bytes at off and the flush count under the lock.
+func (m *memBackend) snapshot(off, n int) (string, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return string(m.data[off : off+n]), m.flushes
+}
+
+func mountForTest(t *testing.T, b *memBackend, o Options) *Disk {
+	t.Helper()
+	if err := Usable(); err != nil {
+		t.Skip(err)
+	}
+	d, err := Mount(t.TempDir(), int64(len(b.data)), b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+func TestDisk_ReadWrite_RoundTrip(t *testing.T) {
+	b := &memBackend{data: make([]byte, 1<<20)}
+	d := mountForTest(t, b, Options{})
+	f, err := os.OpenFile(d.Path(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("hello"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, flushes := b.snapshot(4096, 5); got != "hello" || flushes == 0 {
+		t.Fatalf("backend holds %q after %d flushes", got, flushes)
+	}
+	got := make([]byte, 5)
+	if _, err := f.ReadAt(got, 4096); err != nil || string(got) != "hello" {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+	st, err := f.Stat()
+	if err != nil || st.Size() != 1<<20 {
+		t.Fatalf("size %v, %v", st, err)
+	}
+}
+
+func TestDisk_Write_BackendRefusalIsEIO(t *testing.T) {
+	b := &memBackend{data: make([]byte, 64<<10)}
+	var seen []string
+	var mu sync.Mutex
+	d := mountForTest(t, b, Options{OnError: func(op string, _ int64, _ error) {
+		mu.Lock()
+		seen = append(seen, op)
+		mu.Unlock()
+	}})
+	f, err := os.OpenFile(d.Path(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b.mu.Lock()
+	b.refuse = errors.New("fenced")
+	b.mu.Unlock()
+	if _, err := f.WriteAt([]byte("late"), 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write after refusal: %v, want EIO", err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync after refusal: %v, want EIO", err)
+	}
+	if got, _ := b.snapshot(0, 4); got == "late" {
+		t.Fatal("refused write landed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 2 {
+		t.Fatalf("OnError saw %v, want write and flush", seen)
+	}
+}
+
+func TestDisk_Write_PastEndIsENOSPC(t *testing.T) {
+	b := &memBackend{data: make([]byte, 4096)}
+	d := mountForTest(t, b, Options{})
+	f, err := os.OpenFile(d.Path(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("x"), 4096); err == nil {
+		t.Fatal("write past the end succeeded")
+	}
+}
+
+func TestMount_BadSize_Refused(t *testing.T) {
+	for _, size := range []int64{0, -512, 1000} {
+		if _, err := Mount(t.TempDir(), size, &memBackend{}, Options{}); !errors.Is(err, ErrInvalidSize) {
+			t.Errorf("size %d: %v, want ErrInvalidSize", size, err)
+		}
+	}
+}
