@@ -1,0 +1,164 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// CreateVolume creates a volume, idempotently by name: asking again with the same
+// name, size and mode returns the existing volume; a different size or mode gets
+// ErrAlreadyExists. ErrNoSpace when the server's capacity cannot hold it.
+func (c *Client) CreateVolume(ctx context.Context, name string, size int64, mode datapath.AccessMode) (datapath.Volume, error) {
+	var resp wire.Volume
+	err := c.invoke(ctx, wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode)}, &resp, retrySafe)
+	if err != nil {
+		return datapath.Volume{}, err
+	}
+	return volumeFromWire(&resp), nil
+}
+
+// DeleteVolume deletes a volume and its data. An unknown id is not an error (the
+// call is idempotent). A volume with a live grant is refused with ErrInUse: fence
+// or release every node first.
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	return c.invoke(ctx, wire.MethodDeleteVolume, &wire.VolumeRef{ID: id}, &wire.Empty{}, retrySafe)
+}
+
+// GetVolume returns one volume; ErrNotFound for an unknown id.
+func (c *Client) GetVolume(ctx context.Context, id string) (datapath.Volume, error) {
+	var resp wire.Volume
+	if err := c.invoke(ctx, wire.MethodGetVolume, &wire.VolumeRef{ID: id}, &resp, retrySafe); err != nil {
+		return datapath.Volume{}, err
+	}
+	return volumeFromWire(&resp), nil
+}
+
+// ListVolumes returns every volume, sorted by name.
+func (c *Client) ListVolumes(ctx context.Context) ([]datapath.Volume, error) {
+	var resp wire.VolumeList
+	if err := c.invoke(ctx, wire.MethodListVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.Volume, len(resp.Volumes))
+	for i := range resp.Volumes {
+		out[i] = volumeFromWire(&resp.Volumes[i])
+	}
+	return out, nil
+}
+
+// Capacity returns the bytes still available for new volumes.
+func (c *Client) Capacity(ctx context.Context) (available int64, err error) {
+	var resp wire.Int
+	if err := c.invoke(ctx, wire.MethodCapacity, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return 0, err
+	}
+	return resp.Value, nil
+}
+
+// Grant gives node a grant on the volume and returns its epoch; I/O must carry
+// it. If node already holds a live grant, the same epoch is returned again
+// (idempotent). For an RWO volume, another node's live grant gets
+// ErrAttachedElsewhere. A fenced or released node gets a new, higher epoch.
+func (c *Client) Grant(ctx context.Context, volumeID, node string) (epoch uint64, err error) {
+	var resp wire.Epoch
+	if err := c.invoke(ctx, wire.MethodGrant, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+		return 0, err
+	}
+	return resp.Epoch, nil
+}
+
+// Fence revokes node on the volume and bumps the volume's epoch, which it
+// returns. When Fence returns, no write from node is in flight and none can land
+// afterwards; the fence is durable. Fencing a node that holds no grant is allowed
+// (it records the fence). Fencing again bumps the epoch again.
+func (c *Client) Fence(ctx context.Context, volumeID, node string) (epoch uint64, err error) {
+	var resp wire.Epoch
+	if err := c.invoke(ctx, wire.MethodFence, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+		return 0, err
+	}
+	return resp.Epoch, nil
+}
+
+// Release ends node's grant on the volume (a clean detach). Like Fence, no write
+// from node lands after it returns. Releasing a node without a live grant is not
+// an error; a fenced node stays recorded as fenced.
+func (c *Client) Release(ctx context.Context, volumeID, node string) error {
+	return c.invoke(ctx, wire.MethodRelease, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &wire.Empty{}, retryTransport)
+}
+
+// Attachments returns the volume's attachment table, one row per node that was
+// ever granted or fenced, sorted by node.
+func (c *Client) Attachments(ctx context.Context, volumeID string) ([]datapath.Attachment, error) {
+	var resp wire.AttachmentList
+	if err := c.invoke(ctx, wire.MethodAttachments, &wire.VolumeRef{ID: volumeID}, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.Attachment, len(resp.Items))
+	for i, a := range resp.Items {
+		out[i] = datapath.Attachment{
+			VolumeID: volumeID, Node: a.Node, Epoch: a.Epoch,
+			State: datapath.AttachmentState(a.State), Updated: unixTime(a.UpdatedUnix),
+		}
+	}
+	return out, nil
+}
+
+// WriteAt writes p at byte offset off, as node under epoch. ErrFenced (nothing
+// written) if the epoch is stale or the node was fenced or released;
+// ErrOutOfRange if the write reaches past the volume's end; ErrInvalidArgument
+// if p is larger than datapath.MaxIOSize. The write is acknowledged once the
+// server has written it to its file; call Flush to make it durable.
+func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	if len(p) > datapath.MaxIOSize {
+		return fmt.Errorf("%w: write to volume %s: %d bytes, at most %d per request", datapath.ErrInvalidArgument, volumeID, len(p), datapath.MaxIOSize)
+	}
+	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Data: p}
+	return c.invoke(ctx, wire.MethodWrite, req, &wire.Empty{}, retryTransport)
+}
+
+// ReadAt reads n bytes at offset off, as node under epoch. Errors as WriteAt.
+func (c *Client) ReadAt(ctx context.Context, volumeID, node string, epoch uint64, off int64, n int) ([]byte, error) {
+	if n < 0 || n > datapath.MaxIOSize {
+		return nil, fmt.Errorf("%w: read from volume %s: length %d, want 0..%d", datapath.ErrInvalidArgument, volumeID, n, datapath.MaxIOSize)
+	}
+	var resp wire.Data
+	req := &wire.ReadRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Length: int64(n)}
+	if err := c.invoke(ctx, wire.MethodRead, req, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}
+
+// Flush makes every write acknowledged so far on the volume durable (fdatasync).
+// It carries (node, epoch) like any I/O and is refused with ErrFenced likewise.
+func (c *Client) Flush(ctx context.Context, volumeID, node string, epoch uint64) error {
+	req := &wire.FlushRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}}
+	return c.invoke(ctx, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
+}
+
+// Heartbeat records that node is alive and can reach the server.
+func (c *Client) Heartbeat(ctx context.Context, node string) error {
+	return c.invoke(ctx, wire.MethodHeartbeat, &wire.NodeRef{Node: node}, &wire.Empty{}, retrySafe)
+}
+
+// Connectivity answers whether node is connected (heartbeat or any I/O within
+// the window) and whether it did I/O on volumeID within the window. volumeID may
+// be empty to ask about the node only. Heartbeats and I/O times live in the
+// server's memory: after a server restart a node counts as not connected until it
+// heartbeats again.
+func (c *Client) Connectivity(ctx context.Context, node, volumeID string, within time.Duration) (datapath.Connectivity, error) {
+	var resp wire.Connectivity
+	req := &wire.ConnectivityRequest{Node: node, VolumeID: volumeID, WithinNanos: int64(within)}
+	if err := c.invoke(ctx, wire.MethodConnectivity, req, &resp, retrySafe); err != nil {
+		return datapath.Connectivity{}, err
+	}
+	return datapath.Connectivity{
+		Node: node, VolumeID: volumeID, Window: within,
+		Connected: resp.Connected, LastHeartbeat: unixTime(resp.LastHeartbeat),
+		IOActive: resp.IOActive, LastIO: unixTime(resp.LastIO), Now: unixTime(resp.Now),
+	}, nil
+}

@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	timeout    time.Duration
+	retries    int
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	dialOpts   []grpc.DialOption
+}
+
+// WithTimeout sets the timeout of each attempt (default 10s). The caller's
+// context bounds all attempts together.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRetries sets how many times a failed attempt is retried (default 3; 0
+// disables retries).
+func WithRetries(n int) Option { return func(o *options) { o.retries = n } }
+
+// WithBackoff sets the first and the largest pause between attempts (default
+// 50ms and 1s; the pause doubles each time).
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// WithDialOptions adds gRPC dial options (for tests: a custom dialer).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Client talks to one datapath server. It is safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	opts options
+}
+
+// Dial prepares a client for the server at addr ("host:port"), authenticating
+// with token. It does not wait for the server: the first call does, within its
+// timeout and retries. ctx is checked once, before anything is set up.
+func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: dial datapath: empty address; want host:port", datapath.ErrInvalidArgument)
+	}
+	if token == "" {
+		return nil, fmt.Errorf("%w: dial datapath %s: empty token", datapath.ErrInvalidArgument, addr)
+	}
+	o := options{timeout: 10 * time.Second, retries: 3, minBackoff: 50 * time.Millisecond, maxBackoff: time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(tokenCreds(token)),
+		grpc.WithDefaultCallOptions(
+			grpc.ForceCodecV2(wire.Codec{}),
+			grpc.MaxCallRecvMsgSize(wire.MaxBytes+4096),
+			grpc.MaxCallSendMsgSize(wire.MaxBytes+4096),
+		),
+		grpc.WithInitialWindowSize(datapath.WindowSize),
+		grpc.WithInitialConnWindowSize(datapath.WindowSize),
+		grpc.WithReadBufferSize(datapath.SocketBufferSize),
+		grpc.WithWriteBufferSize(datapath.SocketBufferSize),
+	}, o.dialOpts...)
+	conn, err := grpc.NewClient("passthrough:///"+addr, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
+	}
+	return &Client{conn: conn, opts: o}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+type tokenCreds string
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{datapath.TokenMetadataKey: "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false: the datapath listens on loopback or a
+// cluster-private address and authenticates with the shared token.
+func (tokenCreds) RequireTransportSecurity() bool { return false }
+
+// retryClass says which failures a call may be retried on.
+type retryClass int
+
+const (
+	// retrySafe: Unavailable and attempt timeouts (reads and metadata calls).
+	retrySafe retryClass = iota
+	// retryTransport: Unavailable only (writes, flushes, grants, fences).
+	retryTransport
+)
+
+func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Message, class retryClass) error {
+	backoff := c.opts.minBackoff
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+		err := c.conn.Invoke(actx, wire.FullMethod(method), req, resp)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if attempt >= c.opts.retries || !retryable(ctx, err, class) {
+			return datapath.FromStatus(err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %v)", method, ctx.Err(), datapath.FromStatus(err))
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.opts.maxBackoff)
+	}
+}
+
+func retryable(ctx context.Context, err error, class retryClass) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		return class == retrySafe
+	}
+	return false
+}
+
+func volumeFromWire(v *wire.Volume) datapath.Volume {
+	return datapath.Volume{
+		ID: v.ID, Name: v.Name, Size: v.Size, Access: datapath.AccessMode(v.Access),
+		Created: time.Unix(0, v.CreatedUnix).UTC(),
+	}
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}

@@ -1,0 +1,12 @@
+// Package client is the Go client of the datapath volume server, used by the
+// manager (CSI controller service, node health) and by engine-nodes (I/O,
+// heartbeats).
+//
+// Every call has a per-attempt timeout and is retried with backoff on transport
+// failures (gRPC Unavailable). Reads and metadata calls are also retried when an
+// attempt times out. Writes and flushes are retried only on Unavailable, always
+// with the epoch the caller passed: the client never changes an epoch, so if the
+// volume was fenced or re-granted in between, the retry is refused with ErrFenced
+// and the client returns that at once. A write is therefore never retried across
+// an epoch change. Errors satisfy errors.Is against the datapath sentinels.
+package client

@@ -1,0 +1,29 @@
+package datapath
+
+import "errors"
+
+// Sentinel errors. Every error the server or the client returns for one of these
+// conditions satisfies errors.Is against the sentinel, on both sides of the wire.
+var (
+	// ErrNotFound: no volume with that id.
+	ErrNotFound = errors.New("datapath: volume not found")
+	// ErrAlreadyExists: a volume of that name exists with a different size or
+	// access mode.
+	ErrAlreadyExists = errors.New("datapath: volume already exists with different parameters")
+	// ErrFenced: the I/O carried a stale epoch, or the node was fenced or
+	// released; nothing was read or written.
+	ErrFenced = errors.New("datapath: fenced")
+	// ErrAttachedElsewhere: an RWO volume is held by another node's live grant.
+	ErrAttachedElsewhere = errors.New("datapath: volume attached to another node")
+	// ErrInUse: the volume still has a live grant, so it cannot be deleted.
+	ErrInUse = errors.New("datapath: volume in use")
+	// ErrOutOfRange: an offset or length reaches outside the volume.
+	ErrOutOfRange = errors.New("datapath: out of range")
+	// ErrInvalidArgument: a malformed request (bad name, size, mode, node,
+	// oversize I/O, undecodable message).
+	ErrInvalidArgument = errors.New("datapath: invalid argument")
+	// ErrUnauthenticated: the token is missing or wrong.
+	ErrUnauthenticated = errors.New("datapath: unauthenticated")
+	// ErrNoSpace: the server's capacity cannot hold the requested volume.
+	ErrNoSpace = errors.New("datapath: no space")
+)

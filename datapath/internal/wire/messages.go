@@ -1,0 +1,380 @@
+package wire
+
+// Message is implemented by every request and response.
+type Message interface {
+	// MarshalAppend appends the encoding of the message to b.
+	MarshalAppend(b []byte) []byte
+	// Unmarshal decodes b into the message. Byte fields may alias b.
+	Unmarshal(b []byte) error
+}
+
+// Empty is the request or response of calls that carry nothing.
+type Empty struct{}
+
+func (*Empty) MarshalAppend(b []byte) []byte { return b }
+func (*Empty) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	return d.finish("Empty")
+}
+
+// CreateVolumeRequest asks for a volume, idempotently by name.
+type CreateVolumeRequest struct {
+	Name   string
+	Size   int64
+	Access string
+}
+
+func (m *CreateVolumeRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.Name)
+	e.i64(m.Size)
+	e.str(m.Access)
+	return e.b
+}
+
+func (m *CreateVolumeRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Name = d.str("name")
+	m.Size = d.i64("size")
+	m.Access = d.str("access")
+	return d.finish("CreateVolumeRequest")
+}
+
+// Volume describes one volume.
+type Volume struct {
+	ID, Name    string
+	Size        int64
+	Access      string
+	CreatedUnix int64 // nanoseconds since the Unix epoch
+}
+
+func (m *Volume) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	m.enc(&e)
+	return e.b
+}
+
+func (m *Volume) enc(e *encoder) {
+	e.str(m.ID)
+	e.str(m.Name)
+	e.i64(m.Size)
+	e.str(m.Access)
+	e.i64(m.CreatedUnix)
+}
+
+func (m *Volume) dec(d *decoder) {
+	m.ID = d.str("id")
+	m.Name = d.str("name")
+	m.Size = d.i64("size")
+	m.Access = d.str("access")
+	m.CreatedUnix = d.i64("created")
+}
+
+func (m *Volume) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.dec(&d)
+	return d.finish("Volume")
+}
+
+// VolumeList is the answer to ListVolumes.
+type VolumeList struct{ Volumes []Volume }
+
+func (m *VolumeList) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.u64(uint64(len(m.Volumes)))
+	for i := range m.Volumes {
+		m.Volumes[i].enc(&e)
+	}
+	return e.b
+}
+
+func (m *VolumeList) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	n := d.count("volumes")
+	m.Volumes = make([]Volume, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		m.Volumes[i].dec(&d)
+	}
+	return d.finish("VolumeList")
+}
+
+// VolumeRef names a volume by id (DeleteVolume, GetVolume, Attachments).
+type VolumeRef struct{ ID string }
+
+func (m *VolumeRef) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.ID)
+	return e.b
+}
+
+func (m *VolumeRef) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.ID = d.str("id")
+	return d.finish("VolumeRef")
+}
+
+// Int is a single signed number (Capacity's answer).
+type Int struct{ Value int64 }
+
+func (m *Int) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.i64(m.Value)
+	return e.b
+}
+
+func (m *Int) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Value = d.i64("value")
+	return d.finish("Int")
+}
+
+// AttachRequest names a (volume, node) pair: Grant, Fence, Release.
+type AttachRequest struct{ VolumeID, Node string }
+
+func (m *AttachRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.VolumeID)
+	e.str(m.Node)
+	return e.b
+}
+
+func (m *AttachRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.VolumeID = d.str("volume_id")
+	m.Node = d.str("node")
+	return d.finish("AttachRequest")
+}
+
+// Epoch is the answer to Grant and Fence.
+type Epoch struct{ Epoch uint64 }
+
+func (m *Epoch) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.u64(m.Epoch)
+	return e.b
+}
+
+func (m *Epoch) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Epoch = d.u64("epoch")
+	return d.finish("Epoch")
+}
+
+// Attachment is one row of an attachment table.
+type Attachment struct {
+	Node        string
+	Epoch       uint64
+	State       string
+	UpdatedUnix int64
+}
+
+// AttachmentList is the answer to Attachments.
+type AttachmentList struct {
+	VolumeID string
+	Items    []Attachment
+}
+
+func (m *AttachmentList) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.VolumeID)
+	e.u64(uint64(len(m.Items)))
+	for _, a := range m.Items {
+		e.str(a.Node)
+		e.u64(a.Epoch)
+		e.str(a.State)
+		e.i64(a.UpdatedUnix)
+	}
+	return e.b
+}
+
+func (m *AttachmentList) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.VolumeID = d.str("volume_id")
+	n := d.count("items")
+	m.Items = make([]Attachment, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		a := &m.Items[i]
+		a.Node = d.str("node")
+		a.Epoch = d.u64("epoch")
+		a.State = d.str("state")
+		a.UpdatedUnix = d.i64("updated")
+	}
+	return d.finish("AttachmentList")
+}
+
+// IOTarget is what every I/O carries: the volume and the (node, epoch) it claims.
+type IOTarget struct {
+	VolumeID string
+	Node     string
+	Epoch    uint64
+}
+
+func (t *IOTarget) enc(e *encoder) {
+	e.str(t.VolumeID)
+	e.str(t.Node)
+	e.u64(t.Epoch)
+}
+
+func (t *IOTarget) dec(d *decoder) {
+	t.VolumeID = d.str("volume_id")
+	t.Node = d.str("node")
+	t.Epoch = d.u64("epoch")
+}
+
+// WriteRequest writes Data at Offset. Data is the last field, so the codec can
+// send it without copying (see Payload).
+type WriteRequest struct {
+	IOTarget
+	Offset int64
+	Data   []byte
+}
+
+// Header encodes everything but the payload bytes themselves.
+func (m *WriteRequest) Header(b []byte) []byte {
+	e := encoder{b}
+	m.IOTarget.enc(&e)
+	e.i64(m.Offset)
+	e.u64(uint64(len(m.Data)))
+	return e.b
+}
+
+// Payload is the data that follows Header on the wire.
+func (m *WriteRequest) Payload() []byte { return m.Data }
+
+func (m *WriteRequest) MarshalAppend(b []byte) []byte {
+	return append(m.Header(b), m.Data...)
+}
+
+func (m *WriteRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.IOTarget.dec(&d)
+	m.Offset = d.i64("offset")
+	m.Data = d.bytes("data")
+	return d.finish("WriteRequest")
+}
+
+// ReadRequest reads Length bytes at Offset.
+type ReadRequest struct {
+	IOTarget
+	Offset int64
+	Length int64
+}
+
+func (m *ReadRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	m.IOTarget.enc(&e)
+	e.i64(m.Offset)
+	e.i64(m.Length)
+	return e.b
+}
+
+func (m *ReadRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.IOTarget.dec(&d)
+	m.Offset = d.i64("offset")
+	m.Length = d.i64("length")
+	return d.finish("ReadRequest")
+}
+
+// Data is the answer to a read.
+type Data struct{ Data []byte }
+
+// Header encodes the payload's length.
+func (m *Data) Header(b []byte) []byte {
+	e := encoder{b}
+	e.u64(uint64(len(m.Data)))
+	return e.b
+}
+
+// Payload is the data that follows Header on the wire.
+func (m *Data) Payload() []byte { return m.Data }
+
+func (m *Data) MarshalAppend(b []byte) []byte { return append(m.Header(b), m.Data...) }
+
+func (m *Data) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Data = d.bytes("data")
+	return d.finish("Data")
+}
+
+// FlushRequest makes every write acknowledged so far durable.
+type FlushRequest struct{ IOTarget }
+
+func (m *FlushRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	m.IOTarget.enc(&e)
+	return e.b
+}
+
+func (m *FlushRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.IOTarget.dec(&d)
+	return d.finish("FlushRequest")
+}
+
+// NodeRef names a node (Heartbeat).
+type NodeRef struct{ Node string }
+
+func (m *NodeRef) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.Node)
+	return e.b
+}
+
+func (m *NodeRef) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Node = d.str("node")
+	return d.finish("NodeRef")
+}
+
+// ConnectivityRequest asks about a node and, optionally, one volume.
+type ConnectivityRequest struct {
+	Node, VolumeID string
+	WithinNanos    int64
+}
+
+func (m *ConnectivityRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.Node)
+	e.str(m.VolumeID)
+	e.i64(m.WithinNanos)
+	return e.b
+}
+
+func (m *ConnectivityRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Node = d.str("node")
+	m.VolumeID = d.str("volume_id")
+	m.WithinNanos = d.i64("within")
+	return d.finish("ConnectivityRequest")
+}
+
+// Connectivity is the answer to ConnectivityRequest. Times are Unix nanoseconds,
+// 0 for never.
+type Connectivity struct {
+	Connected     bool
+	LastHeartbeat int64
+	IOActive      bool
+	LastIO        int64
+	Now           int64
+}
+
+func (m *Connectivity) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.boolean(m.Connected)
+	e.i64(m.LastHeartbeat)
+	e.boolean(m.IOActive)
+	e.i64(m.LastIO)
+	e.i64(m.Now)
+	return e.b
+}
+
+func (m *Connectivity) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Connected = d.boolean("connected")
+	m.LastHeartbeat = d.i64("last_heartbeat")
+	m.IOActive = d.boolean("io_active")
+	m.LastIO = d.i64("last_io")
+	m.Now = d.i64("now")
+	return d.finish("Connectivity")
+}

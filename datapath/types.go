@@ -1,0 +1,115 @@
+package datapath
+
+import (
+	"fmt"
+	"time"
+)
+
+// AccessMode says how many nodes may write a volume at once.
+type AccessMode string
+
+const (
+	// AccessRWO (ReadWriteOnce): at most one node holds a live grant at a time.
+	AccessRWO AccessMode = "rwo"
+	// AccessRWX (ReadWriteMany): any number of nodes may hold live grants; each
+	// node still has its own epoch and can be fenced on its own.
+	AccessRWX AccessMode = "rwx"
+)
+
+// Validate reports whether m is one of the known access modes.
+func (m AccessMode) Validate() error {
+	switch m {
+	case AccessRWO, AccessRWX:
+		return nil
+	}
+	return fmt.Errorf("%w: access mode %q: allowed are %q and %q", ErrInvalidArgument, string(m), AccessRWO, AccessRWX)
+}
+
+// Volume is a block volume held by the server.
+type Volume struct {
+	// ID is assigned by the server ("vol-" and 16 hex digits) and never reused.
+	ID string
+	// Name is the caller's name for the volume (for CSI: the PV name); unique.
+	Name string
+	// Size is the volume size in bytes.
+	Size int64
+	// Access is the access mode fixed at creation.
+	Access AccessMode
+	// Created is when the server created the volume (UTC).
+	Created time.Time
+}
+
+// AttachmentState is the state of one node's attachment to a volume.
+type AttachmentState string
+
+const (
+	// StateGranted: the node holds a live grant; I/O with its epoch is accepted.
+	StateGranted AttachmentState = "granted"
+	// StateFenced: the node was fenced; every I/O from it is refused with ErrFenced
+	// until it is granted again (with a new, higher epoch).
+	StateFenced AttachmentState = "fenced"
+	// StateReleased: the grant was released; I/O from the node is refused with
+	// ErrFenced until it is granted again.
+	StateReleased AttachmentState = "released"
+)
+
+// Attachment is one row of a volume's attachment table: the last thing that
+// happened between the volume and one node.
+type Attachment struct {
+	VolumeID string
+	Node     string
+	// Epoch is the epoch of the node's grant, or for a fenced node the epoch the
+	// volume moved to when the node was fenced.
+	Epoch   uint64
+	State   AttachmentState
+	Updated time.Time
+}
+
+// Live reports whether the attachment is a grant that has been neither fenced nor
+// released.
+func (a Attachment) Live() bool { return a.State == StateGranted }
+
+// Connectivity answers "is node N connected, and has it done I/O on volume V
+// within T".
+type Connectivity struct {
+	Node     string
+	VolumeID string
+	// Window is the T the question was asked with.
+	Window time.Duration
+	// Connected is true when the node heartbeated, or did I/O on any volume,
+	// within Window.
+	Connected bool
+	// LastHeartbeat is the node's last heartbeat seen by this server process; zero
+	// if none since the server started.
+	LastHeartbeat time.Time
+	// IOActive is true when the node did I/O on VolumeID within Window (false when
+	// VolumeID is empty).
+	IOActive bool
+	// LastIO is the node's last I/O on VolumeID (zero if none since start).
+	LastIO time.Time
+	// Now is the server's clock when it answered.
+	Now time.Time
+}
+
+// Limits enforced by the server (and checked early by the client).
+const (
+	// MaxIOSize is the largest read or write in one request.
+	MaxIOSize = 4 << 20
+	// MaxVolumeSize is the largest volume (64 TiB).
+	MaxVolumeSize int64 = 64 << 40
+	// MaxNameLen is the longest volume name.
+	MaxNameLen = 256
+	// MaxNodeLen is the longest node name (a Kubernetes node name is ≤ 253).
+	MaxNodeLen = 253
+)
+
+// Transport settings shared by the server and the client.
+const (
+	// TokenMetadataKey is the gRPC metadata key carrying "Bearer <token>".
+	TokenMetadataKey = "authorization"
+	// WindowSize is the HTTP/2 stream and connection flow-control window: large
+	// enough that a 1 MiB write is not throttled by window updates.
+	WindowSize = 16 << 20
+	// SocketBufferSize is gRPC's read and write buffer size per connection.
+	SocketBufferSize = 256 << 10
+)
