@@ -1,0 +1,207 @@
+package settings
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/vigil-storage/vigil"
+)
+
+// PodDeletionPolicy is the value of node-down-pod-deletion-policy: which pods on a
+// down node the reaper force-deletes.
+type PodDeletionPolicy string
+
+// The pod deletion policies.
+const (
+	PolicyDoNothing            PodDeletionPolicy = "do-nothing"
+	PolicyDeleteStatefulSetPod PodDeletionPolicy = "delete-statefulset-pod"
+	PolicyDeleteDeploymentPod  PodDeletionPolicy = "delete-deployment-pod"
+	PolicyDeleteBoth           PodDeletionPolicy = "delete-both-statefulset-and-deployment-pod"
+)
+
+func (p PodDeletionPolicy) String() string { return string(p) }
+
+// CoversStatefulSets reports whether the policy reaps StatefulSet pods.
+func (p PodDeletionPolicy) CoversStatefulSets() bool {
+	return p == PolicyDeleteStatefulSetPod || p == PolicyDeleteBoth
+}
+
+// CoversDeployments reports whether the policy reaps pods of a ReplicaSet owned by
+// a Deployment.
+func (p PodDeletionPolicy) CoversDeployments() bool {
+	return p == PolicyDeleteDeploymentPod || p == PolicyDeleteBoth
+}
+
+// AttachmentRecoveryPolicy is the value of volume-attachment-recovery-policy.
+type AttachmentRecoveryPolicy string
+
+// The attachment recovery policies.
+const (
+	RecoveryNever     AttachmentRecoveryPolicy = "never"
+	RecoveryWait      AttachmentRecoveryPolicy = "wait"
+	RecoveryImmediate AttachmentRecoveryPolicy = "immediate"
+)
+
+func (p AttachmentRecoveryPolicy) String() string { return string(p) }
+
+// The names of the settings, for code that refers to one by name (the typed
+// accessors are preferred).
+const (
+	NameNodeDownPodDeletionPolicy         = "node-down-pod-deletion-policy"
+	NameVolumeAttachmentRecoveryPolicy    = "volume-attachment-recovery-policy"
+	NameFastFencedTrigger                 = "fast-fenced-trigger"
+	NameNodeDownGracePeriod               = "node-down-grace-period"
+	NameNodeNotReadyDebounce              = "node-not-ready-debounce"
+	NameExtraProtectedProvisioners        = "extra-protected-provisioners"
+	NameCrashLoopPodDeletion              = "crash-loop-pod-deletion"
+	NameCrashLoopRestartLimit             = "crash-loop-restart-limit"
+	NameDatapathConnectivityLossThreshold = "datapath-connectivity-loss-threshold"
+	NameDryRun                            = "dry-run"
+)
+
+// The categories, in the order the UI and README show them.
+const (
+	CategoryNodeFailure = "Node failure"
+	CategoryCrashLoop   = "Crash loops"
+	CategoryGeneral     = "General"
+)
+
+var definitions = []Definition{
+	{
+		Name: NameNodeDownPodDeletionPolicy, DisplayName: "Pod deletion policy when a node is down",
+		Category: CategoryNodeFailure, Type: TypeEnum, Default: string(PolicyDoNothing),
+		Description: "Which pods Vigil force-deletes from a node that is down, so their controller can start a replacement elsewhere. " +
+			"Only pods that use a volume of a protected provisioner are considered, never DaemonSet, Job or bare pods, " +
+			"and never a pod annotated `" + vigil.ReapAnnotation + ": \"false\"`.",
+		Choices: []Choice{
+			{string(PolicyDoNothing), "Leave pods alone: Kubernetes' behaviour (StatefulSet pods stay stuck until a person intervenes)."},
+			{string(PolicyDeleteStatefulSetPod), "Force-delete the StatefulSet pods on the down node."},
+			{string(PolicyDeleteDeploymentPod), "Force-delete the pods of Deployments (ReplicaSets owned by a Deployment) on the down node."},
+			{string(PolicyDeleteBoth), "Force-delete both StatefulSet and Deployment pods on the down node."},
+		},
+	},
+	{
+		Name: NameVolumeAttachmentRecoveryPolicy, DisplayName: "VolumeAttachment recovery policy",
+		Category: CategoryNodeFailure, Type: TypeEnum, Default: string(RecoveryWait),
+		Description: "What Vigil does with the VolumeAttachments a down node still holds, which otherwise block the replacement pod with a Multi-Attach error.",
+		Choices: []Choice{
+			{string(RecoveryNever), "Never delete VolumeAttachments; the attach/detach controller's 6-minute timeout applies."},
+			{string(RecoveryWait), "Delete a down node's VolumeAttachments once a replacement pod is waiting for the volume and the node is fenced."},
+			{string(RecoveryImmediate), "Delete a down node's VolumeAttachments as soon as its volumes are fenced, without waiting for a replacement pod."},
+		},
+	},
+	{
+		Name: NameFastFencedTrigger, DisplayName: "Fast fenced trigger",
+		Category: CategoryNodeFailure, Type: TypeBool, Default: "false",
+		Description: "Reap pods as soon as their node has been down for the grace period **and** every volume they use is proven fenced, instead of waiting for Kubernetes to mark them terminating (about 5 minutes).",
+		Choices: []Choice{
+			{"false", "Kubernetes-compatible: reap only pods that are terminating past their deletion time."},
+			{"true", "Reap after `" + NameNodeDownGracePeriod + "` once every volume of the pod is fenced on the down node."},
+		},
+	},
+	{
+		Name: NameNodeDownGracePeriod, DisplayName: "Node-down grace period",
+		Category: CategoryNodeFailure, Type: TypeDuration, Default: "2s",
+		MinDuration: 0, MaxDuration: 10 * time.Minute,
+		Description: "With the fast fenced trigger, how long a node must have been down before its pods are reaped.",
+	},
+	{
+		Name: NameNodeNotReadyDebounce, DisplayName: "Ready=False debounce",
+		Category: CategoryNodeFailure, Type: TypeDuration, Default: "15s",
+		MinDuration: 0, MaxDuration: 10 * time.Minute,
+		Description: "How long a node must stay Ready=False before Vigil treats it as down (Ready=Unknown and a deleted node count at once).",
+	},
+	{
+		Name: NameDatapathConnectivityLossThreshold, DisplayName: "Datapath connectivity-loss threshold",
+		Category: CategoryNodeFailure, Type: TypeDuration, Default: "3s",
+		MinDuration: time.Second, MaxDuration: 5 * time.Minute,
+		Description: "How long the datapath may go without a heartbeat from a node before that node counts as having lost connectivity to the storage.",
+	},
+	{
+		Name: NameExtraProtectedProvisioners, DisplayName: "Extra protected provisioners",
+		Category: CategoryNodeFailure, Type: TypeStringList, Default: "",
+		ItemDescription: "CSI driver names (at most 63 characters: letters, digits, '-', '_', '.'; beginning and ending with a letter or digit)",
+		Description:     "CSI provisioners whose volumes are protected in addition to `" + vigil.DriverName + "`: pods using them are reaped and their attachments recovered too.",
+		Validate:        validateDriverNames,
+	},
+	{
+		Name: NameCrashLoopPodDeletion, DisplayName: "Delete crash-looping pods",
+		Category: CategoryCrashLoop, Type: TypeBool, Default: "false",
+		Description: "Delete a protected pod that is crash-looping (for example because its volume went read-only), so it is recreated with a fresh attachment.",
+		Choices: []Choice{
+			{"false", "Leave crash-looping pods alone."},
+			{"true", "Delete a protected pod once a container has restarted `" + NameCrashLoopRestartLimit + "` times and is in CrashLoopBackOff."},
+		},
+	},
+	{
+		Name: NameCrashLoopRestartLimit, DisplayName: "Crash-loop restart limit",
+		Category: CategoryCrashLoop, Type: TypeInt, Default: "5", MinInt: 1, MaxInt: 1000,
+		Description: "With crash-loop pod deletion on, how many restarts of a container make its pod crash-looping.",
+	},
+	{
+		Name: NameDryRun, DisplayName: "Dry run",
+		Category: CategoryGeneral, Type: TypeBool, Default: "false",
+		Description: "Decide but do not act: every action Vigil would take is logged and recorded as an Event, nothing is deleted or fenced.",
+		Choices: []Choice{
+			{"false", "Act on decisions."},
+			{"true", "Only log and record what would be done."},
+		},
+	},
+}
+
+// byName indexes definitions; built once.
+var byName = func() map[string]*Definition {
+	m := make(map[string]*Definition, len(definitions))
+	for i := range definitions {
+		m[definitions[i].Name] = &definitions[i]
+	}
+	return m
+}()
+
+// Definitions returns every setting's definition, grouped by category in display
+// order. The slice is a copy; the definitions must not be modified.
+func Definitions() []Definition {
+	out := make([]Definition, len(definitions))
+	copy(out, definitions)
+	return out
+}
+
+// Names returns every setting's name, in display order.
+func Names() []string {
+	out := make([]string, len(definitions))
+	for i, d := range definitions {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// Lookup returns the definition of name, or an *UnknownSettingError suggesting
+// the closest name.
+func Lookup(name string) (*Definition, error) {
+	if d, ok := byName[name]; ok {
+		return d, nil
+	}
+	return nil, &UnknownSettingError{Name: name, Suggestion: closest(name, Names())}
+}
+
+// ParseValue parses and validates value for the setting name: the one entry point
+// for "is this a valid value" (the CLI, the API and the fuzz target use it).
+func ParseValue(name, value string) (any, error) {
+	d, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return d.Parse(value)
+}
+
+var csiDriverName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+func validateDriverNames(v any) error {
+	for _, name := range v.([]string) {
+		if !csiDriverName.MatchString(name) {
+			return fmt.Errorf("%q is not a valid CSI driver name", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,395 @@
+package settings
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Source says where the value in force comes from.
+type Source string
+
+// The sources of a value, in increasing precedence.
+const (
+	SourceDefault Source = "default" // nothing stored: the definition's default
+	SourceStore   Source = "store"   // the store (bolt file or ConfigMap)
+	SourceManaged Source = "managed" // the managed overlay directory
+)
+
+// Change tells a subscriber that the value in force of a setting, or its source,
+// changed. Value is in canonical form.
+type Change struct {
+	Name   string
+	Value  string
+	Source Source
+}
+
+// Entry is a setting as the CLI, API and UI show it.
+type Entry struct {
+	Name    string `json:"name"`
+	Value   string `json:"value"`
+	Default string `json:"default"`
+	Source  Source `json:"source"`
+	// ManagedPath is the overlay file that locks this setting; "" when it is not
+	// managed. A managed setting refuses Set and Reset.
+	ManagedPath string `json:"managedPath,omitempty"`
+	// Problem describes the last value refused for this setting (from the overlay
+	// or the store); the value in force is the last good one.
+	Problem    string      `json:"problem,omitempty"`
+	Definition *Definition `json:"-"`
+}
+
+// Settings is the live, validated view: store values overridden by the managed
+// overlay, defaults for the rest. Safe for concurrent use; accessors never parse
+// strings (values are parsed once when they change) and never return an invalid
+// value.
+type Settings struct {
+	store   Store
+	log     *slog.Logger
+	metrics *metrics
+	snap    atomic.Pointer[snapshot]
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	overlay *overlayWatcher
+
+	mu            sync.Mutex // guards what follows; held while applying a change
+	closed        bool
+	defaults      map[string]value
+	stored        map[string]value
+	storeProblem  map[string]string
+	managed       map[string]*managedKey
+	unknownLogged map[string]bool
+	subs          map[*subscriber]struct{}
+}
+
+// value is a parsed value with its canonical text.
+type value struct {
+	text   string
+	parsed any
+}
+
+// managedKey is a setting whose file is present in the overlay directory.
+type managedKey struct {
+	path     string
+	good     *value // last good value from the file; nil if it never had one
+	rejected string // raw content last refused, to report each bad content once
+	problem  string
+}
+
+// snapshot is the immutable set of values in force, swapped atomically.
+type snapshot struct {
+	values map[string]value
+	source map[string]Source
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	registerer prometheus.Registerer
+	logger     *slog.Logger
+}
+
+// WithRegisterer registers the settings metrics (vigil_settings_overlay_rejected_total
+// and vigil_settings_store_rejected_total) on r instead of
+// prometheus.DefaultRegisterer. Several Settings may share one registerer.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = r }
+}
+
+// WithLogger sets the logger that reports refused values; slog.Default otherwise.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// New loads every value from store and, unless overlayDir is "", from the managed
+// overlay directory, then keeps them current by watching both until Close. A bad
+// value in either is refused and reported (log and counter), never fatal. Close
+// does not close the store: whoever opened it closes it.
+func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
+	o := options{registerer: prometheus.DefaultRegisterer, logger: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := newMetrics(o.registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Settings{
+		store: store, log: o.logger, metrics: m,
+		defaults: make(map[string]value), stored: make(map[string]value),
+		storeProblem: make(map[string]string), managed: make(map[string]*managedKey),
+		unknownLogged: make(map[string]bool), subs: make(map[*subscriber]struct{}),
+	}
+	for i := range definitions {
+		d := &definitions[i]
+		v, err := d.Parse(d.Default)
+		if err != nil {
+			return nil, fmt.Errorf("definition of %s: default: %w", d.Name, err)
+		}
+		s.defaults[d.Name] = value{text: d.Default, parsed: v}
+	}
+	s.rebuild()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if err := s.start(ctx, overlayDir); err != nil {
+		cancel()
+		s.wg.Wait()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Settings) start(ctx context.Context, overlayDir string) error {
+	events, err := s.store.Watch(ctx)
+	if err != nil {
+		return fmt.Errorf("watch the settings store: %w", err)
+	}
+	s.wg.Go(func() {
+		for ev := range events {
+			s.applyStore(ev)
+		}
+	})
+	all, err := s.store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("read the settings store: %w", err)
+	}
+	for name, v := range all {
+		s.applyStore(StoreEvent{Name: name, Value: v})
+	}
+	if overlayDir != "" {
+		ow, err := startOverlay(ctx, overlayDir, s.log, s.applyOverlay)
+		if err != nil {
+			return err
+		}
+		s.overlay = ow
+	}
+	return nil
+}
+
+// Close stops watching and ends every subscription. It does not close the store.
+func (s *Settings) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	s.cancel()
+	if s.overlay != nil {
+		s.overlay.wait()
+	}
+	s.wg.Wait()
+	for sub := range subs {
+		sub.q.close()
+	}
+	return nil
+}
+
+// Subscribe returns a channel that receives a Change whenever the value in force
+// of a setting, or its source, changes, whether through Set, another writer of the
+// store or the overlay directory. Changes are never dropped and a slow reader
+// never blocks anyone. cancel ends the subscription and closes the channel; so
+// does Close.
+func (s *Settings) Subscribe() (changes <-chan Change, cancel func()) {
+	done := make(chan struct{})
+	sub := &subscriber{q: newQueue[Change](done)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		close(done)
+		return sub.q.out, func() {}
+	}
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return sub.q.out, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.subs, sub)
+			s.mu.Unlock()
+			close(done)
+		})
+	}
+}
+
+type subscriber struct{ q *queue[Change] }
+
+// Set validates value and writes it to the store. It refuses an unknown name
+// (*UnknownSettingError), a bad value (*ValueError) and a managed setting
+// (*ManagedError) without writing anything. The new value is in force when Set
+// returns.
+func (s *Settings) Set(ctx context.Context, name, value string) error {
+	d, err := s.writable(name)
+	if err != nil {
+		return err
+	}
+	parsed, err := d.Parse(value)
+	if err != nil {
+		return err
+	}
+	text := Format(parsed)
+	if err := s.store.Set(ctx, name, text); err != nil {
+		return fmt.Errorf("set %s in the settings store: %w", name, err)
+	}
+	s.applyStore(StoreEvent{Name: name, Value: text})
+	return nil
+}
+
+// Reset removes the stored value of name, so its default is in force (unless the
+// overlay manages it, in which case Reset is refused with a *ManagedError).
+func (s *Settings) Reset(ctx context.Context, name string) error {
+	if _, err := s.writable(name); err != nil {
+		return err
+	}
+	if err := s.store.Delete(ctx, name); err != nil {
+		return fmt.Errorf("reset %s in the settings store: %w", name, err)
+	}
+	s.applyStore(StoreEvent{Name: name, Deleted: true})
+	return nil
+}
+
+func (s *Settings) writable(name string) (*Definition, error) {
+	d, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if mk, ok := s.managed[name]; ok {
+		return nil, &ManagedError{Setting: name, Path: mk.path}
+	}
+	return d, nil
+}
+
+// List returns every setting, in display order.
+func (s *Settings) List() []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Entry, 0, len(definitions))
+	for i := range definitions {
+		out = append(out, s.entryLocked(&definitions[i]))
+	}
+	return out
+}
+
+// Get returns one setting, or an *UnknownSettingError.
+func (s *Settings) Get(name string) (Entry, error) {
+	d, err := Lookup(name)
+	if err != nil {
+		return Entry{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entryLocked(d), nil
+}
+
+func (s *Settings) entryLocked(d *Definition) Entry {
+	snap := s.snap.Load()
+	e := Entry{
+		Name: d.Name, Value: snap.values[d.Name].text, Default: d.Default,
+		Source: snap.source[d.Name], Problem: s.storeProblem[d.Name], Definition: d,
+	}
+	if mk, ok := s.managed[d.Name]; ok {
+		e.ManagedPath = mk.path
+		if mk.problem != "" {
+			e.Problem = mk.problem
+		}
+	}
+	return e
+}
+
+// applyStore takes a change read from the store into the live view.
+func (s *Settings) applyStore(ev StoreEvent) {
+	d, err := Lookup(ev.Name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if err != nil {
+		if !s.unknownLogged[ev.Name] {
+			s.unknownLogged[ev.Name] = true
+			s.log.Warn("settings store holds an unknown setting; ignored", "error", err)
+		}
+		return
+	}
+	if ev.Deleted {
+		delete(s.stored, ev.Name)
+		delete(s.storeProblem, ev.Name)
+		s.publishLocked(ev.Name)
+		return
+	}
+	parsed, err := d.Parse(ev.Value)
+	if err != nil {
+		if s.storeProblem[ev.Name] != err.Error() {
+			s.storeProblem[ev.Name] = err.Error()
+			s.metrics.storeRejected.WithLabelValues(ev.Name).Inc()
+			s.log.Error("settings store value refused; the last good value stays in force", "setting", ev.Name, "error", err)
+		}
+		return
+	}
+	delete(s.storeProblem, ev.Name)
+	s.stored[ev.Name] = value{text: Format(parsed), parsed: parsed}
+	s.publishLocked(ev.Name)
+}
+
+// publishLocked recomputes the value in force of name and, if it or its source
+// changed, swaps the snapshot and tells the subscribers.
+func (s *Settings) publishLocked(name string) {
+	v, src := s.effectiveLocked(name)
+	old := s.snap.Load()
+	if old.values[name].text == v.text && old.source[name] == src {
+		return
+	}
+	s.rebuild()
+	for sub := range s.subs {
+		sub.q.push(Change{Name: name, Value: v.text, Source: src})
+	}
+}
+
+func (s *Settings) effectiveLocked(name string) (value, Source) {
+	if mk, ok := s.managed[name]; ok && mk.good != nil {
+		return *mk.good, SourceManaged
+	}
+	if v, ok := s.stored[name]; ok {
+		return v, SourceStore
+	}
+	return s.defaults[name], SourceDefault
+}
+
+// rebuild swaps in a fresh snapshot of every value in force. Called with mu held
+// (or before s is shared).
+func (s *Settings) rebuild() {
+	next := &snapshot{values: make(map[string]value, len(definitions)), source: make(map[string]Source, len(definitions))}
+	for name := range s.defaults {
+		next.values[name], next.source[name] = s.effectiveLocked(name)
+	}
+	s.snap.Store(next)
+}
+
+// load returns the value in force of name as T; T is fixed by the definition's
+// type, so the assertion cannot fail for a defined name.
+func load[T any](s *Settings, name string) T {
+	return s.snap.Load().values[name].parsed.(T)
+}
+
+// Values returns the canonical text of every value in force.
+func (s *Settings) Values() map[string]string {
+	snap := s.snap.Load()
+	out := make(map[string]string, len(snap.values))
+	for name, v := range snap.values {
+		out[name] = v.text
+	}
+	return out
+}
