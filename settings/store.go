@@ -2,6 +2,8 @@ package settings
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -159,4 +161,9 @@ func (w *watchers) closeAll() {
 	for q := range set {
 		q.close()
 	}
+}
+
+// sortedNames returns the keys of m in order.
+func sortedNames(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
 }
