@@ -34,3 +34,7 @@ const (
 	// accessible from; its value is the Kubernetes node name.
 	TopologyNodeKey = "topology.vigil.io/node"
 )
+
+// DefaultDatapathAddress is where `vigil-manager datapath serve` listens by
+// default (loopback; the gRPC volume server).
+const DefaultDatapathAddress = "127.0.0.1:9600"

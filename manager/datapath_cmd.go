@@ -2,16 +2,90 @@ package manager
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
 )
 
-// datapathCommand is a placeholder until the work that builds it lands.
+// datapathCommand is `vigil-manager datapath serve`: the volume server.
 func datapathCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "datapath",
-		Usage:  "(not built yet)",
-		Hidden: true,
-		Action: func(*cli.Context) error { return errors.New("datapath: not built yet") },
+		Name:  "datapath",
+		Usage: "the datapath volume server (volumes, grants, fencing epochs, I/O)",
+		Subcommands: []*cli.Command{{
+			Name:  "serve",
+			Usage: "serve volumes over gRPC until SIGTERM or SIGINT, then flush and exit",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "listen", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
+					Usage: "address to listen on (host:port); loopback unless you choose otherwise"},
+				&cli.StringFlag{Name: "data-dir", Required: true, EnvVars: []string{"VIGIL_DATAPATH_DATA_DIR"},
+					Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
+				&cli.StringFlag{Name: "token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
+					Usage: "file holding the shared token every client must present"},
+				&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
+					Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
+				&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
+					Usage: "how long calls in progress may take to finish at shutdown"},
+			},
+			Action: datapathServe,
+		}},
 	}
+}
+
+func datapathServe(c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return fmt.Errorf("datapath serve takes no arguments, got %q", c.Args().Slice())
+	}
+	token, err := datapath.ReadTokenFile(c.String("token-file"))
+	if err != nil {
+		return err
+	}
+	grace := c.Duration("shutdown-grace")
+	if grace < 0 {
+		return fmt.Errorf("--shutdown-grace %s: must not be negative", grace)
+	}
+	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity")})
+	if err != nil {
+		return err
+	}
+	srv, err := datapath.NewServer(store, token)
+	if err != nil {
+		return errors.Join(err, store.Close())
+	}
+	lis, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return errors.Join(fmt.Errorf("--listen %s: %w", c.String("listen"), err), store.Close())
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	// The address line is the readiness signal for scripts and tests (with
+	// --listen 127.0.0.1:0 it tells the port).
+	fmt.Fprintf(c.App.Writer, "datapath: listening on %s, data in %s\n", lis.Addr(), c.String("data-dir"))
+	var serveErr error
+	select {
+	case sig := <-sigs:
+		slog.Info("datapath: shutting down", "signal", sig.String())
+		srv.Stop(grace)
+		serveErr = <-served
+	case serveErr = <-served:
+	}
+	if err := store.Close(); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("flush and close store: %w", err))
+	}
+	if serveErr == nil {
+		fmt.Fprintln(c.App.Writer, "datapath: stopped; every volume flushed")
+	}
+	return serveErr
 }

@@ -1,0 +1,154 @@
+package datapath
+
+import (
+	"fmt"
+	"sort"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Grant gives node a grant on the volume and returns its epoch (see
+// client.Grant for the rules).
+func (s *Store) Grant(volumeID, node string) (uint64, error) {
+	if err := validNode(node); err != nil {
+		return 0, err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return 0, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return 0, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	if a, ok := v.attach[node]; ok && a.State == StateGranted {
+		return a.Epoch, nil
+	}
+	if v.rec.Access == AccessRWO {
+		for other, a := range v.attach {
+			if a.State == StateGranted {
+				return 0, fmt.Errorf("%w: grant volume %s to node %s: it is RWO and node %s holds a live grant (epoch %d); fence or release that node first",
+					ErrAttachedElsewhere, volumeID, node, other, a.Epoch)
+			}
+		}
+	}
+	a, err := s.moveEpoch(v, node, StateGranted)
+	if err != nil {
+		return 0, fmt.Errorf("grant volume %s to node %s: %w", volumeID, node, err)
+	}
+	return a.Epoch, nil
+}
+
+// Fence revokes node on the volume and returns the volume's new epoch. It holds
+// the volume's write lock, so it waits for writes in flight and no later write
+// passes the epoch check; the fence is committed to bbolt before it returns.
+func (s *Store) Fence(volumeID, node string) (uint64, error) {
+	if err := validNode(node); err != nil {
+		return 0, err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return 0, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return 0, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	a, err := s.moveEpoch(v, node, StateFenced)
+	if err != nil {
+		return 0, fmt.Errorf("fence node %s on volume %s: %w", node, volumeID, err)
+	}
+	return a.Epoch, nil
+}
+
+// moveEpoch issues the volume's next epoch to node in the given state, durably.
+// The caller holds v.mu for writing.
+func (s *Store) moveEpoch(v *volume, node string, state AttachmentState) (attachmentRecord, error) {
+	rec := v.rec
+	rec.Epoch++
+	a := attachmentRecord{Epoch: rec.Epoch, State: state, Updated: s.now().UTC()}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, node, a) }); err != nil {
+		return attachmentRecord{}, err
+	}
+	v.rec = rec
+	v.attach[node] = a
+	return a, nil
+}
+
+// Release ends node's live grant on the volume, under the volume's write lock
+// like Fence. A node without a live grant is left as it is.
+func (s *Store) Release(volumeID, node string) error {
+	if err := validNode(node); err != nil {
+		return err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	a, ok := v.attach[node]
+	if !ok || a.State != StateGranted {
+		return nil
+	}
+	a.State, a.Updated = StateReleased, s.now().UTC()
+	if err := s.db.Update(func(tx *bolt.Tx) error { return putAttachment(tx, v.rec, node, a) }); err != nil {
+		return fmt.Errorf("release node %s on volume %s: %w", node, volumeID, err)
+	}
+	v.attach[node] = a
+	return nil
+}
+
+// Attachments returns the volume's attachment table sorted by node.
+func (s *Store) Attachments(volumeID string) ([]Attachment, error) {
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.deleted {
+		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	out := make([]Attachment, 0, len(v.attach))
+	for node, a := range v.attach {
+		out = append(out, Attachment{VolumeID: volumeID, Node: node, Epoch: a.Epoch, State: a.State, Updated: a.Updated})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
+}
+
+// Epoch returns the highest epoch issued for the volume.
+func (s *Store) Epoch(volumeID string) (uint64, error) {
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return 0, err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.rec.Epoch, nil
+}
+
+// checkIO says whether (node, epoch) may do I/O on v. The caller holds v.mu.
+func (v *volume) checkIO(op, node string, epoch uint64) error {
+	if v.deleted {
+		return fmt.Errorf("%w: volume %s", ErrNotFound, v.rec.ID)
+	}
+	a, ok := v.attach[node]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s volume %s: node %s has no grant (epoch %d)", ErrFenced, op, v.rec.ID, node, epoch)
+	case a.State == StateFenced:
+		return fmt.Errorf("%w: %s volume %s: node %s was fenced at epoch %d (request carries epoch %d)", ErrFenced, op, v.rec.ID, node, a.Epoch, epoch)
+	case a.State == StateReleased:
+		return fmt.Errorf("%w: %s volume %s: node %s released its grant (epoch %d; request carries epoch %d)", ErrFenced, op, v.rec.ID, node, a.Epoch, epoch)
+	case a.Epoch != epoch:
+		return fmt.Errorf("%w: %s volume %s: node %s carries epoch %d, its grant is epoch %d", ErrFenced, op, v.rec.ID, node, epoch, a.Epoch)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// WriteAt writes p at off on the volume as (node, epoch). The epoch check and
+// the write happen under the volume's read lock, so a concurrent Fence either
+// waits for this write or makes it fail with ErrFenced before anything is
+// written.
+func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte) error {
+	if err := validNode(node); err != nil {
+		return err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if err := v.checkIO("write", node, epoch); err != nil {
+		return err
+	}
+	if err := validRange("write", volumeID, off, int64(len(p)), v.rec.Size); err != nil {
+		return err
+	}
+	if _, err := v.file.WriteAt(p, off); err != nil {
+		return fmt.Errorf("write volume %s at %d: %w", volumeID, off, fileErr(err))
+	}
+	s.act.io(volumeID, node, s.now())
+	return nil
+}
+
+// ReadAt reads n bytes at off on the volume as (node, epoch).
+func (s *Store) ReadAt(volumeID, node string, epoch uint64, off int64, n int) ([]byte, error) {
+	if err := validNode(node); err != nil {
+		return nil, err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if err := v.checkIO("read", node, epoch); err != nil {
+		return nil, err
+	}
+	if err := validRange("read", volumeID, off, int64(n), v.rec.Size); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	if _, err := v.file.ReadAt(buf, off); err != nil {
+		return nil, fmt.Errorf("read volume %s at %d: %w", volumeID, off, fileErr(err))
+	}
+	s.act.io(volumeID, node, s.now())
+	return buf, nil
+}
+
+// Flush makes the volume's acknowledged writes durable. The (node, epoch) check
+// happens under the read lock; the sync itself runs outside it, so a Fence does
+// not wait for a disk flush (a flush writes nothing new).
+func (s *Store) Flush(volumeID, node string, epoch uint64) error {
+	if err := validNode(node); err != nil {
+		return err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return err
+	}
+	v.mu.RLock()
+	err = v.checkIO("flush", node, epoch)
+	f := v.file
+	v.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("flush volume %s: %w", volumeID, fileErr(err))
+	}
+	s.act.io(volumeID, node, s.now())
+	return nil
+}
+
+// fileErr turns "file already closed" (the volume was deleted or the store
+// closed under a flush) into ErrNotFound.
+func fileErr(err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("%w: volume is gone: %v", ErrNotFound, err)
+	}
+	return err
+}
+
+// Heartbeat records that node is alive.
+func (s *Store) Heartbeat(node string) error {
+	if err := validNode(node); err != nil {
+		return err
+	}
+	s.act.heartbeat(node, s.now())
+	return nil
+}
+
+// MaxConnectivityWindow is the longest window Connectivity accepts.
+const MaxConnectivityWindow = 24 * time.Hour
+
+// Connectivity answers whether node is connected and did I/O on volumeID within
+// the window (see client.Connectivity).
+func (s *Store) Connectivity(node, volumeID string, within time.Duration) (Connectivity, error) {
+	if err := validNode(node); err != nil {
+		return Connectivity{}, err
+	}
+	if within <= 0 || within > MaxConnectivityWindow {
+		return Connectivity{}, fmt.Errorf("%w: connectivity window %s; allowed are more than 0 up to %s", ErrInvalidArgument, within, MaxConnectivityWindow)
+	}
+	if volumeID != "" {
+		if _, err := s.lookup(volumeID); err != nil {
+			return Connectivity{}, err
+		}
+	}
+	now := s.now()
+	c := Connectivity{Node: node, VolumeID: volumeID, Window: within, Now: now.UTC()}
+	recent := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) <= within }
+	c.LastHeartbeat = s.act.lastHeartbeat(node)
+	anyIO := s.act.lastAnyIO(node)
+	if volumeID != "" {
+		c.LastIO = s.act.lastIO(volumeID, node)
+		c.IOActive = recent(c.LastIO)
+	}
+	c.Connected = recent(c.LastHeartbeat) || recent(anyIO)
+	return c, nil
+}
+
+// activity keeps, in memory, the last I/O per (volume, node) and per node, and
+// the last heartbeat per node. Updates are lock-free after the first one for a
+// key. It is not persisted: it describes the current server process's view, and
+// a node must heartbeat again after a server restart to count as connected.
+type activity struct {
+	ioByVolume sync.Map // ioKey -> *atomic.Int64 (Unix ns)
+	ioByNode   sync.Map // node -> *atomic.Int64
+	heartbeats sync.Map // node -> *atomic.Int64
+}
+
+type ioKey struct{ volume, node string }
+
+func stamp(m *sync.Map, key any, t time.Time) {
+	ns := t.UnixNano()
+	if v, ok := m.Load(key); ok {
+		storeMax(v.(*atomic.Int64), ns)
+		return
+	}
+	v, _ := m.LoadOrStore(key, new(atomic.Int64))
+	storeMax(v.(*atomic.Int64), ns)
+}
+
+func storeMax(a *atomic.Int64, ns int64) {
+	for {
+		old := a.Load()
+		if ns <= old || a.CompareAndSwap(old, ns) {
+			return
+		}
+	}
+}
+
+func load(m *sync.Map, key any) time.Time {
+	v, ok := m.Load(key)
+	if !ok {
+		return time.Time{}
+	}
+	return time.Unix(0, v.(*atomic.Int64).Load()).UTC()
+}
+
+func (a *activity) io(volume, node string, t time.Time) {
+	stamp(&a.ioByVolume, ioKey{volume, node}, t)
+	stamp(&a.ioByNode, node, t)
+}
+
+func (a *activity) heartbeat(node string, t time.Time) { stamp(&a.heartbeats, node, t) }
+
+func (a *activity) lastHeartbeat(node string) time.Time { return load(&a.heartbeats, node) }
+func (a *activity) lastAnyIO(node string) time.Time     { return load(&a.ioByNode, node) }
+func (a *activity) lastIO(volume, node string) time.Time {
+	return load(&a.ioByVolume, ioKey{volume, node})
+}

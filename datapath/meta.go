@@ -1,0 +1,141 @@
+package datapath
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// bbolt layout (datapath.db in the data directory):
+//
+//	volumes/<id>          -> volumeRecord (JSON)
+//	names/<name>          -> <id>
+//	attachments/<id>/<node> -> attachmentRecord (JSON)
+//
+// Every Grant, Fence, Release, Create and Delete is one bbolt transaction, synced
+// before the call returns, so epochs and fences survive a crash.
+var (
+	bucketVolumes     = []byte("volumes")
+	bucketNames       = []byte("names")
+	bucketAttachments = []byte("attachments")
+)
+
+type volumeRecord struct {
+	ID      string     `json:"id"`
+	Name    string     `json:"name"`
+	Size    int64      `json:"size"`
+	Access  AccessMode `json:"access"`
+	Created time.Time  `json:"created"`
+	// Epoch is the highest epoch ever issued for the volume.
+	Epoch uint64 `json:"epoch"`
+}
+
+func (r *volumeRecord) volume() Volume {
+	return Volume{ID: r.ID, Name: r.Name, Size: r.Size, Access: r.Access, Created: r.Created}
+}
+
+type attachmentRecord struct {
+	Epoch   uint64          `json:"epoch"`
+	State   AttachmentState `json:"state"`
+	Updated time.Time       `json:"updated"`
+}
+
+func initBuckets(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	})
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), data)
+}
+
+// putVolume stores the volume record and its name index.
+func putVolume(tx *bolt.Tx, r volumeRecord) error {
+	if err := putJSON(tx.Bucket(bucketVolumes), r.ID, r); err != nil {
+		return fmt.Errorf("store volume %s: %w", r.ID, err)
+	}
+	return tx.Bucket(bucketNames).Put([]byte(r.Name), []byte(r.ID))
+}
+
+// putAttachment stores one attachment row and the volume record (whose epoch
+// may have moved) in the caller's transaction.
+func putAttachment(tx *bolt.Tx, r volumeRecord, node string, a attachmentRecord) error {
+	if err := putJSON(tx.Bucket(bucketVolumes), r.ID, r); err != nil {
+		return fmt.Errorf("store volume %s: %w", r.ID, err)
+	}
+	b, err := tx.Bucket(bucketAttachments).CreateBucketIfNotExists([]byte(r.ID))
+	if err != nil {
+		return fmt.Errorf("attachments of volume %s: %w", r.ID, err)
+	}
+	if err := putJSON(b, node, a); err != nil {
+		return fmt.Errorf("store attachment %s/%s: %w", r.ID, node, err)
+	}
+	return nil
+}
+
+func deleteVolume(tx *bolt.Tx, r volumeRecord) error {
+	if err := tx.Bucket(bucketVolumes).Delete([]byte(r.ID)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketNames).Delete([]byte(r.Name)); err != nil {
+		return err
+	}
+	err := tx.Bucket(bucketAttachments).DeleteBucket([]byte(r.ID))
+	if err != nil && err != bolt.ErrBucketNotFound {
+		return err
+	}
+	return nil
+}
+
+// loadedVolume is a volume as read back at startup.
+type loadedVolume struct {
+	rec    volumeRecord
+	attach map[string]attachmentRecord
+}
+
+func loadAll(db *bolt.DB) ([]loadedVolume, error) {
+	var out []loadedVolume
+	err := db.View(func(tx *bolt.Tx) error {
+		att := tx.Bucket(bucketAttachments)
+		return tx.Bucket(bucketVolumes).ForEach(func(k, v []byte) error {
+			lv := loadedVolume{attach: map[string]attachmentRecord{}}
+			if err := json.Unmarshal(v, &lv.rec); err != nil {
+				return fmt.Errorf("volume record %s: %w", k, err)
+			}
+			if lv.rec.ID != string(k) {
+				return fmt.Errorf("volume record under key %s has id %s", k, lv.rec.ID)
+			}
+			if b := att.Bucket(k); b != nil {
+				err := b.ForEach(func(node, v []byte) error {
+					var a attachmentRecord
+					if err := json.Unmarshal(v, &a); err != nil {
+						return fmt.Errorf("attachment %s/%s: %w", k, node, err)
+					}
+					if a.Epoch > lv.rec.Epoch {
+						return fmt.Errorf("attachment %s/%s has epoch %d above the volume's %d", k, node, a.Epoch, lv.rec.Epoch)
+					}
+					lv.attach[string(node)] = a
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			out = append(out, lv)
+			return nil
+		})
+	})
+	return out, err
+}

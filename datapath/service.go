@@ -1,0 +1,129 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// The service is described by hand (no protobuf code generation): each method
+// decodes its request with the wire codec, authenticates, calls the Store and
+// maps errors with ToStatus.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: wire.ServiceName,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		method(wire.MethodCreateVolume, func(s *Store, r *wire.CreateVolumeRequest) (wire.Message, error) {
+			v, err := s.CreateVolume(r.Name, r.Size, AccessMode(r.Access))
+			return volumeToWire(v), err
+		}),
+		method(wire.MethodDeleteVolume, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
+			return &wire.Empty{}, s.DeleteVolume(r.ID)
+		}),
+		method(wire.MethodGetVolume, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
+			v, err := s.GetVolume(r.ID)
+			return volumeToWire(v), err
+		}),
+		method(wire.MethodListVolumes, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			vs, err := s.ListVolumes()
+			out := &wire.VolumeList{Volumes: make([]wire.Volume, len(vs))}
+			for i, v := range vs {
+				out.Volumes[i] = *volumeToWire(v)
+			}
+			return out, err
+		}),
+		method(wire.MethodCapacity, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			n, err := s.Capacity()
+			return &wire.Int{Value: n}, err
+		}),
+		method(wire.MethodGrant, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
+			e, err := s.Grant(r.VolumeID, r.Node)
+			return &wire.Epoch{Epoch: e}, err
+		}),
+		method(wire.MethodFence, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
+			e, err := s.Fence(r.VolumeID, r.Node)
+			return &wire.Epoch{Epoch: e}, err
+		}),
+		method(wire.MethodRelease, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
+			return &wire.Empty{}, s.Release(r.VolumeID, r.Node)
+		}),
+		method(wire.MethodAttachments, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
+			as, err := s.Attachments(r.ID)
+			out := &wire.AttachmentList{VolumeID: r.ID, Items: make([]wire.Attachment, len(as))}
+			for i, a := range as {
+				out.Items[i] = wire.Attachment{Node: a.Node, Epoch: a.Epoch, State: string(a.State), UpdatedUnix: unixNano(a.Updated)}
+			}
+			return out, err
+		}),
+		method(wire.MethodWrite, func(s *Store, r *wire.WriteRequest) (wire.Message, error) {
+			return &wire.Empty{}, s.WriteAt(r.VolumeID, r.Node, r.Epoch, r.Offset, r.Data)
+		}),
+		method(wire.MethodRead, func(s *Store, r *wire.ReadRequest) (wire.Message, error) {
+			if r.Length < 0 || r.Length > MaxIOSize {
+				return nil, fmt.Errorf("%w: read volume %s: length %d; allowed are 0 to %d", ErrInvalidArgument, r.VolumeID, r.Length, MaxIOSize)
+			}
+			p, err := s.ReadAt(r.VolumeID, r.Node, r.Epoch, r.Offset, int(r.Length))
+			return &wire.Data{Data: p}, err
+		}),
+		method(wire.MethodFlush, func(s *Store, r *wire.FlushRequest) (wire.Message, error) {
+			return &wire.Empty{}, s.Flush(r.VolumeID, r.Node, r.Epoch)
+		}),
+		method(wire.MethodHeartbeat, func(s *Store, r *wire.NodeRef) (wire.Message, error) {
+			return &wire.Empty{}, s.Heartbeat(r.Node)
+		}),
+		method(wire.MethodConnectivity, func(s *Store, r *wire.ConnectivityRequest) (wire.Message, error) {
+			c, err := s.Connectivity(r.Node, r.VolumeID, time.Duration(r.WithinNanos))
+			return &wire.Connectivity{
+				Connected: c.Connected, LastHeartbeat: unixNano(c.LastHeartbeat),
+				IOActive: c.IOActive, LastIO: unixNano(c.LastIO), Now: unixNano(c.Now),
+			}, err
+		}),
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "datapath/service.go",
+}
+
+// method builds one unary handler: authenticate first (before decoding, so an
+// unauthenticated caller costs little), then decode, then call.
+func method[R any, PR interface {
+	*R
+	wire.Message
+}](name string, call func(*Store, PR) (wire.Message, error)) grpc.MethodDesc {
+	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		s := srv.(*Server)
+		if err := s.authenticate(ctx); err != nil {
+			return nil, ToStatus(err)
+		}
+		req := PR(new(R))
+		if err := dec(req); err != nil {
+			return nil, ToStatus(fmt.Errorf("%w: %s request: %v", ErrInvalidArgument, name, err))
+		}
+		run := func(ctx context.Context, req any) (any, error) {
+			resp, err := call(s.store, req.(PR))
+			if err != nil {
+				return nil, ToStatus(err)
+			}
+			return resp, nil
+		}
+		if ic == nil {
+			return run(ctx, req)
+		}
+		return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: wire.FullMethod(name)}, run)
+	}
+	return grpc.MethodDesc{MethodName: name, Handler: handler}
+}
+
+func volumeToWire(v Volume) *wire.Volume {
+	return &wire.Volume{ID: v.ID, Name: v.Name, Size: v.Size, Access: string(v.Access), CreatedUnix: unixNano(v.Created)}
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}

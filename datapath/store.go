@@ -1,0 +1,372 @@
+package datapath
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	idPrefix   = "vol-"
+	dbFile     = "datapath.db"
+	volumesDir = "volumes"
+	imgSuffix  = ".img"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Capacity is the total bytes the store may provision (the sum of volume
+	// sizes). 0 means the size of the file system holding the data directory.
+	Capacity int64
+	// Now is the clock (default time.Now); tests pass a fake one.
+	Now func() time.Time
+	// Logger receives warnings (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Store is the volume server's state: volumes (one sparse file each), the
+// attachment table with epochs (bbolt) and the activity record (memory). It is
+// safe for concurrent use. Server exposes it over gRPC.
+type Store struct {
+	dir      string
+	db       *bolt.DB
+	now      func() time.Time
+	log      *slog.Logger
+	capacity int64
+
+	mu     sync.RWMutex // guards vols, names; held for writing by Create and Delete
+	vols   map[string]*volume
+	names  map[string]string
+	closed bool
+	act    activity
+}
+
+// volume is one open volume. mu orders I/O against the calls that revoke a
+// node: writes and reads hold it for reading while they check the (node, epoch)
+// and touch the file; Fence, Release and Delete hold it for writing. So when
+// Fence returns, no write that passed the check is still in flight, and every
+// later write sees the fence.
+type volume struct {
+	mu      sync.RWMutex
+	rec     volumeRecord
+	attach  map[string]attachmentRecord
+	file    *os.File
+	deleted bool
+}
+
+// Open opens (or creates) the store in dir: dir/datapath.db for metadata and
+// dir/volumes/<id>.img for data. A second Open of the same dir fails while the
+// first holds it.
+func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: data directory: empty path", ErrInvalidArgument)
+	}
+	if opts.Capacity < 0 {
+		return nil, fmt.Errorf("%w: capacity %d bytes: must be 0 (the file system's size) or positive", ErrInvalidArgument, opts.Capacity)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, volumesDir), 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("data directory %s is in use by another datapath server (lock on %s)", dir, dbFile)
+		}
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
+	}
+	s := &Store{dir: dir, db: db, now: opts.Now, log: opts.Logger, capacity: opts.Capacity,
+		vols: map[string]*volume{}, names: map[string]string{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if err := s.load(); err != nil {
+		s.closeFiles()
+		_ = db.Close()
+		return nil, err
+	}
+	if s.capacity == 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			s.closeFiles()
+			_ = db.Close()
+			return nil, fmt.Errorf("size of the file system under %s: %w", dir, err)
+		}
+		s.capacity = int64(st.Blocks) * int64(st.Bsize)
+	}
+	return s, nil
+}
+
+func (s *Store) load() error {
+	if err := initBuckets(s.db); err != nil {
+		return fmt.Errorf("datapath.db: %w", err)
+	}
+	loaded, err := loadAll(s.db)
+	if err != nil {
+		return fmt.Errorf("datapath.db is damaged: %w", err)
+	}
+	for _, lv := range loaded {
+		path := s.imgPath(lv.rec.ID)
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("volume %s (%s): data file: %w", lv.rec.ID, lv.rec.Name, err)
+		}
+		s.vols[lv.rec.ID] = &volume{rec: lv.rec, attach: lv.attach, file: f}
+		s.names[lv.rec.Name] = lv.rec.ID
+		if fi, err := f.Stat(); err == nil && fi.Size() != lv.rec.Size {
+			return fmt.Errorf("volume %s (%s): data file %s is %d bytes, metadata says %d", lv.rec.ID, lv.rec.Name, path, fi.Size(), lv.rec.Size)
+		}
+	}
+	return s.removeOrphans()
+}
+
+// removeOrphans deletes data files that no volume record names: left by a crash
+// between creating the file and committing the record, or between committing a
+// delete and removing the file.
+func (s *Store) removeOrphans() error {
+	entries, err := os.ReadDir(filepath.Join(s.dir, volumesDir))
+	if err != nil {
+		return fmt.Errorf("list volumes directory: %w", err)
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), imgSuffix)
+		if !ok || s.vols[id] != nil {
+			continue
+		}
+		s.log.Warn("datapath: removing orphan data file", "file", e.Name())
+		if err := os.Remove(filepath.Join(s.dir, volumesDir, e.Name())); err != nil {
+			return fmt.Errorf("remove orphan data file %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) imgPath(id string) string {
+	return filepath.Join(s.dir, volumesDir, id+imgSuffix)
+}
+
+// Close flushes every volume's data to disk and closes the store. Calls made
+// after Close fail.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for _, v := range s.vols {
+		v.mu.Lock()
+		if err := fdatasync(v.file); err != nil {
+			errs = append(errs, fmt.Errorf("flush volume %s: %w", v.rec.ID, err))
+		}
+		v.deleted = true // no more I/O
+		v.mu.Unlock()
+	}
+	s.closeFiles()
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) closeFiles() {
+	for _, v := range s.vols {
+		_ = v.file.Close()
+	}
+}
+
+// errClosed is returned by calls on a closed store.
+var errClosed = errors.New("datapath: store is closed")
+
+// lookup finds a volume by id, checking the id's shape first.
+func (s *Store) lookup(id string) (*volume, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	v, closed := s.vols[id], s.closed
+	s.mu.RUnlock()
+	if closed {
+		return nil, errClosed
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, id)
+	}
+	return v, nil
+}
+
+// CreateVolume creates a volume, idempotently by name (see client.CreateVolume).
+func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, error) {
+	if err := validName(name); err != nil {
+		return Volume{}, err
+	}
+	if err := validSize(size); err != nil {
+		return Volume{}, err
+	}
+	if err := mode.Validate(); err != nil {
+		return Volume{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Volume{}, errClosed
+	}
+	if id, ok := s.names[name]; ok {
+		r := s.vols[id].rec
+		if r.Size != size || r.Access != mode {
+			return Volume{}, fmt.Errorf("%w: volume %q is %s with %d bytes and mode %s; asked for %d bytes and mode %s",
+				ErrAlreadyExists, name, r.ID, r.Size, r.Access, size, mode)
+		}
+		return r.volume(), nil
+	}
+	if avail := s.availableLocked(); size > avail {
+		return Volume{}, fmt.Errorf("%w: volume %q needs %d bytes, %d of the capacity %d are available", ErrNoSpace, name, size, avail, s.capacity)
+	}
+	rec := volumeRecord{ID: newID(), Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}
+	f, err := s.createFile(rec.ID, size)
+	if err != nil {
+		return Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return putVolume(tx, rec) }); err != nil {
+		_ = f.Close()
+		_ = os.Remove(s.imgPath(rec.ID))
+		return Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	s.vols[rec.ID] = &volume{rec: rec, attach: map[string]attachmentRecord{}, file: f}
+	s.names[name] = rec.ID
+	return rec.volume(), nil
+}
+
+// createFile makes the sparse data file and makes its existence durable before
+// the metadata names it.
+func (s *Store) createFile(id string, size int64) (*os.File, error) {
+	path := s.imgPath(id)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return idPrefix + hex.EncodeToString(b[:])
+}
+
+// DeleteVolume deletes a volume and its data file. Unknown ids are not an error;
+// a volume with a live grant is refused with ErrInUse.
+func (s *Store) DeleteVolume(id string) error {
+	v, err := s.lookup(id)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return nil
+	}
+	for node, a := range v.attach {
+		if a.State == StateGranted {
+			return fmt.Errorf("%w: delete volume %s: node %s holds a live grant (epoch %d); fence or release it first", ErrInUse, id, node, a.Epoch)
+		}
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return deleteVolume(tx, v.rec) }); err != nil {
+		return fmt.Errorf("delete volume %s: %w", id, err)
+	}
+	v.deleted = true
+	delete(s.vols, id)
+	delete(s.names, v.rec.Name)
+	_ = v.file.Close()
+	if err := os.Remove(s.imgPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("datapath: data file of deleted volume not removed; it goes at next start", "volume", id, "err", err)
+	}
+	return nil
+}
+
+// GetVolume returns one volume.
+func (s *Store) GetVolume(id string) (Volume, error) {
+	v, err := s.lookup(id)
+	if err != nil {
+		return Volume{}, err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.deleted {
+		return Volume{}, fmt.Errorf("%w: volume %s", ErrNotFound, id)
+	}
+	return v.rec.volume(), nil
+}
+
+// ListVolumes returns every volume sorted by name.
+func (s *Store) ListVolumes() ([]Volume, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	out := make([]Volume, 0, len(s.vols))
+	for _, v := range s.vols {
+		out = append(out, v.rec.volume())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Capacity returns the bytes still available for new volumes.
+func (s *Store) Capacity() (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, errClosed
+	}
+	return s.availableLocked(), nil
+}
+
+func (s *Store) availableLocked() int64 {
+	var used int64
+	for _, v := range s.vols {
+		used += v.rec.Size
+	}
+	return max(s.capacity-used, 0)
+}
