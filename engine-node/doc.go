@@ -1,5 +1,54 @@
-// Package enginenode is the per-node agent, vigil-engine-node: the CSI node service
-// for the kubelet, heartbeats to the datapath, a bbolt journal of what is staged and
-// published on this node, and the cleanup that runs while the node carries Vigil's
-// fenced taint, before the taint is removed. (Work to come; see the engine-node issue.)
+// Package enginenode is the per-node agent, vigil-engine-node: the CSI node
+// service for the kubelet, heartbeats to the datapath, and a bbolt journal of
+// what is staged and published on this node. (The cleanup that runs while the
+// node carries Vigil's fenced taint, and the gate before re-staging, plug in
+// through the Gate interface; see the engine-node issue.)
+//
+// # How a datapath volume becomes a local block device
+//
+// NodeStageVolume builds, per volume, the s3backer pattern:
+//
+//	datapath (volume, node, epoch)
+//	  ↑ ReadAt / WriteAt / Flush, one request per FUSE request (≤ 1 MiB)
+//	FUSE filesystem with one file, "disk" (package fusedisk), mounted at
+//	  STATE_DIR/disks/<hash of volume id>/
+//	  ↑ the kernel's loop driver (package loopdev: LOOP_CONFIGURE, autoclear,
+//	    direct I/O when the kernel allows it)
+//	/dev/loopN: a real block device
+//	  ↑ ext4, made on first use (mkfs.ext4 only when blkid finds no signature)
+//	mounted at the staging path (Filesystem mode; Block mode stops at /dev/loopN)
+//
+// NodePublishVolume bind-mounts the staging mount (Filesystem) or the loop device
+// node (Block, onto a file) at the target path. Alternatives considered: NBD needs
+// the nbd kernel module, which is not always loaded (and not in the sandbox);
+// ublk needs io_uring and a newer userspace; a loop device over a local file
+// would not carry the epoch. FUSE plus loop needs only /dev/fuse and
+// /dev/loop-control, and every block I/O reaches the datapath with the epoch.
+//
+// # Fencing reaches the application
+//
+// The FUSE file is opened with direct I/O, so no write is acknowledged before the
+// datapath accepted it. Once the datapath fences this node, every write and
+// flush comes back datapath.ErrFenced; fusedisk turns it into EIO, the loop
+// device fails the bio, and ext4 fails the application's write or fsync with an
+// I/O error. Nothing reaches the datapath after the fence.
+//
+// # The journal and restarts
+//
+// Every stage and publish is journaled (bbolt, STATE_DIR/journal.db) in an
+// in-progress phase before its first side effect and in its final phase after
+// its last, with volume, epoch, paths, access type and the pod (from
+// podInfoOnMount). The journal also keeps the boot id. On start (Recover):
+// after a reboot every entry is taken down and forgotten; after a restart,
+// operations cut short are rolled back, staged volumes are served again (the
+// FUSE disk dies with the process, so the dead layers are taken down and built
+// anew with the recorded epoch, and published targets are bound again), and
+// FUSE disks or loop devices under the state directory that no entry explains
+// are removed. Because the FUSE server lives in this process, a restart breaks
+// open files on the old mounts (applications see EIO, as on a failed disk);
+// new opens through the target path work again once the volume is served.
+//
+// The package owns the node service, the journal, heartbeats and metrics; it
+// leaves the CSI socket and identity service to datapath/csi.Server, the
+// controller service to the manager, and the datapath to its server.
 package enginenode

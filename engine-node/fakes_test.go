@@ -1,0 +1,273 @@
+package enginenode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/engine-node/fusedisk"
+	"github.com/vigil-storage/vigil/engine-node/loopdev"
+)
+
+// fakeDatapath is a Datapath whose volumes are sparse files (so a child
+// process can serve the same volume) with the datapath's grant and fence rules:
+// I/O is accepted only from a node holding a live grant with that grant's epoch.
+type fakeDatapath struct {
+	dir string
+
+	mu         sync.Mutex
+	vols       map[string]*fakeVol
+	lateWrites int           // writes accepted from a node after its fence: must stay 0
+	stallAfter int           // reads left before reads stall (<0: never)
+	stalled    chan struct{} // closed when a read stalls
+}
+
+type fakeVol struct {
+	size   int64
+	f      *os.File
+	epoch  uint64
+	grants map[string]uint64 // node → epoch of its live grant
+	fenced map[string]bool
+}
+
+func newFakeDatapath(t testing.TB) *fakeDatapath {
+	d := &fakeDatapath{dir: t.TempDir(), vols: map[string]*fakeVol{}, stallAfter: -1, stalled: make(chan struct{})}
+	t.Cleanup(func() {
+		for _, v := range d.vols {
+			v.f.Close()
+		}
+	})
+	return d
+}
+
+func (d *fakeDatapath) imagePath(id string) string { return filepath.Join(d.dir, id+".img") }
+
+// create makes (or, for an existing image, opens) volume id.
+func (d *fakeDatapath) create(t testing.TB, id string, size int64) {
+	t.Helper()
+	f, err := os.OpenFile(d.imagePath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		err = f.Truncate(size)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.vols[id] = &fakeVol{size: size, f: f, grants: map[string]uint64{}, fenced: map[string]bool{}}
+}
+
+// grant gives node a live grant on id under a new epoch.
+func (d *fakeDatapath) grant(id, node string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.vols[id]
+	v.epoch++
+	v.grants[node] = v.epoch
+	delete(v.fenced, node)
+	return v.epoch
+}
+
+// fence revokes node's grant on id.
+func (d *fakeDatapath) fence(id, node string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.vols[id]
+	v.epoch++
+	delete(v.grants, node)
+	v.fenced[node] = true
+}
+
+// late reports how many writes were accepted from fenced nodes.
+func (d *fakeDatapath) late() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lateWrites
+}
+
+func (d *fakeDatapath) check(id, node string, epoch uint64) (*fakeVol, error) {
+	v, ok := d.vols[id]
+	if !ok {
+		return nil, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
+	}
+	if g, ok := v.grants[node]; !ok || g != epoch {
+		return nil, fmt.Errorf("volume %s node %s epoch %d: %w", id, node, epoch, datapath.ErrFenced)
+	}
+	return v, nil
+}
+
+func (d *fakeDatapath) GetVolume(_ context.Context, id string) (datapath.Volume, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vols[id]
+	if !ok {
+		return datapath.Volume{}, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
+	}
+	return datapath.Volume{ID: id, Name: id, Size: v.size, Access: datapath.AccessRWO}, nil
+}
+
+func (d *fakeDatapath) ReadAt(ctx context.Context, id, node string, epoch uint64, off int64, n int) ([]byte, error) {
+	d.mu.Lock()
+	v, err := d.check(id, node, epoch)
+	stall := false
+	if d.stallAfter == 0 {
+		stall = true
+		d.stallAfter = -1
+		close(d.stalled)
+	} else if d.stallAfter > 0 {
+		d.stallAfter--
+	}
+	d.mu.Unlock()
+	if stall {
+		<-ctx.Done() // a datapath that stopped answering
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := make([]byte, n)
+	if _, err := v.f.ReadAt(p, off); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (d *fakeDatapath) WriteAt(_ context.Context, id, node string, epoch uint64, off int64, p []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, err := d.check(id, node, epoch)
+	if err != nil {
+		return err
+	}
+	if v.fenced[node] {
+		d.lateWrites++
+	}
+	_, err = v.f.WriteAt(p, off)
+	return err
+}
+
+func (d *fakeDatapath) Flush(_ context.Context, id, node string, epoch uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, err := d.check(id, node, epoch)
+	if err != nil {
+		return err
+	}
+	return v.f.Sync()
+}
+
+// requireRealStack skips unless FUSE, loop devices and ext4 tools are usable.
+func requireRealStack(t testing.TB) {
+	t.Helper()
+	if err := fusedisk.Usable(); err != nil {
+		t.Skipf("needs FUSE: %v", err)
+	}
+	if err := loopdev.Usable(); err != nil {
+		t.Skipf("needs loop devices: %v", err)
+	}
+	for _, tool := range []string{"mkfs.ext4", "blkid"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (e2fsprogs, util-linux): %v", tool, err)
+		}
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newTestServer starts a NodeServer in a fresh state directory; on cleanup it
+// unpublishes and unstages whatever is left and checks nothing leaked.
+func newTestServer(t testing.TB, dp Datapath, node string) *NodeServer {
+	t.Helper()
+	stateDir := t.TempDir()
+	n, err := NewNodeServer(context.Background(), Config{
+		NodeName: node, StateDir: stateDir, BootID: "boot-1", Datapath: dp,
+		IOTimeout: 5 * time.Second, Log: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cleanupServer(t, n) })
+	return n
+}
+
+func cleanupServer(t testing.TB, n *NodeServer) {
+	ctx := context.Background()
+	pubs, _ := n.journal.Publishes()
+	for _, p := range pubs {
+		if _, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: p.VolumeID, TargetPath: p.TargetPath}); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	stages, _ := n.journal.Stages()
+	for _, s := range stages {
+		if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: s.VolumeID, StagingTargetPath: s.StagingPath}); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	n.Close()
+	assertNothingLeaked(t, n.cfg.StateDir)
+}
+
+// assertNothingLeaked fails when a FUSE disk or loop device of stateDir remains.
+func assertNothingLeaked(t testing.TB, stateDir string) {
+	t.Helper()
+	root := filepath.Join(stateDir, "disks")
+	var devs []string
+	for i := 0; i < 100; i++ { // autoclear detaches asynchronously
+		var err error
+		if devs, err = loopdev.Under(root); err != nil || len(devs) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(devs) > 0 {
+		t.Errorf("loop devices leaked: %v", devs)
+	}
+	all, _ := mounts()
+	for _, m := range all {
+		if strings.HasPrefix(m.MountPoint, stateDir+"/") || m.Source == fusedisk.FsName {
+			t.Errorf("mount leaked: %+v", m)
+		}
+	}
+}
+
+// Requests, built with the defaults the tests use.
+
+func mountCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+func blockCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+func stageReq(id, staging string, epoch uint64, c *csi.VolumeCapability) *csi.NodeStageVolumeRequest {
+	return &csi.NodeStageVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, VolumeCapability: c,
+		PublishContext: map[string]string{vigil.PublishContextEpochKey: fmt.Sprint(epoch)},
+	}
+}
+
+func publishReq(id, staging, target string, c *csi.VolumeCapability) *csi.NodePublishVolumeRequest {
+	return &csi.NodePublishVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: c,
+		VolumeContext: map[string]string{podUIDKey: "uid-1", podNameKey: "web-0", podNamespaceKey: "default"},
+	}
+}

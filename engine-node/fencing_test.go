@@ -1,0 +1,144 @@
+package enginenode
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// writerDirEnv makes the test binary a writer process (TestHelperWriter).
+const writerDirEnv = "VIGIL_TEST_WRITER_DIR"
+
+func fileContent(i int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("file %04d ", i)), 6000) // ~60 KiB
+}
+
+// TestHelperWriter is not a test: run with writerDirEnv set, it is the
+// application of the fencing test. It writes and fsyncs one file after another,
+// printing "ok N" after each fsync and "err N <error>" for each failure, and
+// stops after three failures in a row.
+func TestHelperWriter(t *testing.T) {
+	dir := os.Getenv(writerDirEnv)
+	if dir == "" {
+		t.Skip("helper process for TestNodeServer_Fence_WritesFailWithEIO")
+	}
+	failures := 0
+	for i := 0; failures < 3 && i < 100000; i++ {
+		err := writeAndSync(filepath.Join(dir, fmt.Sprintf("f%04d", i)), fileContent(i))
+		if err != nil {
+			failures++
+			fmt.Printf("err %d %v\n", i, err)
+			continue
+		}
+		failures = 0
+		fmt.Printf("ok %d\n", i)
+		time.Sleep(5 * time.Millisecond)
+	}
+	os.Exit(0)
+}
+
+func writeAndSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
+	requireRealStack(t)
+	dp := newFakeDatapath(t)
+	dp.create(t, "vol-f", testSize)
+	a := newTestServer(t, dp, "node-a")
+	ctx := context.Background()
+	staging, target := t.TempDir(), filepath.Join(t.TempDir(), "m")
+	if _, err := a.NodeStageVolume(ctx, stageReq("vol-f", staging, dp.grant("vol-f", "node-a"), mountCap())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.NodePublishVolume(ctx, publishReq("vol-f", staging, target, mountCap())); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWriter$")
+	cmd.Env = append(os.Environ(), writerDirEnv+"="+target)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	okBefore, okAfter, fenced := 0, 0, false
+	var failures []string
+	for lines.Scan() {
+		line := lines.Text()
+		switch {
+		case strings.HasPrefix(line, "ok ") && fenced:
+			okAfter++
+		case strings.HasPrefix(line, "ok "):
+			okBefore++
+			if okBefore == 10 {
+				dp.fence("vol-f", "node-a") // from the side, as the manager would
+				fenced = true
+			}
+		case strings.HasPrefix(line, "err "):
+			failures = append(failures, line)
+		}
+	}
+	_ = cmd.Wait()
+	// A write+fsync that was in flight when the fence hit may have finished
+	// before it; none may succeed once the fence is in force.
+	if !fenced || okAfter > 1 {
+		t.Fatalf("fenced=%t, %d writes succeeded after the fence", fenced, okAfter)
+	}
+	if len(failures) < 3 || !strings.Contains(failures[0], "input/output error") {
+		t.Fatalf("failures after the fence: %q; want EIO", failures)
+	}
+	if got := testutil.ToFloat64(a.metrics.writesFenced); got == 0 {
+		t.Fatal("vigil_engine_writes_fenced_total did not move")
+	}
+	if late := dp.late(); late != 0 {
+		t.Fatalf("datapath accepted %d writes from the fenced node", late)
+	}
+	t.Logf("%d files synced before the fence, %d after, then %q", okBefore, okAfter, failures[0])
+
+	// The node cleans up despite the dead volume; a new node sees exactly what
+	// was synced before the fence.
+	if _, err := a.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-f", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-f", StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestServer(t, dp, "node-b")
+	stagingB := t.TempDir()
+	if _, err := b.NodeStageVolume(ctx, stageReq("vol-f", stagingB, dp.grant("vol-f", "node-b"), mountCap())); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < okBefore+okAfter; i++ {
+		got, err := os.ReadFile(filepath.Join(stagingB, fmt.Sprintf("f%04d", i)))
+		if err != nil || !bytes.Equal(got, fileContent(i)) {
+			t.Fatalf("file %d synced before the fence is not intact on node-b: %d bytes, %v", i, len(got), err)
+		}
+	}
+}

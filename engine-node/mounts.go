@@ -1,0 +1,142 @@
+package enginenode
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mount is one line of /proc/self/mountinfo.
+type Mount struct {
+	MountPoint string
+	FsType     string
+	Source     string
+	Options    string
+}
+
+// parseMountInfo parses the mountinfo format (proc(5)).
+func parseMountInfo(r io.Reader) ([]Mount, error) {
+	var out []Mount
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" && i >= 6 {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || len(fields) < sep+3 {
+			return nil, fmt.Errorf("mountinfo: malformed line %q", sc.Text())
+		}
+		out = append(out, Mount{
+			MountPoint: unescapeOctal(fields[4]),
+			Options:    fields[5],
+			FsType:     fields[sep+1],
+			Source:     unescapeOctal(fields[sep+2]),
+		})
+	}
+	return out, sc.Err()
+}
+
+// unescapeOctal undoes mountinfo's \NNN escapes of space, tab, newline, backslash.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mounts reads this process's mount table.
+func mounts() ([]Mount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseMountInfo(f)
+}
+
+// mountAt returns the topmost mount at path, if any.
+func mountAt(path string) (Mount, bool, error) {
+	all, err := mounts()
+	if err != nil {
+		return Mount{}, false, err
+	}
+	path = filepath.Clean(path)
+	var found Mount
+	ok := false
+	for _, m := range all {
+		if m.MountPoint == path {
+			found, ok = m, true // later lines are mounted on top
+		}
+	}
+	return found, ok, nil
+}
+
+// unmountAll unmounts everything stacked at path, detaching lazily when busy
+// or when the filesystem below is dead. A path that is not mounted is fine.
+func unmountAll(path string) error {
+	for i := 0; i < 8; i++ {
+		_, ok, err := mountAt(path)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		err = unix.Unmount(path, 0)
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EIO) {
+			err = unix.Unmount(path, unix.MNT_DETACH)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted after 8 unmounts", path)
+}
+
+// bindMount bind-mounts source onto target, read-only when asked.
+func bindMount(source, target string, readonly bool) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount %s on %s: %w", source, target, err)
+	}
+	if readonly {
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY)
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			_ = unix.Unmount(target, unix.MNT_DETACH)
+			return fmt.Errorf("remount %s read-only: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// removePath removes a target path left after unmount: a directory or a file,
+// never anything with content (a failed unmount must not destroy data).
+func removePath(path string) error {
+	err := os.Remove(path)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return fmt.Errorf("remove %s: %w", path, err)
+}

@@ -1,0 +1,191 @@
+package enginenode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vigil-storage/vigil/engine-node/fusedisk"
+	"github.com/vigil-storage/vigil/engine-node/loopdev"
+)
+
+// DefaultFsType is the filesystem made on a volume staged in Filesystem mode.
+const DefaultFsType = "ext4"
+
+// stack is the live layers of one staged volume: datapath-bound backend, FUSE
+// disk, loop device and (Filesystem mode) the ext4 mount at the staging path.
+type stack struct {
+	backend *volumeBackend
+	disk    *fusedisk.Disk
+	loop    *loopdev.Device
+}
+
+// diskDir is where the FUSE disk of volumeID is mounted: a hash keeps any volume
+// id (slashes, length) a safe single path element.
+func diskDir(stateDir, volumeID string) string {
+	sum := sha256.Sum256([]byte(volumeID))
+	return filepath.Join(stateDir, "disks", hex.EncodeToString(sum[:12]))
+}
+
+// build brings up every layer for rec; on failure it removes what it made.
+func (n *NodeServer) build(ctx context.Context, rec StageRecord) (st *stack, err error) {
+	st = &stack{backend: newVolumeBackend(n.cfg.Datapath, rec.VolumeID, n.cfg.NodeName, rec.Epoch, n.cfg.IOTimeout, n.metrics)}
+	defer func() {
+		if err != nil {
+			if terr := n.teardownRecord(rec); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
+	}()
+	if err := os.MkdirAll(rec.DiskDir, 0o700); err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	st.disk, err = fusedisk.Mount(rec.DiskDir, rec.Size, st.backend, fusedisk.Options{OnError: n.logIOError(rec.VolumeID)})
+	if err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	st.loop, err = loopdev.Attach(st.disk.Path())
+	if err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	if rec.Block {
+		return st, nil
+	}
+	if err := ensureFilesystem(ctx, st.loop.Path, rec.FsType); err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	if err := os.MkdirAll(rec.StagingPath, 0o750); err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	if err := mountFilesystem(st.loop.Path, rec.StagingPath, rec.FsType, rec.MountFlags); err != nil {
+		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
+	}
+	return st, nil
+}
+
+func (n *NodeServer) logIOError(volumeID string) func(op string, off int64, err error) {
+	return func(op string, off int64, err error) {
+		n.log.Warn("volume I/O failed", "volume", volumeID, "op", op, "offset", off, "err", err)
+	}
+}
+
+// teardownLive removes the layers of a live stack in reverse order.
+func (n *NodeServer) teardownLive(rec StageRecord, st *stack) error {
+	var errs []error
+	if !rec.Block {
+		errs = append(errs, unmountAll(rec.StagingPath))
+	}
+	if st.loop != nil {
+		errs = append(errs, st.loop.Detach())
+	}
+	errs = append(errs, n.teardownRecord(rec))
+	return errors.Join(errs...)
+}
+
+// teardownRecord removes whatever layers of rec exist, live or left by a killed
+// process: the mount at the staging path, loop devices backed by a file in the
+// disk directory, the FUSE mount and the directory itself. It is idempotent.
+func (n *NodeServer) teardownRecord(rec StageRecord) error {
+	if !rec.Block && rec.StagingPath != "" {
+		if err := unmountAll(rec.StagingPath); err != nil {
+			return err
+		}
+	}
+	devs, err := loopdev.Under(rec.DiskDir)
+	if err != nil {
+		return err
+	}
+	for _, d := range devs {
+		if err := loopdev.Detach(d); err != nil {
+			return err
+		}
+	}
+	if err := unmountDisk(rec.DiskDir); err != nil {
+		return err
+	}
+	if err := os.Remove(rec.DiskDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", rec.DiskDir, err)
+	}
+	return nil
+}
+
+// unmountDisk unmounts a FUSE disk; the loop device lets go of the file
+// asynchronously after a detach, so EBUSY is retried briefly before a lazy unmount.
+func unmountDisk(dir string) error {
+	for i := 0; i < 50; i++ {
+		_, ok, err := mountAt(dir)
+		if err != nil || !ok {
+			return err
+		}
+		err = unix.Unmount(dir, 0)
+		if err == nil || errors.Is(err, unix.EINVAL) {
+			continue
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return unmountAll(dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return unmountAll(dir)
+}
+
+// ensureFilesystem makes a filesystem of fsType on dev unless dev already has a
+// signature: a volume is formatted once, on its first stage.
+func ensureFilesystem(ctx context.Context, dev, fsType string) error {
+	out, err := exec.CommandContext(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev).Output()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		found := strings.TrimSpace(string(out))
+		if found != fsType {
+			return fmt.Errorf("%s holds %q, want %q: %w", dev, found, fsType, ErrWrongFilesystem)
+		}
+		return nil
+	case errors.As(err, &exit) && exit.ExitCode() == 2: // no signature: blank
+	default:
+		return fmt.Errorf("probe %s with blkid: %w", dev, err)
+	}
+	// Lazy init: the datapath reads holes as zeros, so nothing needs zeroing.
+	mkfs := exec.CommandContext(ctx, "mkfs."+fsType, "-q", "-F", "-m", "0",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", dev)
+	if out, err := mkfs.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.%s %s: %w: %s", fsType, dev, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// mountFlagBits are the CSI mount flags that are mount(2) flags; the others are
+// passed to the filesystem as data.
+var mountFlagBits = map[string]uintptr{
+	"ro": unix.MS_RDONLY, "rw": 0, "noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME,
+	"relatime": unix.MS_RELATIME, "strictatime": unix.MS_STRICTATIME, "nodev": unix.MS_NODEV,
+	"nosuid": unix.MS_NOSUID, "noexec": unix.MS_NOEXEC, "sync": unix.MS_SYNCHRONOUS,
+	"dirsync": unix.MS_DIRSYNC, "lazytime": unix.MS_LAZYTIME, "defaults": 0,
+}
+
+// mountFilesystem mounts dev at target. noinit_itable keeps ext4 from zeroing
+// inode tables in the background over the network.
+func mountFilesystem(dev, target, fsType string, flags []string) error {
+	var bits uintptr
+	data := []string{"noinit_itable"}
+	for _, f := range flags {
+		if b, ok := mountFlagBits[f]; ok {
+			bits |= b
+		} else {
+			data = append(data, f)
+		}
+	}
+	if err := unix.Mount(dev, target, fsType, bits, strings.Join(data, ",")); err != nil {
+		return fmt.Errorf("mount %s (%s) on %s with %q: %w", dev, fsType, target, flags, err)
+	}
+	return nil
+}
