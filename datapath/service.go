@@ -98,8 +98,12 @@ func method[R any, PR interface {
 		if err := s.authenticate(ctx); err != nil {
 			return nil, ToStatus(err)
 		}
+		var frame wire.Frame
+		if err := dec(&frame); err != nil {
+			return nil, err
+		}
 		req := PR(new(R))
-		if err := dec(req); err != nil {
+		if err := req.Unmarshal(frame.B); err != nil {
 			return nil, ToStatus(fmt.Errorf("%w: %s request: %v", ErrInvalidArgument, name, err))
 		}
 		run := func(ctx context.Context, req any) (any, error) {

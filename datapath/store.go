@@ -370,3 +370,7 @@ func (s *Store) availableLocked() int64 {
 	}
 	return max(s.capacity-used, 0)
 }
+
+// DataFile returns the path of the volume's sparse data file (whether or not
+// the volume exists): dir/volumes/<id>.img.
+func (s *Store) DataFile(id string) string { return s.imgPath(id) }

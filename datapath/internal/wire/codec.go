@@ -72,3 +72,14 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	return m.Unmarshal(data.Materialize())
 }
+
+// Frame is an undecoded message: the server receives every request as a Frame
+// and decodes it itself, so that a malformed request gets InvalidArgument with
+// the decoder's explanation (gRPC would turn a codec failure into Internal).
+type Frame struct{ B []byte }
+
+// MarshalAppend appends the frame's bytes verbatim.
+func (f *Frame) MarshalAppend(b []byte) []byte { return append(b, f.B...) }
+
+// Unmarshal keeps b (which the codec has already copied) as it is.
+func (f *Frame) Unmarshal(b []byte) error { f.B = b; return nil }
