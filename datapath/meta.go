@@ -2,10 +2,12 @@ package datapath
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // bbolt layout (datapath.db in the data directory):
@@ -93,7 +95,7 @@ func deleteVolume(tx *bolt.Tx, r volumeRecord) error {
 		return err
 	}
 	err := tx.Bucket(bucketAttachments).DeleteBucket([]byte(r.ID))
-	if err != nil && err != bolt.ErrBucketNotFound {
+	if err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 		return err
 	}
 	return nil

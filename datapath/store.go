@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,7 +81,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("data directory %s is in use by another datapath server (lock on %s)", dir, dbFile)
 		}
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
