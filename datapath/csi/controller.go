@@ -108,7 +108,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	defer release()
 	err = s.volumes.DeleteVolume(ctx, id)
-	if err != nil && !errors.Is(err, datapath.ErrNotFound) {
+	if err != nil && !volumeGone(err) {
 		return nil, statusFromError(err, fmt.Sprintf("delete volume %s", id))
 	}
 	return &csi.DeleteVolumeResponse{}, nil
@@ -130,7 +130,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := s.checkNode(ctx, node); err != nil {
 		return nil, err
 	}
-	vol, err := s.volumes.GetVolume(ctx, id)
+	vol, err := s.getVolume(ctx, id)
 	if err != nil {
 		return nil, statusFromError(err, fmt.Sprintf("publish volume %s to node %s", id, node))
 	}
@@ -180,7 +180,7 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	}
 	defer release()
 	nodes, err := s.liveNodes(ctx, id, node)
-	if errors.Is(err, datapath.ErrNotFound) {
+	if volumeGone(err) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
 	if err != nil {
@@ -195,6 +195,24 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		}
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// volumeGone reports whether an error from a datapath call that takes nothing
+// but a volume id means that no such volume exists: ErrNotFound, or
+// ErrInvalidArgument, which for such a call can only be about the id's shape,
+// and an id of the wrong shape was never issued. (Calls that also take a node
+// name must not use it: there InvalidArgument may be about the node.)
+func volumeGone(err error) bool {
+	return errors.Is(err, datapath.ErrNotFound) || errors.Is(err, datapath.ErrInvalidArgument)
+}
+
+// getVolume looks a volume up; one that does not exist is ErrNotFound.
+func (s *ControllerServer) getVolume(ctx context.Context, id string) (datapath.Volume, error) {
+	vol, err := s.volumes.GetVolume(ctx, id)
+	if err != nil && volumeGone(err) {
+		return datapath.Volume{}, fmt.Errorf("volume %s does not exist: %w", id, datapath.ErrNotFound)
+	}
+	return vol, err
 }
 
 // liveNodes returns the nodes holding a live grant on the volume: only node when
@@ -224,7 +242,7 @@ func (s *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 	if err := checkCapabilityShapes("volume_capabilities", req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	vol, err := s.volumes.GetVolume(ctx, id)
+	vol, err := s.getVolume(ctx, id)
 	if err != nil {
 		return nil, statusFromError(err, fmt.Sprintf("validate capabilities of volume %s", id))
 	}

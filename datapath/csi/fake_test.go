@@ -35,6 +35,15 @@ func newFakeVolumes() *fakeVolumes {
 	}
 }
 
+// checkID mirrors the datapath's id shape check: ids it never issued are
+// InvalidArgument, not NotFound.
+func checkID(id string) error {
+	if !strings.HasPrefix(id, "vol-") {
+		return fmt.Errorf("%w: volume id %q is not of the form vol-<hex>", datapath.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
 func (f *fakeVolumes) record(format string, args ...any) {
 	f.calls = append(f.calls, fmt.Sprintf(format, args...))
 }
@@ -85,6 +94,9 @@ func (f *fakeVolumes) DeleteVolume(_ context.Context, id string) error {
 	if f.failWith != nil {
 		return f.failWith
 	}
+	if err := checkID(id); err != nil {
+		return err
+	}
 	v, ok := f.vols[id]
 	if !ok {
 		return nil
@@ -106,6 +118,9 @@ func (f *fakeVolumes) GetVolume(_ context.Context, id string) (datapath.Volume, 
 	defer f.mu.Unlock()
 	if f.failWith != nil {
 		return datapath.Volume{}, f.failWith
+	}
+	if err := checkID(id); err != nil {
+		return datapath.Volume{}, err
 	}
 	v, ok := f.vols[id]
 	if !ok {
@@ -143,6 +158,9 @@ func (f *fakeVolumes) Grant(_ context.Context, id, node string) (uint64, error) 
 	if f.failWith != nil {
 		return 0, f.failWith
 	}
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
 	v, ok := f.vols[id]
 	if !ok {
 		return 0, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
@@ -172,6 +190,9 @@ func (f *fakeVolumes) Fence(_ context.Context, id, node string) (uint64, error) 
 	if f.failWith != nil {
 		return 0, f.failWith
 	}
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
 	if _, ok := f.vols[id]; !ok {
 		return 0, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
 	}
@@ -190,6 +211,9 @@ func (f *fakeVolumes) Release(_ context.Context, id, node string) error {
 	if f.failWith != nil {
 		return f.failWith
 	}
+	if err := checkID(id); err != nil {
+		return err
+	}
 	if _, ok := f.vols[id]; !ok {
 		return fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
 	}
@@ -205,6 +229,9 @@ func (f *fakeVolumes) Attachments(_ context.Context, id string) ([]datapath.Atta
 	defer f.mu.Unlock()
 	if f.failWith != nil {
 		return nil, f.failWith
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
 	}
 	if _, ok := f.vols[id]; !ok {
 		return nil, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)

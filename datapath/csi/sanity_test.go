@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
 	. "github.com/onsi/gomega"
 )
 
@@ -18,8 +21,9 @@ type sanityBackend struct {
 }
 
 // TestSanity runs the upstream csi-test sanity suite in-process against the CSI
-// server over a real unix socket, once per backend: the in-memory double and
-// the real datapath server (backends are listed in sanityBackends). Ginkgo runs
+// server over a real unix socket, once per backend (the in-memory double and
+// the real datapath server, listed in sanityBackends) and access type (mount
+// and block). Ginkgo runs
 // its specs once per process, so every backend is registered as a container of
 // one suite.
 //
@@ -40,21 +44,72 @@ func TestSanity(t *testing.T) {
 	}
 	ctxs := []*sanity.TestContext{}
 	for _, b := range sanityBackends() {
-		endpoint := serveForSanity(t, b.start(t))
-		dir := shortTempDir(t)
-		cfg := sanity.NewTestConfig()
-		cfg.Address = endpoint
-		cfg.TargetPath = filepath.Join(dir, "target")
-		cfg.StagingPath = filepath.Join(dir, "staging")
-		cfg.TestVolumeSize = 64 << 20
-		Describe(b.name, func() {
-			ctxs = append(ctxs, sanity.GinkgoTest(&cfg))
-		})
+		for _, accessType := range []string{"mount", "block"} {
+			endpoint := serveForSanity(t, b.start(t))
+			dir := shortTempDir(t)
+			cfg := sanity.NewTestConfig()
+			cfg.Address = endpoint
+			cfg.TargetPath = filepath.Join(dir, "target")
+			cfg.StagingPath = filepath.Join(dir, "staging")
+			cfg.TestVolumeSize = 64 << 20
+			cfg.TestVolumeAccessType = accessType
+			Describe(b.name+", "+accessType, func() {
+				ctxs = append(ctxs, sanity.GinkgoTest(&cfg))
+			})
+		}
 	}
+	skips := map[string][]string{} // skip message -> specs
+	passed := 0
+	ReportAfterEach(func(r SpecReport) {
+		switch r.State {
+		case types.SpecStateSkipped:
+			msg := r.Failure.Message
+			skips[msg] = append(skips[msg], r.FullText())
+		case types.SpecStatePassed:
+			passed++
+		}
+	})
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "Vigil CSI sanity")
 	for _, sc := range ctxs {
 		sc.Finalize()
+	}
+	checkSanitySkips(t, skips, passed)
+}
+
+// unexpectedSkips are skip messages that would mean Vigil lost something the
+// sanity suite should exercise.
+var unexpectedSkips = []string{
+	"capacity of the volume is unknown",
+	"Required bytes not supported",
+	"Controller Service not provided",
+	"NodeStageVolume not supported",
+	"NodeUnstageVolume not supported",
+	"GetCapacity not supported",
+	"ListVolumes not supported",
+	"CreateVolume not supported",
+	"DeleteVolume not supported",
+	"ControllerPublishVolume not supported",
+	"ControllerUnpublishVolume not supported",
+}
+
+// checkSanitySkips logs which specs sanity skipped and why, and fails if one was
+// skipped for a reason that means a capability went missing.
+func checkSanitySkips(t *testing.T, skips map[string][]string, passed int) {
+	t.Helper()
+	msgs := make([]string, 0, len(skips))
+	for m := range skips {
+		msgs = append(msgs, m)
+	}
+	sort.Strings(msgs)
+	t.Logf("sanity: %d specs passed across %d backends, mount and block each", passed, len(sanityBackends()))
+	for _, m := range msgs {
+		t.Logf("skipped %d specs: %s", len(skips[m]), m)
+		for _, bad := range unexpectedSkips {
+			if strings.Contains(m, bad) {
+				t.Errorf("sanity skipped %q: %v", m, skips[m])
+			}
+		}
 	}
 }
 
