@@ -11,7 +11,7 @@ BINARIES  := $(notdir $(wildcard cmd/*))
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 5s
 
-.PHONY: all build test unit fuzz lint run bench clean
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e
 
 all: build
 
@@ -24,8 +24,16 @@ test: unit fuzz ## every test: unit, short fuzzing, end-to-end
 unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
+testbin: ## build the sandbox's control plane once into a per-version cache (sandbox/tools)
+	GO=$(GO) sandbox/tools/testbin.sh
+
+e2e: testbin ## end-to-end tests against the sandbox (needs root)
+	$(GO) test -count=1 -v -timeout 20m ./test/e2e/
+
 fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

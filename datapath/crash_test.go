@@ -107,8 +107,7 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flushed []int64 // block index -> stamp of the last flushed write (0: none)
-	flushed = make([]int64, 16<<20/4096)
+	flushed := make([]int64, 16<<20/4096) // block -> stamp of the last flushed write (0: none)
 	var maxEpoch uint64
 	zombie := ""
 	var zombieEpoch uint64

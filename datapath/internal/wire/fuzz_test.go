@@ -1,0 +1,106 @@
+package wire
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// messages lists one fresh value of every message type, indexed by the fuzzer.
+func messages() []Message {
+	return []Message{
+		&Empty{}, &CreateVolumeRequest{}, &Volume{}, &VolumeList{}, &VolumeRef{}, &Int{},
+		&AttachRequest{}, &Epoch{}, &AttachmentList{}, &WriteRequest{}, &ReadRequest{},
+		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to every message decoder: it must either
+// fail with ErrMalformed or produce a message that encodes and decodes back to
+// an equal value.
+func FuzzDecode(f *testing.F) {
+	for i, m := range seedMessages() {
+		f.Add(uint8(i), m.MarshalAppend(nil))
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		all := messages()
+		m := all[int(kind)%len(all)]
+		if err := m.Unmarshal(data); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%T: error %v does not wrap ErrMalformed", m, err)
+			}
+			return
+		}
+		again := messages()[int(kind)%len(all)]
+		if err := again.Unmarshal(m.MarshalAppend(nil)); err != nil {
+			t.Fatalf("%T: re-encoding does not decode: %v", m, err)
+		}
+		if !reflect.DeepEqual(normalize(m), normalize(again)) {
+			t.Fatalf("%T: round trip changed the message:\n%+v\n%+v", m, m, again)
+		}
+	})
+}
+
+// normalize maps nil and empty byte slices and lists alike for comparison.
+func normalize(m Message) Message {
+	switch v := m.(type) {
+	case *WriteRequest:
+		if len(v.Data) == 0 {
+			v.Data = nil
+		}
+	case *Data:
+		if len(v.Data) == 0 {
+			v.Data = nil
+		}
+	case *VolumeList:
+		if len(v.Volumes) == 0 {
+			v.Volumes = nil
+		}
+	case *AttachmentList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
+	}
+	return m
+}
+
+func seedMessages() []Message {
+	io := IOTarget{VolumeID: "vol-0123456789abcdef", Node: "node-1", Epoch: 7}
+	return []Message{
+		&Empty{},
+		&CreateVolumeRequest{Name: "pvc-1", Size: 1 << 30, Access: "rwo"},
+		&Volume{ID: "vol-0123456789abcdef", Name: "pvc-1", Size: 4096, Access: "rwx", CreatedUnix: 1700000000000000000},
+		&VolumeList{Volumes: []Volume{{ID: "vol-0123456789abcdef", Name: "a", Size: 1}}},
+		&VolumeRef{ID: "vol-0123456789abcdef"},
+		&Int{Value: -1},
+		&AttachRequest{VolumeID: "vol-0123456789abcdef", Node: "node-1"},
+		&Epoch{Epoch: 1 << 40},
+		&AttachmentList{VolumeID: "vol-0123456789abcdef", Items: []Attachment{{Node: "n", Epoch: 3, State: "fenced", UpdatedUnix: 5}}},
+		&WriteRequest{IOTarget: io, Offset: 4096, Data: []byte("hello")},
+		&ReadRequest{IOTarget: io, Offset: 0, Length: 512},
+		&Data{Data: []byte{1, 2, 3}},
+		&FlushRequest{IOTarget: io},
+		&NodeRef{Node: "node-1"},
+		&ConnectivityRequest{Node: "node-1", VolumeID: "vol-0123456789abcdef", WithinNanos: 5e9},
+		&Connectivity{Connected: true, LastHeartbeat: 1, IOActive: false, LastIO: 2, Now: 3},
+	}
+}
+
+func TestDecoder_Limits(t *testing.T) {
+	e := encoder{}
+	e.u64(MaxString + 1)
+	if err := (&VolumeRef{}).Unmarshal(e.b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("over-long string: %v", err)
+	}
+	e = encoder{}
+	e.u64(MaxItems + 1)
+	if err := (&VolumeList{}).Unmarshal(e.b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("huge count: %v", err)
+	}
+	if err := (&Epoch{}).Unmarshal([]byte{1, 2}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("trailing bytes: %v", err)
+	}
+	if err := (&Connectivity{}).Unmarshal([]byte{2}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad bool: %v", err)
+	}
+}
