@@ -31,3 +31,6 @@ func startRealDatapath(t testing.TB, capacity int64) *client.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// The datapath client is what the manager passes to NewServer.
+var _ Volumes = (*client.Client)(nil)

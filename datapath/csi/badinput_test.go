@@ -14,7 +14,8 @@ import (
 // TestControllerServer_BadInput_InvalidArgument sends every controller RPC
 // requests with a missing or invalid field and checks that each is refused with
 // InvalidArgument, with a message that names the field, and that the datapath saw
-// no mutating call.
+// no mutating call. It is one long table on purpose: the table is the list of
+// refusals the controller promises.
 func TestControllerServer_BadInput_InvalidArgument(t *testing.T) {
 	c, f := newTestController(t)
 	vol := mustCreate(t, c, "existing", 4096)

@@ -57,10 +57,10 @@ func checkCapability(field string, c *csi.VolumeCapability) error {
 	if c == nil {
 		return invalidArgument("%s is missing; give an access mode and an access type (block or mount)", field)
 	}
-	mode := c.GetAccessMode().GetMode()
 	if c.GetAccessMode() == nil {
 		return invalidArgument("%s.access_mode is missing; allowed modes: %s", field, allowedAccessModes())
 	}
+	mode := c.GetAccessMode().GetMode()
 	if _, ok := accessModeFor[mode]; !ok {
 		return invalidArgument("%s.access_mode %s is not supported; allowed modes: %s", field, mode, allowedAccessModes())
 	}

@@ -26,7 +26,7 @@ func decodeToken(token string) (string, error) {
 	if token == "" {
 		return "", nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
 	if err != nil || !strings.HasPrefix(string(raw), tokenPrefix) || len(raw) == len(tokenPrefix) {
 		return "", status.Errorf(codes.Aborted,
 			"starting_token %q was not issued by ListVolumes; start again with an empty token", token)
