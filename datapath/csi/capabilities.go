@@ -25,8 +25,10 @@ const (
 )
 
 // SupportedFsTypes are the file systems a mount volume may ask for; "" lets the
-// node service choose.
-var SupportedFsTypes = []string{"", "ext4", "xfs"}
+// node service choose (ext4). They match what the engine-node's node service
+// stages, so a StorageClass asking for another file system fails at
+// CreateVolume, with a clear message, instead of at mount time on a node.
+var SupportedFsTypes = []string{"", "ext4"}
 
 // accessModeFor maps each CSI access mode Vigil supports to the datapath mode
 // it needs: single-node modes are RWO, multi-node modes RWX.

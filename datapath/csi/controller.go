@@ -32,6 +32,9 @@ func NewControllerServer(volumes Volumes, nodes Nodes) *ControllerServer {
 }
 
 // controllerCapabilities is what ControllerGetCapabilities advertises.
+// LIST_VOLUMES_PUBLISHED_NODES is left out on purpose: with it the
+// external-attacher would read a fenced node as "not attached" and re-attach
+// it, granting the volume back to the node Vigil just fenced.
 var controllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 	csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
