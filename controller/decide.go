@@ -1,0 +1,288 @@
+package controller
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vigil-storage/vigil"
+)
+
+// OwnerKind is the kind of a pod's controller as the reaper classifies it.
+type OwnerKind string
+
+// Owner kinds. Only StatefulSet and Deployment can be covered by a policy; a
+// ReplicaSet that no Deployment controls is OwnerReplicaSet and never covered.
+const (
+	OwnerNone        OwnerKind = "None"
+	OwnerStatefulSet OwnerKind = "StatefulSet"
+	OwnerDeployment  OwnerKind = "Deployment"
+	OwnerReplicaSet  OwnerKind = "ReplicaSet"
+	OwnerDaemonSet   OwnerKind = "DaemonSet"
+	OwnerJob         OwnerKind = "Job"
+	OwnerOther       OwnerKind = "Other"
+)
+
+// Snapshot is everything decide needs to know about one pod, read from listers.
+type Snapshot struct {
+	Pod   *corev1.Pod
+	Owner OwnerKind
+	// Node is the pod's Node; nil when it is deleted.
+	Node *corev1.Node
+	// NodeObservedDown is when the controller first saw the node not Ready or gone.
+	NodeObservedDown time.Time
+	// Volumes lists the pod's PVC and generic ephemeral volumes.
+	Volumes []VolumeInfo
+	// Attachments lists the VolumeAttachments of the pod's PVs, on any node.
+	Attachments []Attachment
+}
+
+// VolumeInfo is one PVC-backed volume of a pod, resolved down to its PV.
+type VolumeInfo struct {
+	Name      string // the pod's volume name
+	Claim     string // the PVC name
+	Ephemeral bool
+	PVName    string // "" when the claim is missing, unbound or not the pod's
+	Driver    string // the PV's CSI driver; "" when not CSI or unresolved
+	Handle    string // the PV's CSI volume handle
+	Fenced    bool   // proven fenced on the pod's node by the FenceProver
+}
+
+// Attachment is one VolumeAttachment as the reaper sees it.
+type Attachment struct {
+	Name     string
+	UID      types.UID
+	NodeName string
+	PVName   string
+	Deleting bool // already has a deletion timestamp
+}
+
+// ReaperSettings are the settings decide reads, taken once per sync.
+type ReaperSettings struct {
+	Policy                     PodDeletionPolicy
+	NotReadyDebounce           time.Duration
+	FastFencedTrigger          bool
+	NodeDownGracePeriod        time.Duration
+	ExtraProtectedProvisioners []string
+	DryRun                     bool
+}
+
+func readSettings(r SettingsReader) ReaperSettings {
+	return ReaperSettings{
+		Policy:                     r.NodeDownPodDeletionPolicy(),
+		NotReadyDebounce:           r.NotReadyDebounce(),
+		FastFencedTrigger:          r.FastFencedTrigger(),
+		NodeDownGracePeriod:        r.NodeDownGracePeriod(),
+		ExtraProtectedProvisioners: r.ExtraProtectedProvisioners(),
+		DryRun:                     r.DryRun(),
+	}
+}
+
+// DecisionKind is what the reaper does with a pod; it is the "decision" label
+// of vigil_reaper_decisions_total.
+type DecisionKind string
+
+// Decision kinds.
+const (
+	DecisionDelete      DecisionKind = "delete"       // act: the actions are executed
+	DecisionWouldDelete DecisionKind = "would-delete" // dry run: only Events
+	DecisionWait        DecisionKind = "wait"         // covered, but no trigger yet
+	DecisionSkip        DecisionKind = "skip"         // not Vigil's to delete
+)
+
+// Reason says why; it is the "reason" label of vigil_reaper_decisions_total and
+// appears in Event messages.
+type Reason string
+
+// Reasons for each decision.
+const (
+	ReasonUnscheduled       Reason = "pod-not-scheduled"
+	ReasonNodeReady         Reason = "node-ready"
+	ReasonNodeDebouncing    Reason = "node-not-ready-within-debounce"
+	ReasonOptedOut          Reason = "opted-out-by-annotation"
+	ReasonPolicyDoNothing   Reason = "policy-do-nothing"
+	ReasonOwnerNotCovered   Reason = "owner-not-covered-by-policy"
+	ReasonNoProtectedVolume Reason = "no-protected-volume"
+	ReasonNotTerminating    Reason = "not-terminating"
+	ReasonDeadlineNotPassed Reason = "deletion-deadline-not-passed"
+	ReasonWithinGrace       Reason = "node-down-within-grace"
+	ReasonNotProvenFenced   Reason = "volumes-not-proven-fenced"
+	ReasonPastDeadline      Reason = "terminating-past-deadline"
+	ReasonProvenFenced      Reason = "proven-fenced-after-grace"
+)
+
+// ActionKind is one API call of the reaper.
+type ActionKind uint8
+
+// Action kinds, in the order they are executed.
+const (
+	ActionDeleteVolumeAttachment ActionKind = iota + 1
+	ActionForceDeletePod
+)
+
+// Action is one delete with a UID precondition.
+type Action struct {
+	Kind      ActionKind
+	Namespace string // empty for VolumeAttachments
+	Name      string
+	UID       types.UID
+	PVName    string // for VolumeAttachments: the PV it attaches
+}
+
+// Decision is decide's answer: actions, or a reason for doing nothing.
+type Decision struct {
+	Kind    DecisionKind
+	Reason  Reason
+	Node    NodeVerdict
+	Actions []Action
+	// RecheckAfter, when positive, is when the answer may change without any
+	// object changing (a debounce, a deadline or a grace period running out).
+	RecheckAfter time.Duration
+}
+
+// fenceRecheck is how often a pod waiting only for a fence proof is looked at again.
+const fenceRecheck = 2 * time.Second
+
+// decide applies DESIGN.md's decision table to one pod. It is pure: the clock
+// and the settings are parameters.
+func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
+	pod := s.Pod
+	if pod.Spec.NodeName == "" {
+		return Decision{Kind: DecisionSkip, Reason: ReasonUnscheduled}
+	}
+	d := Decision{Kind: DecisionSkip}
+	d.Node = nodeVerdict(s.Node, s.NodeObservedDown, set.NotReadyDebounce, now)
+	switch {
+	case d.Node.State == NodeNotReadyDebouncing:
+		d.Reason, d.RecheckAfter = ReasonNodeDebouncing, d.Node.DownAt.Sub(now)
+		return d
+	case !d.Node.State.Down():
+		d.Reason = ReasonNodeReady
+		return d
+	case isOptedOut(pod):
+		d.Reason = ReasonOptedOut
+		return d
+	case !policyCovers(set.Policy, s.Owner):
+		d.Reason = ReasonOwnerNotCovered
+		if !policyCovers(set.Policy, OwnerStatefulSet) && !policyCovers(set.Policy, OwnerDeployment) {
+			d.Reason = ReasonPolicyDoNothing
+		}
+		return d
+	case !usesProtectedVolume(s.Volumes, set.ExtraProtectedProvisioners):
+		d.Reason = ReasonNoProtectedVolume
+		return d
+	}
+	reason, met, recheck := trigger(s, d.Node, set, now)
+	d.Reason, d.RecheckAfter = reason, recheck
+	if !met {
+		d.Kind = DecisionWait
+		return d
+	}
+	d.Kind = DecisionDelete
+	if set.DryRun {
+		d.Kind = DecisionWouldDelete
+	}
+	d.Actions = reapActions(s)
+	return d
+}
+
+// trigger checks decision table row 4: terminating past its deadline, or the fast
+// trigger (down for the grace and every volume proven fenced on that node).
+func trigger(s *Snapshot, v NodeVerdict, set *ReaperSettings, now time.Time) (Reason, bool, time.Duration) {
+	ts := s.Pod.DeletionTimestamp
+	var untilDeadline time.Duration
+	if ts != nil {
+		untilDeadline = ts.Sub(now)
+		if untilDeadline <= 0 {
+			return ReasonPastDeadline, true, 0
+		}
+	}
+	wait := func(r Reason, d time.Duration) (Reason, bool, time.Duration) {
+		if ts != nil && (d <= 0 || untilDeadline < d) {
+			d = untilDeadline
+		}
+		if ts != nil && r != ReasonWithinGrace && r != ReasonNotProvenFenced {
+			r = ReasonDeadlineNotPassed
+		}
+		return r, false, d
+	}
+	if !set.FastFencedTrigger {
+		return wait(ReasonNotTerminating, 0)
+	}
+	if untilGrace := v.Since.Add(set.NodeDownGracePeriod).Sub(now); untilGrace > 0 {
+		return wait(ReasonWithinGrace, untilGrace)
+	}
+	if v.State.Fenced() || allVolumesFenced(s.Volumes) {
+		return ReasonProvenFenced, true, 0
+	}
+	return wait(ReasonNotProvenFenced, fenceRecheck)
+}
+
+// reapActions lists the deletes in order: every VolumeAttachment of the pod on
+// the pod's node (never another node's) that is not already going, then the pod.
+func reapActions(s *Snapshot) []Action {
+	pod := s.Pod
+	actions := make([]Action, 0, len(s.Attachments)+1)
+	for _, a := range s.Attachments {
+		if a.NodeName != pod.Spec.NodeName || a.Deleting {
+			continue
+		}
+		actions = append(actions, Action{Kind: ActionDeleteVolumeAttachment, Name: a.Name, UID: a.UID, PVName: a.PVName})
+	}
+	return append(actions, Action{Kind: ActionForceDeletePod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
+}
+
+// isOptedOut reports the vigil.io/reap: "false" annotation.
+func isOptedOut(pod *corev1.Pod) bool {
+	v, ok := pod.Annotations[vigil.ReapAnnotation]
+	return ok && strings.EqualFold(strings.TrimSpace(v), "false")
+}
+
+// policyCovers is decision table row 1.
+func policyCovers(p PodDeletionPolicy, owner OwnerKind) bool {
+	switch owner {
+	case OwnerStatefulSet:
+		return p == PolicyDeleteStatefulSetPod || p == PolicyDeleteBoth
+	case OwnerDeployment:
+		return p == PolicyDeleteDeploymentPod || p == PolicyDeleteBoth
+	}
+	return false
+}
+
+// usesProtectedVolume is decision table row 2.
+func usesProtectedVolume(vols []VolumeInfo, extra []string) bool {
+	for i := range vols {
+		if isProtectedDriver(vols[i].Driver, extra) {
+			return true
+		}
+	}
+	return false
+}
+
+func isProtectedDriver(driver string, extra []string) bool {
+	if driver == "" {
+		return false
+	}
+	if driver == vigil.DriverName {
+		return true
+	}
+	for _, e := range extra {
+		if e == driver {
+			return true
+		}
+	}
+	return false
+}
+
+// allVolumesFenced reports whether every PVC-backed volume of the pod is proven
+// fenced on its node; an unresolved volume is never proven.
+func allVolumesFenced(vols []VolumeInfo) bool {
+	for i := range vols {
+		if !vols[i].Fenced {
+			return false
+		}
+	}
+	return len(vols) > 0
+}

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vigil-storage/vigil"
+)
+
+// TransformForCache is the informer transform for every object the controllers
+// cache: it keeps only the fields they read and drops the rest (managedFields,
+// labels, containers, images, statuses), so 30,000 pods fit in a small manager.
+// It builds a new object rather than editing its argument, and applying it twice
+// gives the same result, as client-go requires of a transform.
+func TransformForCache(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return slimPod(o), nil
+	case *corev1.Node:
+		return slimNode(o), nil
+	case *corev1.PersistentVolumeClaim:
+		return &corev1.PersistentVolumeClaim{
+			TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta),
+			Spec: corev1.PersistentVolumeClaimSpec{VolumeName: o.Spec.VolumeName},
+		}, nil
+	case *corev1.PersistentVolume:
+		pv := &corev1.PersistentVolume{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}
+		if csi := o.Spec.CSI; csi != nil {
+			pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: csi.Driver, VolumeHandle: csi.VolumeHandle}
+		}
+		return pv, nil
+	case *storagev1.VolumeAttachment:
+		return &storagev1.VolumeAttachment{
+			TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta),
+			Spec: storagev1.VolumeAttachmentSpec{
+				Attacher: o.Spec.Attacher, NodeName: o.Spec.NodeName,
+				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: o.Spec.Source.PersistentVolumeName},
+			},
+		}, nil
+	case *appsv1.ReplicaSet:
+		return &appsv1.ReplicaSet{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}, nil
+	case metav1.Object:
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// slimMeta keeps identity, the deletion state and the controller reference.
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp, DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
+	}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return out
+}
+
+func slimPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: slimMeta(&p.ObjectMeta)}
+	if v, ok := p.Annotations[vigil.ReapAnnotation]; ok {
+		out.Annotations = map[string]string{vigil.ReapAnnotation: v}
+	}
+	out.Spec.NodeName = p.Spec.NodeName
+	for _, v := range p.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.PersistentVolumeClaim.ClaimName},
+			}})
+		case v.Ephemeral != nil:
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				Ephemeral: &corev1.EphemeralVolumeSource{},
+			}})
+		}
+	}
+	out.Status.Phase = p.Status.Phase
+	return out
+}
+
+func slimNode(n *corev1.Node) *corev1.Node {
+	out := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: slimMeta(&n.ObjectMeta)}
+	for _, t := range n.Spec.Taints {
+		if t.Key == vigil.OutOfServiceTaintKey || t.Key == vigil.FencedTaintKey {
+			out.Spec.Taints = append(out.Spec.Taints, t)
+		}
+	}
+	if c := readyCondition(n); c != nil {
+		out.Status.Conditions = []corev1.NodeCondition{{
+			Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime,
+		}}
+	}
+	return out
+}
