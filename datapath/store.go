@@ -79,7 +79,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, volumesDir), 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, err)
 	}
-	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := bolt.Open(filepath.Join(dir, dbFile), 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("data directory %s is in use by another datapath server (lock on %s)", dir, dbFile)
