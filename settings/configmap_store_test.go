@@ -1,0 +1,129 @@
+package settings_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/vigil-storage/vigil/settings"
+	"github.com/vigil-storage/vigil/settings/settingstest"
+)
+
+// newAPIServerLikeClient returns client-go's fake clientset made to enforce
+// optimistic concurrency on ConfigMaps the way the API server does: every stored
+// object carries a resourceVersion, and an update naming a stale one is a
+// Conflict. (The plain fake stores whatever it gets, which would hide lost updates.)
+func newAPIServerLikeClient() *fake.Clientset {
+	client := fake.NewClientset()
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	var (
+		mu sync.Mutex
+		rv int64
+	)
+	next := func() string { rv++; return strconv.FormatInt(rv, 10) }
+	client.PrependReactor("create", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cm := a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		cm.ResourceVersion = next()
+		if err := client.Tracker().Create(gvr, cm, cm.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, cm, nil
+	})
+	client.PrependReactor("update", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cm := a.(k8stesting.UpdateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		cur, err := client.Tracker().Get(gvr, cm.Namespace, cm.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if cm.ResourceVersion != "" && cm.ResourceVersion != cur.(*corev1.ConfigMap).ResourceVersion {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), cm.Name,
+				fmt.Errorf("resourceVersion %s is stale", cm.ResourceVersion))
+		}
+		cm.ResourceVersion = next()
+		if err := client.Tracker().Update(gvr, cm, cm.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, cm, nil
+	})
+	return client
+}
+
+func TestConfigMapStore_Conformance(t *testing.T) {
+	settingstest.RunStoreConformance(t, settingstest.Backend{
+		Persistent: true,
+		New: func(t *testing.T) func(*testing.T) settings.Store {
+			client := newAPIServerLikeClient()
+			return func(t *testing.T) settings.Store {
+				s, err := settings.NewConfigMapStore(context.Background(), client, "vigil-system", "vigil-settings")
+				if err != nil {
+					t.Fatalf("NewConfigMapStore: %v", err)
+				}
+				return s
+			}
+		},
+	})
+}
+
+func TestConfigMapStore_Set_RetriesConflict(t *testing.T) {
+	client := newAPIServerLikeClient()
+	ctx := context.Background()
+	s, err := settings.NewConfigMapStore(ctx, client, "ns", "cm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Set(ctx, "dry-run", "true"); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else updates the ConfigMap between our read and our update, twice.
+	var interfered atomic.Int32
+	client.PrependReactor("update", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if interfered.Add(1) <= 2 {
+			cm, _ := client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ns", "cm")
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "cm",
+				fmt.Errorf("changed since %s", cm.(*corev1.ConfigMap).ResourceVersion))
+		}
+		return false, nil, nil
+	})
+	if err := s.Set(ctx, "crash-loop-restart-limit", "9"); err != nil {
+		t.Fatalf("Set after conflicts: %v", err)
+	}
+	all, _ := s.List(ctx)
+	if all["dry-run"] != "true" || all["crash-loop-restart-limit"] != "9" || interfered.Load() != 3 {
+		t.Fatalf("after retried conflicts: %v (%d update attempts), want both keys and 3 attempts", all, interfered.Load())
+	}
+}
+
+func TestConfigMapStore_Unreachable(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	})
+	_, err := settings.NewConfigMapStore(context.Background(), client, "ns", "cm")
+	if !errors.Is(err, settings.ErrStoreUnavailable) {
+		t.Fatalf("NewConfigMapStore against a dead server = %v, want ErrStoreUnavailable", err)
+	}
+}
+
+func TestNewConfigMapStore_BadNames(t *testing.T) {
+	for _, ref := range [][2]string{{"Bad_NS", "cm"}, {"ns", "UPPER"}, {"", "cm"}, {"ns", ""}} {
+		if _, err := settings.NewConfigMapStore(context.Background(), fake.NewClientset(), ref[0], ref[1]); err == nil {
+			t.Errorf("NewConfigMapStore(%q, %q) succeeded", ref[0], ref[1])
+		}
+	}
+}
