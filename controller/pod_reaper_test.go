@@ -38,6 +38,7 @@ type fixture struct {
 	recorder *record.FakeRecorder
 	client   *fake.Clientset
 	reaper   *Reaper
+	factory  informers.SharedInformerFactory
 	registry *prometheus.Registry
 	now      time.Time
 }
@@ -84,7 +85,7 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 		}
 	}
 	f.client.ClearActions()
-	f.reaper = r
+	f.reaper, f.factory = r, factory
 }
 
 // actions lists the client's actions (lists and watches excluded) as strings.

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/vigil-storage/vigil"
+)
+
+// namedSnapshot builds the snapshot of one StatefulSet pod "p" on node-1 from objs.
+func namedSnapshot(pod *corev1.Pod, set *ReaperSettings, prover FenceProver, objs ...runtime.Object) *Snapshot {
+	tracker := newNodeTracker()
+	tracker.observedDown(pod.Spec.NodeName, true, t0.Add(-time.Minute))
+	return testListers(objs...).snapshot(context.Background(), pod, tracker, set, prover, t0)
+}
+
+func stsPod(vols ...corev1.Volume) *corev1.Pod {
+	return newPod("app", "p", "node-1", controllerRef("apps/v1", "StatefulSet", "db", "uid-sts"), vols...)
+}
+
+func defaultSet() *ReaperSettings {
+	return &ReaperSettings{Policy: PolicyDeleteBoth, NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
+}
+
+func TestDecide_Named(t *testing.T) {
+	vigilVol := []runtime.Object{newPVC("app", "data", "pv-1", nil), newPV("pv-1", vigil.DriverName)}
+	otherVol := []runtime.Object{newPVC("app", "other", "pv-2", nil), newPV("pv-2", otherDriver)}
+	unknown := newNode("node-1", corev1.ConditionUnknown, -time.Minute)
+	cases := []struct {
+		name       string
+		pod        *corev1.Pod
+		set        func(*ReaperSettings)
+		prover     FenceProver
+		objs       []runtime.Object
+		wantKind   DecisionKind
+		wantReason Reason
+		wantAfter  time.Duration
+		wantVAs    []string
+	}{
+		{name: "unscheduled pod is skipped", pod: func() *corev1.Pod { p := stsPod(); p.Spec.NodeName = ""; return p }(),
+			wantKind: DecisionSkip, wantReason: ReasonUnscheduled},
+		{name: "out-of-service taint on a Ready node is not down (as Kubernetes honours it)",
+			pod:  terminating(stsPod(pvcVolume("d", "data")), -time.Second),
+			objs: append(vigilVol, newNode("node-1", corev1.ConditionTrue, -time.Hour, outOfService(-time.Minute))),
+			wantKind: DecisionSkip, wantReason: ReasonNodeReady},
+		{name: "not ready within debounce rechecks when the debounce ends",
+			pod:  terminating(stsPod(pvcVolume("d", "data")), -time.Second),
+			objs: append(vigilVol, newNode("node-1", corev1.ConditionFalse, -5*time.Second)),
+			wantKind: DecisionSkip, wantReason: ReasonNodeDebouncing, wantAfter: 10 * time.Second},
+		{name: "terminating before deadline rechecks at the deadline",
+			pod: terminating(stsPod(pvcVolume("d", "data")), 7*time.Second), objs: append(vigilVol, unknown),
+			wantKind: DecisionWait, wantReason: ReasonDeadlineNotPassed, wantAfter: 7 * time.Second},
+		{name: "opt-out annotation is case-insensitive",
+			pod: func() *corev1.Pod {
+				p := terminating(stsPod(pvcVolume("d", "data")), -time.Second)
+				p.Annotations = map[string]string{vigil.ReapAnnotation: "False"}
+				return p
+			}(), objs: append(vigilVol, unknown), wantKind: DecisionSkip, wantReason: ReasonOptedOut},
+		{name: "policy do-nothing names itself",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown),
+			set: func(s *ReaperSettings) { s.Policy = PolicyDoNothing }, wantKind: DecisionSkip, wantReason: ReasonPolicyDoNothing},
+		{name: "a StatefulSet of another API group is not covered",
+			pod: terminating(newPod("app", "p", "node-1", controllerRef("apps.kruise.io/v1beta1", "StatefulSet", "db", "u"),
+				pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown),
+			wantKind: DecisionSkip, wantReason: ReasonOwnerNotCovered},
+		{name: "a ReplicaSet whose cached UID differs is not a Deployment's",
+			pod: terminating(newPod("app", "p", "node-1", controllerRef("apps/v1", "ReplicaSet", "web", "uid-new"),
+				pvcVolume("d", "data")), -time.Second),
+			objs:     append(vigilVol, unknown, newRS("app", "web", "uid-old", controllerRef("apps/v1", "Deployment", "web", "d"))),
+			wantKind: DecisionSkip, wantReason: ReasonOwnerNotCovered},
+		{name: "an ephemeral claim the pod does not own is not the pod's volume",
+			pod:      terminating(stsPod(ephemeralVolume("scratch")), -time.Second),
+			objs:     []runtime.Object{unknown, newPVC("app", "p-scratch", "pv-1", nil), newPV("pv-1", vigil.DriverName)},
+			wantKind: DecisionSkip, wantReason: ReasonNoProtectedVolume},
+		{name: "an unbound claim protects nothing",
+			pod:      terminating(stsPod(pvcVolume("d", "data")), -time.Second),
+			objs:     []runtime.Object{unknown, newPVC("app", "data", "", nil)},
+			wantKind: DecisionSkip, wantReason: ReasonNoProtectedVolume},
+		{name: "an extra provisioner from settings is protected",
+			pod: terminating(stsPod(pvcVolume("o", "other")), -time.Second), objs: append(otherVol, unknown),
+			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{"x", otherDriver} },
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
+		{name: "fast trigger waits for the grace",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, newNode("node-1", corev1.ConditionUnknown, -10*time.Second)),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			prover:   proverFunc(func(_, _, _ string) bool { return true }),
+			wantKind: DecisionWait, wantReason: ReasonWithinGrace, wantAfter: 20 * time.Second},
+		{name: "fast trigger fires when every volume is proven fenced after the grace",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			prover:   proverFunc(func(node, _, h string) bool { return node == "node-1" && h == "handle-pv-1" }),
+			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
+		{name: "fast trigger needs every volume, not just the vigil one",
+			pod: stsPod(pvcVolume("d", "data"), pvcVolume("o", "other")), objs: append(append(vigilVol, otherVol...), unknown),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			prover:   proverFunc(func(_, driver, _ string) bool { return driver == vigil.DriverName }),
+			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
+		{name: "fast trigger without a prover never fires on a node merely unknown",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
+		{name: "attachments already deleting and on other nodes are left alone",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second),
+			objs: append(vigilVol, unknown, newVA("va-2", "pv-1", "node-2"), newVA("va-1", "pv-1", "node-1"),
+				func() runtime.Object {
+					va := newVA("va-gone", "pv-1", "node-1")
+					ts := at(-time.Second)
+					va.DeletionTimestamp = &ts
+					return va
+				}()),
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va-1"}},
+		{name: "dry run lists the same actions",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.DryRun = true },
+			wantKind: DecisionWouldDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := defaultSet()
+			if tc.set != nil {
+				tc.set(set)
+			}
+			d := decide(namedSnapshot(tc.pod, set, tc.prover, tc.objs...), set, t0)
+			if d.Kind != tc.wantKind || d.Reason != tc.wantReason || d.RecheckAfter != tc.wantAfter {
+				t.Fatalf("got %s/%s recheck %v, want %s/%s recheck %v", d.Kind, d.Reason, d.RecheckAfter, tc.wantKind, tc.wantReason, tc.wantAfter)
+			}
+			var vas []string
+			for _, a := range d.Actions {
+				if a.Kind == ActionDeleteVolumeAttachment {
+					vas = append(vas, a.Name)
+				}
+			}
+			if len(vas) != len(tc.wantVAs) || (len(vas) > 0 && vas[0] != tc.wantVAs[0]) {
+				t.Errorf("attachments %v, want %v", vas, tc.wantVAs)
+			}
+			if n := len(d.Actions); (tc.wantKind == DecisionDelete || tc.wantKind == DecisionWouldDelete) && d.Actions[n-1].Kind != ActionForceDeletePod {
+				t.Errorf("last action %+v is not the pod", d.Actions[n-1])
+			}
+		})
+	}
+}
