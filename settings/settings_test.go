@@ -264,3 +264,23 @@ func TestSettings_New_TwoOnOneRegisterer(t *testing.T) {
 		_ = s.Close()
 	}
 }
+
+func TestSettings_Subscribe_OtherWriterOfTheBoltFile(t *testing.T) {
+	path := t.TempDir() + "/settings.db"
+	mine, other := openBolt(t, path), openBolt(t, path)
+	defer mine.Close()
+	defer other.Close()
+	s, _ := newSettings(t, mine, "")
+	ch, cancel := s.Subscribe()
+	defer cancel()
+	if err := other.Set(context.Background(), "node-not-ready-debounce", "30s"); err != nil {
+		t.Fatal(err)
+	}
+	want := settings.Change{Name: "node-not-ready-debounce", Value: "30s", Source: settings.SourceStore}
+	if got := nextChange(t, ch); got != want {
+		t.Fatalf("change %+v, want %+v", got, want)
+	}
+	if s.NotReadyDebounce() != 30*time.Second {
+		t.Fatal("accessor not updated")
+	}
+}
