@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 // t0 is the fixed "now" of the pure tests.
@@ -151,11 +152,11 @@ type fakeSettings struct {
 	debounce time.Duration
 	extra    []string
 	dryRun   bool
-	changes  chan SettingsChange
+	changes  chan settings.Change
 }
 
 func newFakeSettings(policy PodDeletionPolicy) *fakeSettings {
-	return &fakeSettings{policy: policy, grace: 30 * time.Second, debounce: 15 * time.Second, changes: make(chan SettingsChange, 8)}
+	return &fakeSettings{policy: policy, grace: 30 * time.Second, debounce: 15 * time.Second, changes: make(chan settings.Change, 8)}
 }
 
 func (f *fakeSettings) NodeDownPodDeletionPolicy() PodDeletionPolicy { return f.policy }
@@ -164,6 +165,6 @@ func (f *fakeSettings) NodeDownGracePeriod() time.Duration           { return f.
 func (f *fakeSettings) NotReadyDebounce() time.Duration              { return f.debounce }
 func (f *fakeSettings) ExtraProtectedProvisioners() []string         { return f.extra }
 func (f *fakeSettings) DryRun() bool                                 { return f.dryRun }
-func (f *fakeSettings) Subscribe() (<-chan SettingsChange, func())   { return f.changes, func() {} }
+func (f *fakeSettings) Subscribe() (<-chan settings.Change, func())  { return f.changes, func() {} }
 
 var metav1GetOptions = metav1.GetOptions{}

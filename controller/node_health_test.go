@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vigil-storage/vigil/settings"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -121,7 +122,7 @@ func TestReaper_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
 		f.reaper.queue.Forget(k)
 	}
 	go f.reaper.watchSettings(ctx)
-	f.settings.changes <- SettingsChange{Name: "node-down-pod-deletion-policy", Value: string(PolicyDeleteStatefulSetPod)}
+	f.settings.changes <- settings.Change{Name: settings.NameNodeDownPodDeletionPolicy, Value: string(PolicyDeleteStatefulSetPod)}
 	got := make(chan queueKey)
 	go func() {
 		for {

@@ -1,35 +1,33 @@
 package controller
 
-import "time"
+import (
+	"time"
 
-// The settings package defines these types; until it is committed the controller
-// declares the few it needs here. Replacing this file with type aliases to
-// settings.PodDeletionPolicy and settings.Change is the whole switch.
+	"github.com/vigil-storage/vigil/settings"
+)
 
 // PodDeletionPolicy is the value of node-down-pod-deletion-policy.
-type PodDeletionPolicy string
+type PodDeletionPolicy = settings.PodDeletionPolicy
 
 // The four values of node-down-pod-deletion-policy (DESIGN.md, contracts table).
 const (
-	PolicyDoNothing            PodDeletionPolicy = "do-nothing"
-	PolicyDeleteStatefulSetPod PodDeletionPolicy = "delete-statefulset-pod"
-	PolicyDeleteDeploymentPod  PodDeletionPolicy = "delete-deployment-pod"
-	PolicyDeleteBoth           PodDeletionPolicy = "delete-both-statefulset-and-deployment-pod"
+	PolicyDoNothing            = settings.PolicyDoNothing
+	PolicyDeleteStatefulSetPod = settings.PolicyDeleteStatefulSetPod
+	PolicyDeleteDeploymentPod  = settings.PolicyDeleteDeploymentPod
+	PolicyDeleteBoth           = settings.PolicyDeleteBoth
 )
-
-// SettingsChange is one change notification from the settings subscription.
-type SettingsChange struct {
-	Name, Value string
-}
 
 // SettingsReader is what the controllers read from settings: typed accessors for
 // the settings they act on and a change subscription so a change acts at once.
+// *settings.Settings implements it.
 type SettingsReader interface {
-	NodeDownPodDeletionPolicy() PodDeletionPolicy
+	NodeDownPodDeletionPolicy() settings.PodDeletionPolicy
 	FastFencedTrigger() bool
 	NodeDownGracePeriod() time.Duration
 	NotReadyDebounce() time.Duration
 	ExtraProtectedProvisioners() []string
 	DryRun() bool
-	Subscribe() (changes <-chan SettingsChange, cancel func())
+	Subscribe() (changes <-chan settings.Change, cancel func())
 }
+
+var _ SettingsReader = (*settings.Settings)(nil)
