@@ -14,6 +14,23 @@ import (
 // waits for this write or makes it fail with ErrFenced before anything is
 // written.
 func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte) error {
+	return s.write(volumeID, node, epoch, off, int64(len(p)), func(f *os.File) error {
+		_, err := f.WriteAt(p, off)
+		return err
+	})
+}
+
+// writeVec is WriteAt for a payload in pieces (gRPC's receive buffers),
+// written with pwritev.
+func (s *Store) writeVec(volumeID, node string, epoch uint64, off int64, iov [][]byte) error {
+	var n int64
+	for _, p := range iov {
+		n += int64(len(p))
+	}
+	return s.write(volumeID, node, epoch, off, n, func(f *os.File) error { return pwritev(f, iov, off) })
+}
+
+func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func(*os.File) error) error {
 	if err := validNode(node); err != nil {
 		return err
 	}
@@ -26,10 +43,10 @@ func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte
 	if err := v.checkIO("write", node, epoch); err != nil {
 		return err
 	}
-	if err := validRange("write", volumeID, off, int64(len(p)), v.rec.Size); err != nil {
+	if err := validRange("write", volumeID, off, n, v.rec.Size); err != nil {
 		return err
 	}
-	if _, err := v.file.WriteAt(p, off); err != nil {
+	if err := do(v.file); err != nil {
 		return fmt.Errorf("write volume %s at %d: %w", volumeID, off, fileErr(err))
 	}
 	s.act.io(volumeID, node, s.now())

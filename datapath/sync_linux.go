@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -17,4 +18,50 @@ func fdatasync(f *os.File) error {
 		return err
 	}
 	return serr
+}
+
+// pwritev writes iov at off, all of it (a short write is continued).
+func pwritev(f *os.File, iov [][]byte, off int64) error {
+	c, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	cerr := c.Control(func(fd uintptr) {
+		for len(iov) > 0 && len(iov[0]) == 0 {
+			iov = iov[1:]
+		}
+		for len(iov) > 0 {
+			chunk := iov[:min(len(iov), 1024)] // IOV_MAX
+			n, err := unix.Pwritev(int(fd), chunk, off)
+			if err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				werr = err
+				return
+			}
+			if n == 0 {
+				werr = io.ErrShortWrite
+				return
+			}
+			off += int64(n)
+			for n > 0 && len(iov) > 0 {
+				if n >= len(iov[0]) {
+					n -= len(iov[0])
+					iov = iov[1:]
+				} else {
+					iov[0] = iov[0][n:]
+					n = 0
+				}
+			}
+			for len(iov) > 0 && len(iov[0]) == 0 {
+				iov = iov[1:]
+			}
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return werr
 }

@@ -63,9 +63,15 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(m.MarshalAppend(nil))}, nil
 }
 
-// Unmarshal implements encoding.CodecV2. The data is copied into one fresh slice
-// that the decoded message may alias.
+// Unmarshal implements encoding.CodecV2. A Frame takes a reference to the
+// received buffers; any other message decodes from one fresh copy, which it
+// may alias.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*Frame); ok {
+		data.Ref()
+		f.Bufs = data
+		return nil
+	}
 	m, ok := v.(Message)
 	if !ok {
 		return fmt.Errorf("wire: cannot unmarshal into %T: not a wire.Message", v)
@@ -75,11 +81,74 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Frame is an undecoded message: the server receives every request as a Frame
 // and decodes it itself, so that a malformed request gets InvalidArgument with
-// the decoder's explanation (gRPC would turn a codec failure into Internal).
-type Frame struct{ B []byte }
+// the decoder's explanation (gRPC would turn a codec failure into Internal), and
+// so that a write's payload can go from gRPC's receive buffers to the volume
+// file without being copied (see WriteVectors). The holder calls Free.
+type Frame struct{ Bufs mem.BufferSlice }
 
-// MarshalAppend appends the frame's bytes verbatim.
-func (f *Frame) MarshalAppend(b []byte) []byte { return append(b, f.B...) }
+// MarshalAppend appends the frame's bytes.
+func (f *Frame) MarshalAppend(b []byte) []byte {
+	for _, buf := range f.Bufs {
+		b = append(b, buf.ReadOnlyData()...)
+	}
+	return b
+}
 
-// Unmarshal keeps b (which the codec has already copied) as it is.
-func (f *Frame) Unmarshal(b []byte) error { f.B = b; return nil }
+// Unmarshal makes the frame hold b (not copied).
+func (f *Frame) Unmarshal(b []byte) error { f.Bufs = mem.BufferSlice{mem.SliceBuffer(b)}; return nil }
+
+// Bytes returns the frame as one slice (a copy unless it is a single buffer).
+func (f *Frame) Bytes() []byte {
+	if len(f.Bufs) == 1 {
+		return f.Bufs[0].ReadOnlyData()
+	}
+	return f.Bufs.Materialize()
+}
+
+// Free returns the frame's buffers to gRPC's pool; the frame is empty after.
+func (f *Frame) Free() {
+	f.Bufs.Free()
+	f.Bufs = nil
+}
+
+// maxWriteHeader bounds the encoded header of a WriteRequest: two strings of at
+// most MaxString bytes and four varints.
+const maxWriteHeader = 2*(MaxString+binaryMaxVarint) + 3*binaryMaxVarint
+
+const binaryMaxVarint = 10
+
+// DecodeWrite decodes a WriteRequest frame without copying its payload: it
+// returns the request with Data nil and the payload as slices of the frame's
+// buffers, valid until Free.
+func (f *Frame) DecodeWrite() (WriteRequest, [][]byte, error) {
+	total := f.Bufs.Len()
+	head := make([]byte, min(total, maxWriteHeader))
+	f.Bufs.CopyTo(head)
+	var m WriteRequest
+	d := decoder{b: head}
+	m.IOTarget.dec(&d)
+	m.Offset = d.i64("offset")
+	n := d.u64("data")
+	if d.err == nil && n > MaxBytes {
+		d.fail("data", "length %d over the limit of %d", n, MaxBytes)
+	}
+	hlen := len(head) - len(d.b)
+	if d.err == nil && uint64(total-hlen) != n {
+		d.fail("data", "length %d but %d bytes follow", n, total-hlen)
+	}
+	if d.err != nil {
+		return WriteRequest{}, nil, fmt.Errorf("WriteRequest: %w", d.err)
+	}
+	var iov [][]byte
+	skip := hlen
+	for _, buf := range f.Bufs {
+		p := buf.ReadOnlyData()
+		if skip >= len(p) {
+			skip -= len(p)
+			continue
+		}
+		iov = append(iov, p[skip:])
+		skip = 0
+	}
+	return m, iov, nil
+}

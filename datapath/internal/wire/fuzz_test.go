@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"testing"
+
+	"google.golang.org/grpc/mem"
 )
 
 // messages lists one fresh value of every message type, indexed by the fuzzer.
@@ -23,6 +26,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(uint8(i), m.MarshalAppend(nil))
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
+		checkDecodeWrite(t, int(kind), data)
 		all := messages()
 		m := all[int(kind)%len(all)]
 		if err := m.Unmarshal(data); err != nil {
@@ -102,5 +106,45 @@ func TestDecoder_Limits(t *testing.T) {
 	}
 	if err := (&Connectivity{}).Unmarshal([]byte{2}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("bad bool: %v", err)
+	}
+}
+
+// checkDecodeWrite splits data into buffers at cut and checks that the
+// zero-copy DecodeWrite agrees with WriteRequest.Unmarshal.
+func checkDecodeWrite(t *testing.T, cut int, data []byte) {
+	t.Helper()
+	var bufs mem.BufferSlice
+	for rest := data; len(rest) > 0; {
+		n := min(len(rest), cut%7+1)
+		bufs = append(bufs, mem.SliceBuffer(rest[:n]))
+		rest = rest[n:]
+	}
+	f := Frame{Bufs: bufs}
+	got, iov, err := f.DecodeWrite()
+	var want WriteRequest
+	werr := want.Unmarshal(data)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("DecodeWrite err %v, Unmarshal err %v", err, werr)
+	}
+	if err != nil {
+		return
+	}
+	var payload []byte
+	for _, p := range iov {
+		payload = append(payload, p...)
+	}
+	if got.IOTarget != want.IOTarget || got.Offset != want.Offset || !bytes.Equal(payload, want.Data) {
+		t.Fatalf("DecodeWrite = %+v %q, Unmarshal = %+v", got, payload, want)
+	}
+}
+
+func TestFrame_DecodeWrite_SplitBuffers(t *testing.T) {
+	req := &WriteRequest{IOTarget: IOTarget{VolumeID: "vol-0123456789abcdef", Node: "n", Epoch: 9}, Offset: 12, Data: bytes.Repeat([]byte("abc"), 1000)}
+	data := req.MarshalAppend(nil)
+	for cut := 0; cut < 7; cut++ {
+		checkDecodeWrite(t, cut, data)
+	}
+	if _, _, err := (&Frame{Bufs: mem.BufferSlice{mem.SliceBuffer(data[:len(data)-1])}}).DecodeWrite(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("short payload: %v", err)
 	}
 }
