@@ -1,5 +1,60 @@
-// Package sandbox runs a real local Kubernetes control plane (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler via kwokctl's binary runtime) with one kwok
-// process per simulated node acting as that node's kubelet, so that stopping it is a
-// power cut. It is used by the end-to-end tests and by bin/vigil-sandbox.
+// Package sandbox runs a real local Kubernetes cluster whose nodes can be powered
+// off and cut off, for the end-to-end tests and for bin/vigil-sandbox.
+//
+// The control plane is real: etcd, kube-apiserver, kube-controller-manager (node
+// lifecycle, taint eviction, StatefulSet and ReplicaSet controllers, attach-detach,
+// PodGC) and kube-scheduler, built from pinned Go modules by `make testbin`
+// (sandbox/tools: pins.env holds every version, one tools module per upstream
+// project, binaries cached by version outside the repository, see BinDir) and run by
+// kwokctl's binary runtime with its kwok-controller disabled. Node-monitor timings
+// and the default NoExecute tolerations are configurable (Config).
+//
+// Each node is simulated by its own kwok process, label-selected (vigil.io/node=NAME),
+// which is that node's kubelet: it keeps the Node Ready and its lease renewed, and
+// runs its pods. Node objects carry volumes.kubernetes.io/controller-managed-attach-
+// detach=true so that the attach-detach controller creates VolumeAttachments.
+//
+// # Nodes and the network
+//
+// Every node has a network namespace of its own (vigil-SANDBOX-node-N) joined to
+// the host by a veth pair on addresses of Config.Subnet (default 10.213.0.0/16:
+// node i gets host end 10.213.0.(4i+1) and node end .(4i+2), /30). The node's kwok
+// and every process registered with AddProcess run inside that namespace (ip netns
+// exec), in a session of their own. The control plane binds 127.0.0.1 only; a
+// forwarder per node (socat, on the host) listens on the host end of the node's link
+// and relays to the API server, whose certificate names those addresses; the
+// per-node kubeconfig (VIGIL_KUBECONFIG) points there. No external address is used.
+//
+//   - Stop(node) is a power cut: SIGKILL to the process group of the node's kwok and
+//     of every registered process, all sent before any is awaited.
+//   - Start(node) boots the node again: a new boot id (VIGIL_BOOT_ID and
+//     VIGIL_NODE_DIR/boot_id), then kwok and the registered processes.
+//   - Partition(node) sets the host end of the node's veth down: the node's processes
+//     keep running but nothing crosses the link either way, so its kwok can no
+//     longer renew its lease and the node goes NotReady. Heal(node) sets it up again.
+//
+// Limits of the partition: it cuts IP traffic over the node's link only. Processes
+// of a node still share the host's filesystem, unix sockets, /proc and clock, and
+// can talk to each other over the namespace's own loopback; a partitioned node's
+// process that uses a unix socket or a file shared with the host is not cut off.
+// A datapath that must be partitioned too has to be reached over the node's link.
+// Packets in flight are dropped, not refused, so clients see timeouts.
+//
+// # State and cleanup
+//
+// All state (PIDs with their start times, names of namespaces and veths, boot ids)
+// is in WorkDir/state.json, written before each resource is created and guarded by
+// a file lock, so that another process (vigil-sandbox node stop, vigil-sandbox down)
+// can act on a sandbox it did not create, and DownWorkDir can remove whatever a
+// failed Up left. A process is killed only if its PID still has the recorded start
+// time. UpForTest registers the teardown with t.Cleanup before creating anything.
+// Down leaves no process, namespace, veth or mount (ip netns' bind mount under
+// /run/netns is removed with the namespace).
+//
+// # Workloads
+//
+// Workload builds StatefulSets, Deployments, DaemonSets, Jobs and bare pods that
+// mount PVCs and are pinned to chosen nodes; CreateStaticVolume makes pre-bound
+// driver.vigil.io PersistentVolumes; Poll and the Wait helpers fail with the
+// relevant objects and their events.
 package sandbox

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/sandbox"
+)
+
+func app() *cli.App {
+	return &cli.App{
+		Name:            "vigil-sandbox",
+		Usage:           "a local Kubernetes cluster whose nodes can be powered off and cut off",
+		Version:         vigil.Version,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Value: "vigil", EnvVars: []string{"VIGIL_SANDBOX_NAME"},
+				Usage: "sandbox (kwokctl cluster) name"},
+			&cli.StringFlag{Name: "workdir", EnvVars: []string{"VIGIL_SANDBOX_DIR"},
+				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
+		},
+		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand()},
+	}
+}
+
+func workDir(c *cli.Context) string {
+	if d := c.String("workdir"); d != "" {
+		return d
+	}
+	return sandbox.DefaultWorkDir(c.String("name"))
+}
+
+func upCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "up",
+		Usage: "create the cluster and its nodes; returns when every node is Ready",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes (1 to 64)"},
+			&cli.DurationFlag{Name: "node-monitor-grace-period", Value: 10 * time.Second,
+				Usage: "how long a silent node stays Ready"},
+			&cli.DurationFlag{Name: "node-monitor-period", Value: time.Second, Usage: "how often node health is checked"},
+			&cli.IntFlag{Name: "toleration-seconds", Value: 20,
+				Usage: "default unreachable/not-ready NoExecute toleration injected into pods"},
+			&cli.StringFlag{Name: "subnet", Value: "10.213.0.0/16", Usage: "addresses of the node links"},
+			&cli.IntFlag{Name: "port", Usage: "API server port (default: a free one)"},
+			&cli.StringFlag{Name: "bin-dir", Usage: "binaries from `make testbin` (default: the pinned cache)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("up takes no arguments, got %q", c.Args().Slice())
+			}
+			t0 := time.Now()
+			s, err := sandbox.Up(c.Context, sandbox.Config{
+				Name: c.String("name"), WorkDir: workDir(c), BinDir: c.String("bin-dir"), Nodes: c.Int("nodes"),
+				NodeMonitorGracePeriod:   c.Duration("node-monitor-grace-period"),
+				NodeMonitorPeriod:        c.Duration("node-monitor-period"),
+				DefaultTolerationSeconds: c.Int("toleration-seconds"), Subnet: c.String("subnet"),
+				APIServerPort: c.Int("port"),
+				Logf:          func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("sandbox up in %.1fs\n", time.Since(t0).Seconds())
+			return printStatus(c.Context, s)
+		},
+	}
+}
+
+func downCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "down",
+		Usage: "remove every process, namespace, veth and file of the sandbox (safe to repeat)",
+		Action: func(c *cli.Context) error {
+			if err := sandbox.DownWorkDir(workDir(c)); err != nil {
+				return err
+			}
+			fmt.Println("sandbox down")
+			return nil
+		},
+	}
+}
+
+func open(c *cli.Context) (*sandbox.Sandbox, error) {
+	s, err := sandbox.Open(workDir(c))
+	if errors.Is(err, sandbox.ErrNotUp) {
+		return nil, fmt.Errorf("%w: run `vigil-sandbox up` first", err)
+	}
+	return s, err
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show the nodes, their state, the kubeconfig and what runs on each node",
+		Action: func(c *cli.Context) error {
+			s, err := open(c)
+			if err != nil {
+				return err
+			}
+			return printStatus(c.Context, s)
+		},
+	}
+}
+
+func printStatus(ctx context.Context, s *sandbox.Sandbox) error {
+	st, err := s.Status(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("sandbox %s  api %s  kubeconfig %s\n", st.Name, st.APIServer, st.Kubeconfig)
+	if st.APIError != "" {
+		fmt.Printf("API server: %s\n", st.APIError)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tSTATE\tREADY\tIP\tTAINTS\tPROCESSES")
+	for _, n := range st.Nodes {
+		var ps []string
+		for _, p := range n.Processes {
+			run := "dead"
+			if p.Running {
+				run = fmt.Sprintf("pid %d", p.PID)
+			}
+			ps = append(ps, fmt.Sprintf("%s(%s)", p.Name, run))
+		}
+		ready := n.Ready
+		if ready == "" {
+			ready = "?"
+		}
+		taints := strings.Join(n.Taints, ",")
+		if taints == "" {
+			taints = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State(), ready, n.NodeIP, taints, strings.Join(ps, " "))
+	}
+	return w.Flush()
+}
+
+func nodeCommand() *cli.Command {
+	op := func(name, usage string, f func(s *sandbox.Sandbox, node string) error) *cli.Command {
+		return &cli.Command{
+			Name: name, Usage: usage, ArgsUsage: "NODE",
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return fmt.Errorf("node %s takes one node name, got %d arguments", name, c.NArg())
+				}
+				s, err := open(c)
+				if err != nil {
+					return err
+				}
+				if err := f(s, c.Args().First()); err != nil {
+					return err
+				}
+				fmt.Printf("node %s: %s done\n", c.Args().First(), name)
+				return nil
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "node",
+		Usage: "power a node off or on, cut or restore its network",
+		Subcommands: []*cli.Command{
+			op("stop", "power cut: SIGKILL the node's kwok and every process of the node at once", (*sandbox.Sandbox).Stop),
+			op("start", "boot the node again (new boot id)", (*sandbox.Sandbox).Start),
+			op("partition", "cut the node's link; its processes keep running", (*sandbox.Sandbox).Partition),
+			op("heal", "restore the node's link", (*sandbox.Sandbox).Heal),
+		},
+	}
+}
+
+func kubeconfigCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "kubeconfig",
+		Usage: "print the path of the admin kubeconfig (export KUBECONFIG=$(vigil-sandbox kubeconfig))",
+		Action: func(c *cli.Context) error {
+			s, err := open(c)
+			if err != nil {
+				return err
+			}
+			fmt.Println(s.Kubeconfig())
+			return nil
+		},
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vigil-storage/vigil/sandbox"
+)
+
+func run(args ...string) error {
+	return app().Run(append([]string{"vigil-sandbox"}, args...))
+}
+
+func TestApp_Status_NotUp(t *testing.T) {
+	err := run("--workdir", t.TempDir(), "status")
+	if !errors.Is(err, sandbox.ErrNotUp) || !strings.Contains(err.Error(), "vigil-sandbox up") {
+		t.Errorf("status without a sandbox = %v, want ErrNotUp telling to run up", err)
+	}
+}
+
+func TestApp_Down_NotUp(t *testing.T) {
+	if err := run("--workdir", t.TempDir(), "down"); err != nil {
+		t.Errorf("down without a sandbox = %v, want nil (idempotent)", err)
+	}
+}
+
+func TestApp_Up_BinariesMissing(t *testing.T) {
+	err := run("--workdir", t.TempDir(), "up", "--bin-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "make testbin") {
+		t.Errorf("up without binaries = %v, want an error telling to run make testbin", err)
+	}
+}
+
+func TestApp_Up_BadNodes(t *testing.T) {
+	err := run("--workdir", t.TempDir(), "up", "--nodes", "0")
+	if !errors.Is(err, sandbox.ErrInvalidConfig) {
+		t.Errorf("up --nodes 0 = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestApp_Node_ArgCount(t *testing.T) {
+	err := run("--workdir", t.TempDir(), "node", "stop")
+	if err == nil || !strings.Contains(err.Error(), "one node name") {
+		t.Errorf("node stop without a name = %v, want an error asking for one node name", err)
+	}
+}

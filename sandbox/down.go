@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Down removes everything the sandbox created: every node process, the control
+// plane, the forwarders, the veths and namespaces, and the work directory.
+func (s *Sandbox) Down() error { return DownWorkDir(s.workDir) }
+
+// DownWorkDir tears down the sandbox whose state is in workDir, from any process.
+// It is safe on a half-created sandbox and on one already down (nil then), so a
+// test can register it with t.Cleanup before Up.
+func DownWorkDir(workDir string) error {
+	unlock, err := lockWorkDir(workDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := loadState(workDir)
+	if errors.Is(err, ErrNotUp) {
+		return os.RemoveAll(workDir)
+	}
+	if err != nil {
+		return err
+	}
+	if err := teardown(st, func(string, ...any) {}); err != nil {
+		return err
+	}
+	return os.RemoveAll(workDir)
+}
+
+// teardown kills and deletes everything st records, going on after errors, and
+// returns them all. The work directory is left to the caller.
+func teardown(st *state, logf func(string, ...any)) error {
+	var errs []error
+	var ps []*proc
+	for _, n := range st.Nodes {
+		n.Powered = false
+		ps = append(ps, n.procs()...)
+	}
+	if err := killAll(ps, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if st.ClusterUp {
+		if err := deleteCluster(st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := killAll(st.Forwarders, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	for _, n := range st.Nodes {
+		if err := deleteLink(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		logf("sandbox: %s down", st.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteCluster deletes the kwokctl cluster; if kwokctl fails, it kills the
+// control-plane processes kwokctl recorded, but only those running a binary from
+// the sandbox's BinDir (never an unrelated process that reused a PID).
+func deleteCluster(st *state) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kerr := kwokctl(ctx, st, "delete", "cluster", "--name", st.Name, "--kubeconfig", st.Kubeconfig)
+	pidDir := filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "pids")
+	files, _ := filepath.Glob(filepath.Join(pidDir, "*.pid"))
+	var ps []*proc
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil || !strings.HasPrefix(exe, filepath.Clean(st.BinDir)+"/") {
+			continue
+		}
+		start, err := procStartTime(pid)
+		if err != nil {
+			continue
+		}
+		ps = append(ps, &proc{ProcessSpec: ProcessSpec{Name: filepath.Base(f)}, PID: pid, StartTime: start})
+	}
+	if err := killAll(ps, 5*time.Second); err != nil {
+		return errors.Join(kerr, err)
+	}
+	// kwokctl's own failure does not matter once every process it started is gone.
+	return nil
+}

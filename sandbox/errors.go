@@ -1,0 +1,23 @@
+package sandbox
+
+import "errors"
+
+// Sentinel errors; match them with errors.Is.
+var (
+	// ErrInvalidConfig: a Config field has a value outside what is allowed.
+	ErrInvalidConfig = errors.New("invalid sandbox config")
+	// ErrBinariesMissing: the control-plane binaries are not built; run `make testbin`.
+	ErrBinariesMissing = errors.New("sandbox binaries missing")
+	// ErrAlreadyUp: a sandbox with this work directory is already running.
+	ErrAlreadyUp = errors.New("sandbox already up")
+	// ErrNotUp: no sandbox state in the work directory.
+	ErrNotUp = errors.New("sandbox not up")
+	// ErrUnknownNode: the node name is not one of the sandbox's nodes.
+	ErrUnknownNode = errors.New("unknown sandbox node")
+	// ErrPortInUse: the requested API server port is taken.
+	ErrPortInUse = errors.New("port in use")
+	// ErrSubnetInUse: an address of the sandbox's subnet is already on this host.
+	ErrSubnetInUse = errors.New("sandbox subnet in use")
+	// ErrNotRoot: network namespaces need root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
+	ErrNotRoot = errors.New("sandbox needs root")
+)

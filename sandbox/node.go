@@ -1,0 +1,201 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	vigil "github.com/vigil-storage/vigil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AttachDetachAnnotation makes the attach-detach controller, not the (absent)
+// kubelet, attach volumes for the node; without it no VolumeAttachment is created.
+const AttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// createNode creates the Node object that node n's kwok manages.
+func (s *Sandbox) createNode(ctx context.Context, n *nodeState) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        n.Name,
+		Labels:      map[string]string{vigil.NodeLabel: n.Name, corev1.LabelHostname: n.Name},
+		Annotations: map[string]string{AttachDetachAnnotation: "true"},
+	}}
+	_, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// nodeEnv is the environment of node n's processes at its current boot.
+func nodeEnv(st *state, n *nodeState) []string {
+	return []string{
+		"VIGIL_NODE=" + n.Name,
+		"VIGIL_BOOT_ID=" + n.BootID,
+		"VIGIL_NODE_DIR=" + n.dir(st.WorkDir),
+		"VIGIL_KUBECONFIG=" + n.Kubeconfig,
+		"VIGIL_NODE_IP=" + n.NodeIP,
+		"VIGIL_HOST_IP=" + n.HostIP,
+	}
+}
+
+func newBootID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// bootNode powers node n on: a new boot id (also in VIGIL_NODE_DIR/boot_id), then
+// its kwok and its registered processes, all inside its network namespace.
+func bootNode(st *state, n *nodeState) error {
+	n.BootID = newBootID()
+	dir := n.dir(st.WorkDir)
+	if err := os.WriteFile(filepath.Join(dir, "boot_id"), []byte(n.BootID+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write boot id of %s: %w", n.Name, err)
+	}
+	n.Powered = true
+	env := nodeEnv(st, n)
+	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: "kwok", Args: []string{
+		filepath.Join(st.BinDir, BinKwok), "--kubeconfig", n.Kubeconfig,
+		"--manage-all-nodes=false", "--manage-nodes-with-label-selector", vigil.NodeLabel + "=" + n.Name,
+		"--node-lease-duration-seconds", strconv.Itoa(st.LeaseSeconds),
+		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0"}},
+		Log: filepath.Join(dir, "kwok.log")}
+	for _, p := range n.procs() {
+		if err := startProc(n, p, env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func startProc(n *nodeState, p *proc, env []string) error {
+	penv := append(append([]string{}, env...), expandArgs(p.Env, env)...)
+	pid, start, err := startDetached(n.NetNS, expandArgs(p.Args, env), penv, p.Log)
+	p.PID, p.StartTime = pid, start
+	if err != nil {
+		return fmt.Errorf("node %s: process %s: %w", n.Name, p.Name, err)
+	}
+	return nil
+}
+
+// withState runs f on the sandbox's state under the work directory's lock and
+// saves the state afterwards, whatever f returned.
+func (s *Sandbox) withState(f func(st *state) error) error {
+	unlock, err := lockWorkDir(s.workDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := loadState(s.workDir)
+	if err != nil {
+		return err
+	}
+	ferr := f(st)
+	if err := st.save(); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// Stop cuts node's power: its kwok and every registered process get SIGKILL at
+// once. Stopping a stopped node does nothing.
+func (s *Sandbox) Stop(node string) error {
+	return s.withState(func(st *state) error {
+		n, err := st.node(node)
+		if err != nil {
+			return err
+		}
+		n.Powered = false
+		if err := killAll(n.procs(), 5*time.Second); err != nil {
+			return fmt.Errorf("stop %s: %w", node, err)
+		}
+		return nil
+	})
+}
+
+// Start powers node on again with a new boot id; starting a running node does nothing.
+func (s *Sandbox) Start(node string) error {
+	return s.withState(func(st *state) error {
+		n, err := st.node(node)
+		if err != nil {
+			return err
+		}
+		if n.Powered {
+			return nil
+		}
+		if err := bootNode(st, n); err != nil {
+			_ = killAll(n.procs(), 5*time.Second)
+			n.Powered = false
+			return err
+		}
+		return nil
+	})
+}
+
+// Partition cuts node's link: its processes keep running but reach neither the
+// API server nor anything else outside the node. Idempotent.
+func (s *Sandbox) Partition(node string) error {
+	return s.setPartitioned(node, true)
+}
+
+// Heal restores node's link. Idempotent.
+func (s *Sandbox) Heal(node string) error {
+	return s.setPartitioned(node, false)
+}
+
+func (s *Sandbox) setPartitioned(node string, cut bool) error {
+	return s.withState(func(st *state) error {
+		n, err := st.node(node)
+		if err != nil {
+			return err
+		}
+		if err := setLink(n, !cut); err != nil {
+			return fmt.Errorf("partition %s: %w", node, err)
+		}
+		n.Partitioned = cut
+		return nil
+	})
+}
+
+// AddProcess registers spec on node (every node if node is ""): it starts now on
+// a powered node, and at every later boot; Stop kills it with the node.
+func (s *Sandbox) AddProcess(node string, spec ProcessSpec) error {
+	if spec.Name == "" || len(spec.Args) == 0 {
+		return fmt.Errorf("process spec %+v: want a Name and Args", spec)
+	}
+	return s.withState(func(st *state) error {
+		nodes := st.Nodes
+		if node != "" {
+			n, err := st.node(node)
+			if err != nil {
+				return err
+			}
+			nodes = []*nodeState{n}
+		}
+		for _, n := range nodes {
+			for _, p := range n.procs() {
+				if p.Name == spec.Name {
+					return fmt.Errorf("node %s already runs a process named %q", n.Name, spec.Name)
+				}
+			}
+		}
+		for _, n := range nodes {
+			p := &proc{ProcessSpec: spec, Log: filepath.Join(n.dir(st.WorkDir), spec.Name+".log")}
+			n.Hooks = append(n.Hooks, p)
+			if n.Powered {
+				if err := startProc(n, p, nodeEnv(st, n)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}

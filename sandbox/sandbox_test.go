@@ -1,0 +1,221 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfig_Validate_Defaults(t *testing.T) {
+	if err := (Config{Nodes: 3}).Validate(); err != nil {
+		t.Fatalf("Validate(defaults) = %v, want nil", err)
+	}
+}
+
+func TestConfig_Validate_Bad(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no nodes":         {},
+		"too many nodes":   {Nodes: MaxNodes + 1},
+		"bad name":         {Nodes: 1, Name: "Vigil_1"},
+		"long name":        {Nodes: 1, Name: strings.Repeat("a", 21)},
+		"period > grace":   {Nodes: 1, NodeMonitorPeriod: 20 * time.Second, NodeMonitorGracePeriod: 10 * time.Second},
+		"negative tol":     {Nodes: 1, DefaultTolerationSeconds: -1},
+		"port":             {Nodes: 1, APIServerPort: 70000},
+		"subnet not cidr":  {Nodes: 1, Subnet: "10.0.0.1"},
+		"subnet ipv6":      {Nodes: 1, Subnet: "fd00::/64"},
+		"subnet too small": {Nodes: 3, Subnet: "10.0.0.0/29"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate(%+v) = %v, want ErrInvalidConfig", c, err)
+			}
+		})
+	}
+}
+
+func TestNodeAddrs_Layout(t *testing.T) {
+	for i, want := range [][2]string{{"10.213.0.1", "10.213.0.2"}, {"10.213.0.5", "10.213.0.6"}, {"10.213.0.65", "10.213.0.66"}} {
+		idx := []int{0, 1, 16}[i]
+		h, n, err := nodeAddrs("10.213.0.0/16", idx)
+		if err != nil || h.String() != want[0] || n.String() != want[1] {
+			t.Errorf("nodeAddrs(%d) = %s, %s, %v; want %s, %s", idx, h, n, err, want[0], want[1])
+		}
+	}
+}
+
+func TestLinkNames_FitInterfaceNames(t *testing.T) {
+	ns, h, n := linkNames(strings.Repeat("x", 20), MaxNodes-1)
+	if len(h) > 15 || len(n) > 15 || h == n {
+		t.Errorf("veth names %q %q: want distinct, at most 15 bytes", h, n)
+	}
+	if !strings.HasPrefix(ns, "vigil-") {
+		t.Errorf("netns %q: want prefix vigil-", ns)
+	}
+	_, h2, _ := linkNames("other", MaxNodes-1)
+	if h2 == h {
+		t.Errorf("two sandboxes share veth name %q", h)
+	}
+}
+
+func TestExpandArgs_NodeEnv(t *testing.T) {
+	got := expandArgs([]string{"--node=$VIGIL_NODE", "${VIGIL_BOOT_ID}x", "plain"}, []string{"VIGIL_NODE=node-2", "VIGIL_BOOT_ID=b1"})
+	want := []string{"--node=node-2", "b1x", "plain"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("expandArgs = %q, want %q", got, want)
+	}
+}
+
+func TestKwokctlConfig_Flags(t *testing.T) {
+	cfg := Config{Nodes: 2, NodeMonitorGracePeriod: 7 * time.Second, DefaultTolerationSeconds: 15}.withDefaults()
+	st, err := newState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := kwokctlConfig(cfg, st)
+	for _, want := range []string{`value: "7s"`, `value: "1s"`, `default-unreachable-toleration-seconds, value: "15"`,
+		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("kwokctl config lacks %q:\n%s", want, y)
+		}
+	}
+}
+
+func TestState_SaveLoad_RoundTrip(t *testing.T) {
+	cfg := Config{Nodes: 2, WorkDir: t.TempDir()}.withDefaults()
+	st, err := newState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Nodes[1].Hooks = []*proc{{ProcessSpec: ProcessSpec{Name: "p", Args: []string{"a"}}, PID: 42}}
+	if err := st.save(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := loadState(cfg.WorkDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := got.node("node-2")
+	if err != nil || n.Hooks[0].PID != 42 || n.HostIP != "10.213.0.5" {
+		t.Fatalf("loaded node-2 = %+v, %v", n, err)
+	}
+	if _, err := got.node("node-9"); !errors.Is(err, ErrUnknownNode) {
+		t.Errorf("node(node-9) = %v, want ErrUnknownNode", err)
+	}
+}
+
+func TestLoadState_Missing(t *testing.T) {
+	if _, err := loadState(t.TempDir()); !errors.Is(err, ErrNotUp) {
+		t.Errorf("loadState(empty) = %v, want ErrNotUp", err)
+	}
+}
+
+func TestDownWorkDir_NotUp(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sb")
+	if err := DownWorkDir(dir); err != nil {
+		t.Fatalf("DownWorkDir(never up) = %v, want nil", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("work dir still there: %v", err)
+	}
+}
+
+func TestKillAll_ProcessGroup(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	log := filepath.Join(t.TempDir(), "p.log")
+	// A shell with a child: the child dies with the group.
+	pid, start, err := startDetached("", []string{"sh", "-c", "sleep 60 & echo $! > " + log + ".child; wait"}, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{ProcessSpec: ProcessSpec{Name: "sh"}, PID: pid, StartTime: start}
+	var child int
+	for i := 0; i < 100 && child == 0; i++ {
+		b, _ := os.ReadFile(log + ".child")
+		child = atoiOrZero(strings.TrimSpace(string(b)))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !p.alive() || child == 0 {
+		t.Fatalf("process not running (alive %v, child %d)", p.alive(), child)
+	}
+	if err := killAll([]*proc{p}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != 0 {
+		t.Errorf("PID not cleared: %d", p.PID)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := procStartTime(child); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d survived the group kill", child)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestProc_Alive_PIDReuseGuard(t *testing.T) {
+	p := &proc{PID: os.Getpid(), StartTime: 1}
+	if p.alive() {
+		t.Error("alive() with a wrong start time = true, want false")
+	}
+}
+
+func TestNodeStatus_State(t *testing.T) {
+	for _, c := range []struct {
+		n    NodeStatus
+		want string
+	}{{NodeStatus{Powered: true}, "running"}, {NodeStatus{}, "stopped"},
+		{NodeStatus{Powered: true, Partitioned: true}, "running,partitioned"}} {
+		if got := c.n.State(); got != c.want {
+			t.Errorf("%+v.State() = %q, want %q", c.n, got, c.want)
+		}
+	}
+}
+
+func TestCheckBinaries_Missing(t *testing.T) {
+	err := CheckBinaries(t.TempDir())
+	if !errors.Is(err, ErrBinariesMissing) || !strings.Contains(err.Error(), "make testbin") {
+		t.Errorf("CheckBinaries(empty) = %v, want ErrBinariesMissing mentioning make testbin", err)
+	}
+}
+
+func TestPins_AllVersions(t *testing.T) {
+	p := Pins()
+	for _, k := range []string{"ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION", "EXTERNAL_ATTACHER_VERSION", "EXTERNAL_PROVISIONER_VERSION"} {
+		if !strings.HasPrefix(p[k], "v") {
+			t.Errorf("pin %s = %q, want a version", k, p[k])
+		}
+	}
+	if !strings.Contains(BinDir(), p["KUBERNETES_VERSION"]) && os.Getenv("VIGIL_TESTBIN") == "" {
+		t.Errorf("BinDir() = %s, want it named after the Kubernetes version", BinDir())
+	}
+}
+
+func atoiOrZero(s string) int {
+	n := 0
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
+
+func TestBinDir_MatchesTestbinScript(t *testing.T) {
+	out, err := exec.Command("bash", "tools/testbin.sh", "--dir").Output()
+	if err != nil {
+		t.Skipf("bash tools/testbin.sh --dir: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != BinDir() {
+		t.Errorf("testbin.sh --dir = %s, BinDir() = %s: the two must agree", got, BinDir())
+	}
+}

@@ -1,0 +1,118 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// state is everything another process needs to inspect or tear down a sandbox;
+// it is written to WorkDir/state.json before each resource is created, so that Down
+// finds even what a failed Up left behind.
+type state struct {
+	Name          string       `json:"name"`
+	WorkDir       string       `json:"workDir"`
+	BinDir        string       `json:"binDir"`
+	Subnet        string       `json:"subnet"`
+	LeaseSeconds  int          `json:"leaseSeconds"`
+	Kubeconfig    string       `json:"kubeconfig"`
+	APIServerPort int          `json:"apiServerPort"`
+	ClusterUp     bool         `json:"clusterUp"`
+	Forwarders    []*proc      `json:"forwarders,omitempty"`
+	Nodes         []*nodeState `json:"nodes"`
+}
+
+// nodeState is one simulated node: its network namespace, its link and its processes.
+type nodeState struct {
+	Name        string  `json:"name"`
+	Index       int     `json:"index"`
+	NetNS       string  `json:"netns"`
+	HostVeth    string  `json:"hostVeth"`
+	NodeVeth    string  `json:"nodeVeth"`
+	HostIP      string  `json:"hostIP"`
+	NodeIP      string  `json:"nodeIP"`
+	Kubeconfig  string  `json:"kubeconfig"`
+	BootID      string  `json:"bootID"`
+	Powered     bool    `json:"powered"`
+	Partitioned bool    `json:"partitioned"`
+	Kwok        *proc   `json:"kwok,omitempty"`
+	Hooks       []*proc `json:"hooks,omitempty"`
+}
+
+func (n *nodeState) dir(workDir string) string { return filepath.Join(workDir, "nodes", n.Name) }
+
+// procs is every process of the node, its kwok first.
+func (n *nodeState) procs() []*proc {
+	var out []*proc
+	if n.Kwok != nil {
+		out = append(out, n.Kwok)
+	}
+	return append(out, n.Hooks...)
+}
+
+func statePath(workDir string) string { return filepath.Join(workDir, "state.json") }
+
+func loadState(workDir string) (*state, error) {
+	b, err := os.ReadFile(statePath(workDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no %s", ErrNotUp, statePath(workDir))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse sandbox state %s: %w", statePath(workDir), err)
+	}
+	return &st, nil
+}
+
+// save writes the state atomically (temporary file, then rename).
+func (st *state) save() error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode sandbox state: %w", err)
+	}
+	tmp := statePath(st.WorkDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write sandbox state: %w", err)
+	}
+	if err := os.Rename(tmp, statePath(st.WorkDir)); err != nil {
+		return fmt.Errorf("write sandbox state: %w", err)
+	}
+	return nil
+}
+
+func (st *state) node(name string) (*nodeState, error) {
+	for _, n := range st.Nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	names := make([]string, 0, len(st.Nodes))
+	for _, n := range st.Nodes {
+		names = append(names, n.Name)
+	}
+	return nil, fmt.Errorf("%w: %q (nodes: %v)", ErrUnknownNode, name, names)
+}
+
+// lockWorkDir takes an exclusive lock on WorkDir/lock, so that two processes (a
+// test and `vigil-sandbox node stop`, say) never interleave their changes.
+func lockWorkDir(workDir string) (unlock func(), err error) {
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create sandbox work dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(workDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock sandbox work dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock sandbox work dir: %w", err)
+	}
+	return func() { f.Close() }, nil
+}

@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Status is a snapshot of a sandbox.
+type Status struct {
+	Name       string
+	WorkDir    string
+	Kubeconfig string
+	APIServer  string
+	// APIError is set when the API server could not be asked about the nodes.
+	APIError string
+	Nodes    []NodeStatus
+}
+
+// NodeStatus is one node as the sandbox and the API server see it.
+type NodeStatus struct {
+	Name        string
+	NetNS       string
+	NodeIP      string
+	Powered     bool
+	Partitioned bool
+	BootID      string
+	// Ready is the Node's Ready condition status (True, False, Unknown) or "" if
+	// the API server did not answer.
+	Ready      string
+	Taints     []string
+	Kubeconfig string
+	Processes  []ProcessStatus
+}
+
+// ProcessStatus is one process of a node.
+type ProcessStatus struct {
+	Name    string
+	PID     int
+	Running bool
+	Log     string
+	Command string
+}
+
+// State is the sandbox's power and network state of the node: "running",
+// "stopped", "partitioned" or "stopped,partitioned".
+func (n NodeStatus) State() string {
+	s := "stopped"
+	if n.Powered {
+		s = "running"
+	}
+	if n.Partitioned {
+		s += ",partitioned"
+	}
+	return s
+}
+
+// Status reports the sandbox's nodes and processes, and asks the API server (at
+// most 3 s) for each node's Ready condition and taints.
+func (s *Sandbox) Status(ctx context.Context) (Status, error) {
+	st, err := loadState(s.workDir)
+	if err != nil {
+		return Status{}, err
+	}
+	out := Status{Name: st.Name, WorkDir: st.WorkDir, Kubeconfig: st.Kubeconfig,
+		APIServer: fmt.Sprintf("https://127.0.0.1:%d", st.APIServerPort)}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	api := map[string]corev1.Node{}
+	if list, err := s.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		out.APIError = err.Error()
+	} else {
+		for _, n := range list.Items {
+			api[n.Name] = n
+		}
+	}
+	for _, n := range st.Nodes {
+		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
+			Partitioned: n.Partitioned, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
+		if node, ok := api[n.Name]; ok {
+			ns.Ready = string(NodeReadyStatus(&node))
+			for _, t := range node.Spec.Taints {
+				ns.Taints = append(ns.Taints, t.Key+":"+string(t.Effect))
+			}
+		}
+		for _, p := range n.procs() {
+			ns.Processes = append(ns.Processes, ProcessStatus{Name: p.Name, PID: p.PID,
+				Running: p.alive(), Log: p.Log, Command: strings.Join(p.Args, " ")})
+		}
+		out.Nodes = append(out.Nodes, ns)
+	}
+	return out, nil
+}
+
+// NodeReadyStatus is node's Ready condition status, Unknown if it has none.
+func NodeReadyStatus(node *corev1.Node) corev1.ConditionStatus {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}

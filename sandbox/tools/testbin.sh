@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# testbin.sh builds the sandbox's binaries (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kwok, kwokctl, csi-attacher,
+# csi-provisioner) from the pinned tools modules next to this script, once, into
+# a per-version cache outside the repository:
+#   ${VIGIL_TESTBIN:-$HOME/.cache/vigil/testbin/<kube version>-<hash of pins.env>}
+# Binaries already present are skipped. `testbin.sh --dir` prints the directory.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+GO=${GO:-go}
+# shellcheck source=pins.env
+source "$here/pins.env"
+
+pin_hash=$(sha256sum "$here/pins.env" | cut -c1-12)
+dir=${VIGIL_TESTBIN:-${HOME}/.cache/vigil/testbin/${KUBERNETES_VERSION}-${pin_hash}}
+if [[ "${1:-}" == "--dir" ]]; then
+	echo "$dir"
+	exit 0
+fi
+
+# require MODULE_DIR MODULE VERSION: the tools module must pin what pins.env says.
+require() {
+	local got
+	got=$(awk -v m="$2" '$1 == m && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == m {print $3; exit}' "$here/$1/go.mod")
+	if [[ "$got" != "$3" ]]; then
+		echo "testbin: $1/go.mod pins $2 at '${got:-nothing}' but pins.env says $3;" \
+			"run: (cd sandbox/tools/$1 && go get $2@$3)" >&2
+		exit 1
+	fi
+}
+require etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+require kube k8s.io/kubernetes "$KUBERNETES_VERSION"
+require kwok sigs.k8s.io/kwok "$KWOK_VERSION"
+require attacher github.com/kubernetes-csi/external-attacher/v4 "$EXTERNAL_ATTACHER_VERSION"
+require provisioner github.com/kubernetes-csi/external-provisioner/v6 "$EXTERNAL_PROVISIONER_VERSION"
+if grep -E '^\s*k8s\.io/[a-z-]+ => ' "$here/kube/go.mod" | grep -vq " $KUBERNETES_STAGING_VERSION\$"; then
+	echo "testbin: kube/go.mod replaces a staging module with a version other than $KUBERNETES_STAGING_VERSION" >&2
+	exit 1
+fi
+
+mkdir -p "$dir"
+rm -rf "$dir"/.build.* # left by an interrupted run
+step=0
+total=5
+start_all=$SECONDS
+
+# build MODULE_DIR LDFLAGS "BINARY=PACKAGE"...: builds the missing binaries of one
+# tools module in one go build (they share most of their packages), into a
+# temporary directory first so that an interrupted build leaves nothing half-written.
+build() {
+	local mod=$1 ldflags=$2
+	shift 2
+	local missing=() pkgs=() names=()
+	for pair in "$@"; do
+		names+=("${pair%%=*}")
+		if [[ ! -x "$dir/${pair%%=*}" ]]; then
+			missing+=("${pair%%=*}")
+			pkgs+=("${pair#*=}")
+		fi
+	done
+	step=$((step + 1))
+	if [[ ${#missing[@]} -eq 0 ]]; then
+		echo "testbin [$step/$total] ${names[*]}: present"
+		return
+	fi
+	echo "testbin [$step/$total] building ${missing[*]} (module sandbox/tools/$mod) ..."
+	local t0=$SECONDS tmp
+	tmp=$(mktemp -d "$dir/.build.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	local out="$tmp/"
+	# One package: name the output (etcd's main package path ends in /v3).
+	[[ ${#pkgs[@]} -eq 1 ]] && out="$tmp/${missing[0]}"
+	(cd "$here/$mod" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}")
+	for n in "${missing[@]}"; do
+		mv "$tmp/$n" "$dir/$n"
+	done
+	rmdir "$tmp"
+	trap - EXIT
+	echo "testbin [$step/$total] built ${missing[*]} in $((SECONDS - t0))s"
+}
+
+cv=k8s.io/component-base/version
+kube_minor=${KUBERNETES_VERSION#v1.}
+kube_minor=${kube_minor%%.*}
+kube_ld="-X $cv.gitVersion=$KUBERNETES_VERSION -X $cv.gitMajor=1 -X $cv.gitMinor=$kube_minor -X $cv.gitTreeState=clean"
+kube_ld+=" -X $cv.buildDate=1970-01-01T00:00:00Z"
+cg=k8s.io/client-go/pkg/version
+kube_ld+=" -X $cg.gitVersion=$KUBERNETES_VERSION -X $cg.gitMajor=1 -X $cg.gitMinor=$kube_minor -X $cg.gitTreeState=clean"
+kwok_ld="-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+
+build etcd "" etcd=go.etcd.io/etcd/server/v3
+build kwok "$kwok_ld" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+build kube "$kube_ld" \
+	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
+build attacher "-X main.version=$EXTERNAL_ATTACHER_VERSION" \
+	csi-attacher=github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+build provisioner "-X main.version=$EXTERNAL_PROVISIONER_VERSION" \
+	csi-provisioner=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+echo "testbin: all binaries in $dir ($((SECONDS - start_all))s)"
