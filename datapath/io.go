@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -104,10 +105,13 @@ func (s *Store) Flush(volumeID, node string, epoch uint64) error {
 }
 
 // fileErr turns "file already closed" (the volume was deleted or the store
-// closed under a flush) into ErrNotFound.
+// closed under a flush) into ErrNotFound, and a full disk into ErrNoSpace.
 func fileErr(err error) error {
-	if errors.Is(err, os.ErrClosed) {
+	switch {
+	case errors.Is(err, os.ErrClosed):
 		return fmt.Errorf("%w: volume is gone: %v", ErrNotFound, err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%w: the data directory's file system is full: %v", ErrNoSpace, err)
 	}
 	return err
 }

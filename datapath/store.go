@@ -240,7 +240,7 @@ func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, 
 	rec := volumeRecord{ID: newID(), Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}
 	f, err := s.createFile(rec.ID, size)
 	if err != nil {
-		return Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+		return Volume{}, fmt.Errorf("create volume %q: %w", name, fileErr(err))
 	}
 	if err := s.db.Update(func(tx *bolt.Tx) error { return putVolume(tx, rec) }); err != nil {
 		_ = f.Close()

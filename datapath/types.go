@@ -95,8 +95,8 @@ type Connectivity struct {
 const (
 	// MaxIOSize is the largest read or write in one request.
 	MaxIOSize = 4 << 20
-	// MaxVolumeSize is the largest volume (64 TiB).
-	MaxVolumeSize int64 = 64 << 40
+	// MaxVolumeSize is the largest volume (8 TiB; ext4 caps a file at 16 TiB).
+	MaxVolumeSize int64 = 8 << 40
 	// MaxNameLen is the longest volume name.
 	MaxNameLen = 256
 	// MaxNodeLen is the longest node name (a Kubernetes node name is ≤ 253).
