@@ -75,7 +75,9 @@ func (k *kubelet) execute(ctx context.Context, p plan) {
 		}
 		wait := k.backoff.fail(key, k.cfg.Clock.Now())
 		k.mu.Unlock()
-		k.failed(p, s, err, wait)
+		if ctx.Err() == nil { // a stop is no failure to report
+			k.failed(p, s, err, wait)
+		}
 		return
 	}
 }
