@@ -48,15 +48,24 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 
 func newFixtureWith(t *testing.T, setup func(*fakeNode), objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{t: t, root: t.TempDir(), rec: record.NewFakeRecorder(100),
+	root := t.TempDir()
+	fn, client := startFakeNode(t, root)
+	setup(fn)
+	f := newFixtureOn(t, root, fn.endpoint, client, objs...)
+	f.csi = fn
+	return f
+}
+
+// newFixtureOn is a fixture whose stand-in calls the CSI node service at
+// endpoint through client, with root as its kubelet directory.
+func newFixtureOn(t *testing.T, root, endpoint string, csiClient nodeClient, objs ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{t: t, root: root, rec: record.NewFakeRecorder(100),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}, Status: corev1.NodeStatus{
 		VolumesAttached: []corev1.AttachedVolume{{Name: "kubernetes.io/csi/driver.vigil.io^attached-by-adc", DevicePath: ""}}}}
 	f.client = fake.NewClientset(node)
-	var csiClient nodeClient
-	f.csi, csiClient = startFakeNode(t, f.root)
-	setup(f.csi)
-	cfg, err := Config{NodeName: testNode, Client: f.client, CSIEndpoint: f.csi.endpoint, RootDir: f.root,
+	cfg, err := Config{NodeName: testNode, Client: f.client, CSIEndpoint: endpoint, RootDir: f.root,
 		Clock: f.clock, Recorder: f.rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.withDefaults()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,146 @@
+package kubelet
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+	vcsi "github.com/vigil-storage/vigil/datapath/csi"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
+	enginenode "github.com/vigil-storage/vigil/engine-node"
+	"github.com/vigil-storage/vigil/engine-node/fusedisk"
+	"github.com/vigil-storage/vigil/engine-node/loopdev"
+)
+
+// requireRealStack skips unless the engine's FUSE + loop + ext4 stack works here.
+func requireRealStack(t *testing.T) {
+	t.Helper()
+	if err := fusedisk.Usable(); err != nil {
+		t.Skipf("needs FUSE: %v", err)
+	}
+	if err := loopdev.Usable(); err != nil {
+		t.Skipf("needs loop devices: %v", err)
+	}
+	for _, tool := range []string{"mkfs.ext4", "blkid"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+}
+
+// mountsUnder lists the mount points below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// TestKubelet_RealNodeService drives the stand-in against the real engine-node
+// node service (FUSE disk over a real datapath, loop device, ext4): the pod's
+// target path holds a writable filesystem, and after the pod goes nothing of
+// it stays mounted.
+func TestKubelet_RealNodeService(t *testing.T) {
+	requireRealStack(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dp := datapathtest.Start(t, datapath.Options{})
+	dpc, err := client.Dial(ctx, dp.Addr, dp.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dpc.Close() })
+	vol, err := dpc.CreateVolume(ctx, "pv-1", 64<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := dpc.Grant(ctx, vol.ID, testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	state := t.TempDir()
+	ns, err := enginenode.NewNodeServer(ctx, enginenode.Config{NodeName: testNode, StateDir: state, BootID: "boot-1", Datapath: dpc, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	sockDir, err := os.MkdirTemp("", "kltreal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	endpoint := "unix://" + filepath.Join(sockDir, "csi.sock")
+	srv := vcsi.NewServer(nil, vcsi.WithNodeService(ns), vcsi.WithLogger(quiet))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, endpoint) }()
+	t.Cleanup(func() { srv.Stop(); <-served })
+	<-srv.Ready()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	pod := newPod("web", claimVolume("data", "claim-1"))
+	root := t.TempDir()
+	f := newFixtureOn(t, root, endpoint, csi.NewNodeClient(conn),
+		newPVC("claim-1", "pv-1"), newPV("pv-1", vol.ID), newVA("pv-1", vol.ID, true, strconv.FormatUint(epoch, 10)), pod)
+	t.Cleanup(func() { // whatever a failure left mounted
+		f.remove(pod)
+		f.sync()
+	})
+	f.sync()
+	if w := f.warnings(); len(w) != 0 {
+		t.Fatalf("warnings: %q", w)
+	}
+	target := TargetPath(root, pod.UID, "pv-1", false)
+	if err := os.WriteFile(filepath.Join(target, "hello"), []byte("world"), 0o600); err != nil {
+		t.Fatalf("write through the published target: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(StagingPath(root, "driver.vigil.io", vol.ID, "pv-1", false), "hello")); err != nil || string(got) != "world" {
+		t.Fatalf("read through the staging mount: %q, %v", got, err)
+	}
+	if got := f.nodeInUse(); len(got) != 1 || got[0] != UniqueVolumeName("driver.vigil.io", vol.ID) {
+		t.Errorf("volumesInUse = %v", got)
+	}
+
+	f.remove(pod)
+	f.sync()
+	if w := f.warnings(); len(w) != 0 {
+		t.Fatalf("warnings: %q", w)
+	}
+	if m := mountsUnder(t, root); len(m) != 0 {
+		t.Errorf("still mounted after the pod went: %v", m)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("target %s left behind: %v", target, err)
+	}
+	if got := f.nodeInUse(); len(got) != 0 {
+		t.Errorf("volumesInUse = %v, want none", got)
+	}
+}
