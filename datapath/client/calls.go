@@ -117,7 +117,15 @@ func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint6
 		return fmt.Errorf("%w: write to volume %s: %d bytes, at most %d per request", datapath.ErrInvalidArgument, volumeID, len(p), datapath.MaxIOSize)
 	}
 	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Data: p}
-	return c.invoke(ctx, wire.MethodWrite, req, &wire.Empty{}, retryTransport)
+	err := c.invoke(ctx, wire.MethodWrite, req, &wire.Empty{}, retryTransport)
+	// gRPC sends p without copying it. When a call fails (a timeout, a lost
+	// connection) the transport may still be reading p after Invoke returns;
+	// wait until it lets go, so the caller can reuse p at once and a failed
+	// write can never carry bytes the caller wrote into p afterwards.
+	if !req.WaitReleased(c.opts.timeout) && err == nil {
+		err = fmt.Errorf("write volume %s: the transport did not release the buffer within %s", volumeID, c.opts.timeout)
+	}
+	return err
 }
 
 // ReadAt reads n bytes at offset off, as node under epoch. Errors as WriteAt.

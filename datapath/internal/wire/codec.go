@@ -2,6 +2,8 @@ package wire
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/mem"
 )
@@ -46,9 +48,23 @@ type Codec struct{}
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return CodecName }
 
-// Marshal implements encoding.CodecV2. Payload bytes are referenced, not copied:
-// gRPC finishes with them before Invoke (or the handler's send) returns.
+// Marshal implements encoding.CodecV2. A WriteRequest's payload is referenced,
+// not copied; gRPC releases it when the transport is done with it, which may be
+// after Invoke returns if the call failed, so the client waits for that
+// (WriteRequest.WaitReleased) before giving the caller its buffer back. Other
+// payloads (a read's answer on the server) are fresh slices nobody reuses.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(*WriteRequest); ok && len(w.Data) > 0 {
+		h := w.Header(make([]byte, 0, 64))
+		data := w.Data[:len(w.Data):len(w.Data)]
+		if mem.IsBelowBufferPoolingThreshold(len(data)) {
+			// Too small for gRPC to track its release: copy it instead.
+			return mem.BufferSlice{mem.SliceBuffer(append(h, data...))}, nil
+		}
+		pool := &releasePool{done: make(chan struct{})}
+		w.released = append(w.released, pool.done)
+		return mem.BufferSlice{mem.SliceBuffer(h), mem.NewBuffer(&data, pool)}, nil
+	}
 	if p, ok := v.(payloader); ok {
 		h := p.Header(make([]byte, 0, 64))
 		if len(p.Payload()) == 0 {
@@ -62,6 +78,17 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	return mem.BufferSlice{mem.SliceBuffer(m.MarshalAppend(nil))}, nil
 }
+
+// releasePool is the mem.BufferPool of one write payload: gRPC "returns" the
+// payload to it when the last reference is freed, which tells the client the
+// caller's buffer is no longer read.
+type releasePool struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (p *releasePool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (p *releasePool) Put(*[]byte)       { p.once.Do(func() { close(p.done) }) }
 
 // Unmarshal implements encoding.CodecV2. A Frame takes a reference to the
 // received buffers; any other message decodes from one fresh copy, which it
@@ -151,4 +178,22 @@ func (f *Frame) DecodeWrite() (WriteRequest, [][]byte, error) {
 		skip = 0
 	}
 	return m, iov, nil
+}
+
+// WaitReleased waits until gRPC has let go of the payload of every attempt to
+// send m, or until max has passed; it reports whether all were released.
+func (m *WriteRequest) WaitReleased(max time.Duration) bool {
+	if len(m.released) == 0 {
+		return true
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for _, ch := range m.released {
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
 }

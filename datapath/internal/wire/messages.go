@@ -227,6 +227,8 @@ type WriteRequest struct {
 	IOTarget
 	Offset int64
 	Data   []byte
+
+	released []chan struct{} // one per marshal: closed when gRPC frees Data
 }
 
 // Header encodes everything but the payload bytes themselves.
