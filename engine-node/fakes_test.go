@@ -30,6 +30,7 @@ type fakeDatapath struct {
 	vols       map[string]*fakeVol
 	lateWrites int           // writes accepted from a node after its fence: must stay 0
 	stallAfter int           // reads left before reads stall (<0: never)
+	stallWrite bool          // the next write stalls
 	stalled    chan struct{} // closed when a read stalls
 }
 
@@ -41,8 +42,11 @@ type fakeVol struct {
 	fenced map[string]bool
 }
 
-func newFakeDatapath(t testing.TB) *fakeDatapath {
-	d := &fakeDatapath{dir: t.TempDir(), vols: map[string]*fakeVol{}, stallAfter: -1, stalled: make(chan struct{})}
+func newFakeDatapath(t testing.TB) *fakeDatapath { return newFakeDatapathIn(t, t.TempDir()) }
+
+// newFakeDatapathIn keeps the volume images in dir, shared with a child process.
+func newFakeDatapathIn(t testing.TB, dir string) *fakeDatapath {
+	d := &fakeDatapath{dir: dir, vols: map[string]*fakeVol{}, stallAfter: -1, stalled: make(chan struct{})}
 	t.Cleanup(func() {
 		for _, v := range d.vols {
 			v.f.Close()
@@ -143,8 +147,15 @@ func (d *fakeDatapath) ReadAt(ctx context.Context, id, node string, epoch uint64
 	return p, nil
 }
 
-func (d *fakeDatapath) WriteAt(_ context.Context, id, node string, epoch uint64, off int64, p []byte) error {
+func (d *fakeDatapath) WriteAt(ctx context.Context, id, node string, epoch uint64, off int64, p []byte) error {
 	d.mu.Lock()
+	if d.stallWrite {
+		d.stallWrite = false
+		close(d.stalled)
+		d.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	defer d.mu.Unlock()
 	v, err := d.check(id, node, epoch)
 	if err != nil {
@@ -189,9 +200,14 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // unpublishes and unstages whatever is left and checks nothing leaked.
 func newTestServer(t testing.TB, dp Datapath, node string) *NodeServer {
 	t.Helper()
-	stateDir := t.TempDir()
+	return newTestServerIn(t, dp, node, t.TempDir(), "boot-1")
+}
+
+// newTestServerIn starts a NodeServer on an existing state directory.
+func newTestServerIn(t testing.TB, dp Datapath, node, stateDir, bootID string) *NodeServer {
+	t.Helper()
 	n, err := NewNodeServer(context.Background(), Config{
-		NodeName: node, StateDir: stateDir, BootID: "boot-1", Datapath: dp,
+		NodeName: node, StateDir: stateDir, BootID: bootID, Datapath: dp,
 		IOTimeout: 5 * time.Second, Log: quiet,
 	})
 	if err != nil {
@@ -271,3 +287,5 @@ func publishReq(id, staging, target string, c *csi.VolumeCapability) *csi.NodePu
 		VolumeContext: map[string]string{podUIDKey: "uid-1", podNameKey: "web-0", podNamespaceKey: "default"},
 	}
 }
+
+func bytesReader(s string) *strings.Reader { return strings.NewReader(s) }

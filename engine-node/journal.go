@@ -85,7 +85,7 @@ func OpenJournal(stateDir, bootID string) (*Journal, string, error) {
 		return nil, "", fmt.Errorf("open journal: %w", err)
 	}
 	path := filepath.Join(stateDir, JournalFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, "", fmt.Errorf("open journal %s: %w", path, err)
 	}

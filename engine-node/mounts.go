@@ -15,6 +15,8 @@ import (
 
 // Mount is one line of /proc/self/mountinfo.
 type Mount struct {
+	// Dev is the "major:minor" of the mounted filesystem.
+	Dev        string
 	MountPoint string
 	FsType     string
 	Source     string
@@ -39,6 +41,7 @@ func parseMountInfo(r io.Reader) ([]Mount, error) {
 			return nil, fmt.Errorf("mountinfo: malformed line %q", sc.Text())
 		}
 		out = append(out, Mount{
+			Dev:        fields[2],
 			MountPoint: unescapeOctal(fields[4]),
 			Options:    fields[5],
 			FsType:     fields[sep+1],
@@ -139,4 +142,32 @@ func removePath(path string) error {
 		return nil
 	}
 	return fmt.Errorf("remove %s: %w", path, err)
+}
+
+// fuseControl is where the kernel's fusectl filesystem lists FUSE connections.
+const fuseControl = "/sys/fs/fuse/connections"
+
+// abortFuse aborts the FUSE connection mounted at dir, if any: every request
+// pending on it fails at once. A FUSE server killed while the kernel waited on
+// it (a mount(2) stuck on a read through the loop device) cannot exit until
+// then. Only the mount table is consulted: touching the dead mount would hang.
+func abortFuse(dir string) error {
+	m, ok, err := mountAt(dir)
+	if err != nil || !ok || !strings.HasPrefix(m.FsType, "fuse") {
+		return err
+	}
+	var major, minor uint64
+	if _, err := fmt.Sscanf(m.Dev, "%d:%d", &major, &minor); err != nil {
+		return fmt.Errorf("abort FUSE at %s: device %q: %w", dir, m.Dev, err)
+	}
+	if _, mounted, _ := mountAt(fuseControl); !mounted {
+		if err := unix.Mount("fusectl", fuseControl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("abort FUSE at %s: mount fusectl: %w", dir, err)
+		}
+	}
+	abort := filepath.Join(fuseControl, strconv.FormatUint(major<<20|minor, 10), "abort")
+	if err := os.WriteFile(abort, []byte("1"), 0o200); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("abort FUSE at %s: %w", dir, err)
+	}
+	return nil
 }

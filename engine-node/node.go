@@ -71,7 +71,7 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	j, previousBoot, err := OpenJournal(cfg.StateDir, cfg.BootID)
+	j, previousBoot, err := openJournalAfterCrash(cfg.StateDir, cfg.BootID)
 	if err != nil {
 		return nil, err
 	}

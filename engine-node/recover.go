@@ -146,7 +146,7 @@ func (n *NodeServer) sweep() error {
 	}
 	for _, m := range all {
 		if filepath.Dir(m.MountPoint) == root && !liveDirs[m.MountPoint] {
-			errs = append(errs, n.count(unmountDisk(m.MountPoint)))
+			errs = append(errs, n.count(errors.Join(abortFuse(m.MountPoint), unmountDisk(m.MountPoint))))
 		}
 	}
 	entries, _ := os.ReadDir(root)

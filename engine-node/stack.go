@@ -95,6 +95,12 @@ func (n *NodeServer) teardownLive(rec StageRecord, st *stack) error {
 // process: the mount at the staging path, loop devices backed by a file in the
 // disk directory, the FUSE mount and the directory itself. It is idempotent.
 func (n *NodeServer) teardownRecord(rec StageRecord) error {
+	if n.live(rec.VolumeID) == nil {
+		// Not served by this process: its server is dead or dying.
+		if err := abortFuse(rec.DiskDir); err != nil {
+			return err
+		}
+	}
 	if !rec.Block && rec.StagingPath != "" {
 		if err := unmountAll(rec.StagingPath); err != nil {
 			return err

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // FileName is the name of the one file in every mounted Disk.
@@ -65,6 +67,12 @@ func Mount(dir string, size int64, b Backend, o Options) (*Disk, error) {
 	file := &diskFile{size: size, backend: b, onError: o.OnError}
 	root := &fs.Inode{}
 	timeout := time.Hour // the tree never changes: cache entries and attributes
+	// go-fuse opens /dev/fuse without O_CLOEXEC. A child (mkfs, blkid) that
+	// inherited it would keep the connection alive after this process dies,
+	// and when that child waits on the disk, nothing ever ends the wait. No
+	// fork may happen between the open and setting FD_CLOEXEC.
+	syscall.ForkLock.Lock()
+	defer syscall.ForkLock.Unlock()
 	server, err := fs.Mount(dir, root, &fs.Options{
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
@@ -81,10 +89,15 @@ func Mount(dir string, size int64, b Backend, o Options) (*Disk, error) {
 			root.AddChild(FileName, ch, false)
 		},
 	})
+	cerr := closeOnExec("/dev/fuse")
 	if err != nil {
 		return nil, fmt.Errorf("mount disk at %s: %w", dir, err)
 	}
-	return &Disk{dir: dir, server: server}, nil
+	d := &Disk{dir: dir, server: server}
+	if cerr != nil {
+		return nil, errors.Join(fmt.Errorf("mount disk at %s: %w", dir, cerr), d.Unmount())
+	}
+	return d, nil
 }
 
 // Path is the disk file's path, for attaching a loop device.
@@ -193,4 +206,26 @@ func Usable() error {
 		return fmt.Errorf("fusedisk needs /dev/fuse: %w", err)
 	}
 	return f.Close()
+}
+
+// closeOnExec sets FD_CLOEXEC on every descriptor of this process open on dev.
+func closeOnExec(dev string) error {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != dev {
+			continue
+		}
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return fmt.Errorf("set close-on-exec on %s (fd %d): %w", dev, fd, err)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -144,5 +146,17 @@ func TestMount_BadSize_Refused(t *testing.T) {
 		if _, err := Mount(t.TempDir(), size, &memBackend{}, Options{}); !errors.Is(err, ErrInvalidSize) {
 			t.Errorf("size %d: %v, want ErrInvalidSize", size, err)
 		}
+	}
+}
+
+func TestMount_DevFuse_NotInheritedByChildren(t *testing.T) {
+	b := &memBackend{data: make([]byte, 4096)}
+	mountForTest(t, b, Options{})
+	out, err := exec.Command("sh", "-c", "ls -l /proc/self/fd/").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "/dev/fuse") {
+		t.Fatalf("a child inherited /dev/fuse:\n%s", out)
 	}
 }
