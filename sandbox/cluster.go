@@ -36,9 +36,7 @@ func Up(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if err := preflight(cfg); err != nil {
-		return nil, err
-	}
+	_, statErr := os.Stat(cfg.WorkDir)
 	unlock, err := lockWorkDir(cfg.WorkDir)
 	if err != nil {
 		return nil, err
@@ -46,6 +44,12 @@ func Up(ctx context.Context, cfg Config) (*Sandbox, error) {
 	defer unlock()
 	if _, err := loadState(cfg.WorkDir); err == nil {
 		return nil, fmt.Errorf("%w: sandbox %q (work dir %s): run `vigil-sandbox down` first", ErrAlreadyUp, cfg.Name, cfg.WorkDir)
+	}
+	if err := preflight(cfg); err != nil {
+		if os.IsNotExist(statErr) {
+			os.RemoveAll(cfg.WorkDir) // created only for the lock
+		}
+		return nil, err
 	}
 	st, err := newState(cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -62,6 +63,9 @@ func teardown(st *state, logf func(string, ...any)) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := unmountEmptyNetnsDir(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		logf("sandbox: %s down", st.Name)
 	}
@@ -101,5 +105,28 @@ func deleteCluster(st *state) error {
 		return errors.Join(kerr, err)
 	}
 	// kwokctl's own failure does not matter once every process it started is gone.
+	return nil
+}
+
+// unmountEmptyNetnsDir undoes the bind mount `ip netns add` puts on /run/netns
+// (so that namespaces it pins can be shared) once no namespace is left in it; while
+// any other namespace remains, the mount stays for its owner.
+func unmountEmptyNetnsDir() error {
+	const dir = "/run/netns"
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) > 0 {
+		return nil
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == dir {
+			if err := syscall.Unmount(dir, 0); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EBUSY) {
+				return fmt.Errorf("unmount %s: %w", dir, err)
+			}
+		}
+	}
 	return nil
 }

@@ -66,7 +66,9 @@ func (s *Sandbox) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 	return s.WaitNodeReady(ctx, timeout, corev1.ConditionTrue, names...)
 }
 
-// WaitNodeReady waits until each named node's Ready condition has status want.
+// WaitNodeReady waits until each named node's Ready condition has status want;
+// for True, also until the node lifecycle controller has removed its not-ready and
+// unreachable taints (only then are pods scheduled there).
 func (s *Sandbox) WaitNodeReady(ctx context.Context, timeout time.Duration, want corev1.ConditionStatus, names ...string) error {
 	what := fmt.Sprintf("nodes %v Ready=%s", names, want)
 	return Poll(ctx, timeout, what, func(ctx context.Context) (bool, string, error) {
@@ -79,6 +81,8 @@ func (s *Sandbox) WaitNodeReady(ctx context.Context, timeout time.Duration, want
 			}
 			if got := NodeReadyStatus(n); got != want {
 				notes = append(notes, fmt.Sprintf("%s Ready=%s", name, got))
+			} else if want == corev1.ConditionTrue && hasHealthTaint(n) {
+				notes = append(notes, fmt.Sprintf("%s Ready but still tainted %v", name, n.Spec.Taints))
 			}
 		}
 		return len(notes) == 0, strings.Join(notes, "; "), nil
@@ -142,4 +146,13 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.EventTime.Time
 	}
 	return e.CreationTimestamp.Time
+}
+
+func hasHealthTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return true
+		}
+	}
+	return false
 }

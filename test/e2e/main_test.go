@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/sandbox"
+)
+
+// Timings of the suite's sandbox: short, so that the whole run takes minutes.
+const (
+	nodeMonitorGrace  = 10 * time.Second
+	tolerationSeconds = 10
+	podGraceSeconds   = 5
+)
+
+// sb is the sandbox every test of the package shares.
+var sb *sandbox.Sandbox
+
+// standIn is registered on every node: a stand-in for the processes later work
+// runs per node (vigil-engine-node, a kubelet stand-in). It records its boot id.
+var standIn = sandbox.ProcessSpec{Name: "stand-in", Args: []string{"sh", "-c",
+	`echo "$VIGIL_BOOT_ID" > "$VIGIL_NODE_DIR/stand-in.boot"; exec sleep 100000`}}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped, the sandbox needs root (network namespaces)")
+		return 0
+	}
+	workDir := filepath.Join(os.TempDir(), "vigil-e2e")
+	// A previous run that crashed may have left its sandbox: remove it first.
+	if err := sandbox.DownWorkDir(workDir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: removing a leftover sandbox:", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		_ = sandbox.DownWorkDir(workDir)
+		os.Exit(1)
+	}()
+	defer func() {
+		if err := sandbox.DownWorkDir(workDir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: sandbox down:", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	var err error
+	sb, err = sandbox.Up(ctx, sandbox.Config{Name: "e2e", WorkDir: workDir, Nodes: 3,
+		NodeMonitorGracePeriod: nodeMonitorGrace, DefaultTolerationSeconds: tolerationSeconds,
+		Subnet: "10.213.128.0/24"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: sandbox up:", err)
+		return 1
+	}
+	if err := sb.AddProcess("", standIn); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: add stand-in:", err)
+		return 1
+	}
+	fmt.Printf("e2e: sandbox with 3 Ready nodes in %.1fs (work dir %s)\n", time.Since(t0).Seconds(), workDir)
+	return m.Run()
+}
