@@ -14,6 +14,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // writerDirEnv makes the test binary a writer process (TestHelperWriter).
@@ -63,20 +65,68 @@ func writeAndSync(path string, data []byte) error {
 	return f.Close()
 }
 
-func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
-	requireRealStack(t)
+// fenceBackend is a datapath the fencing test drives from the side.
+type fenceBackend struct {
+	dp    Datapath
+	id    string
+	grant func(node string) uint64
+	fence func(node string)
+	late  func() int // writes accepted after the fence, when the backend can tell
+}
+
+func fakeFenceBackend(t *testing.T) fenceBackend {
 	dp := newFakeDatapath(t)
 	dp.create(t, "vol-f", testSize)
-	a := newTestServer(t, dp, "node-a")
+	return fenceBackend{dp: dp, id: "vol-f",
+		grant: func(node string) uint64 { return dp.grant("vol-f", node) },
+		fence: func(node string) { dp.fence("vol-f", node) },
+		late:  dp.late}
+}
+
+func realFenceBackend(t *testing.T) fenceBackend {
+	c := startRealDatapath(t)
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, "pvc-fence", testSize, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fenceBackend{dp: c, id: vol.ID,
+		grant: func(node string) uint64 {
+			e, err := c.Grant(ctx, vol.ID, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		},
+		fence: func(node string) {
+			if _, err := c.Fence(ctx, vol.ID, node); err != nil {
+				t.Error(err)
+			}
+		},
+		late: func() int { return 0 }}
+}
+
+// TestNodeServer_Fence_WritesFailWithEIO: an application writes and fsyncs
+// files on the mounted volume; the volume is fenced from the side; from then on
+// its writes fail with EIO, the datapath takes nothing more from this node, and
+// a new node sees exactly the files synced before the fence. Run against the
+// test double (which counts late writes) and the real datapath server.
+func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
+	requireRealStack(t)
+	t.Run("fake datapath", func(t *testing.T) { testFence(t, fakeFenceBackend(t)) })
+	t.Run("real datapath", func(t *testing.T) { testFence(t, realFenceBackend(t)) })
+}
+
+func testFence(t *testing.T, fb fenceBackend) {
+	a := newTestServer(t, fb.dp, "node-a")
 	ctx := context.Background()
 	staging, target := t.TempDir(), filepath.Join(t.TempDir(), "m")
-	if _, err := a.NodeStageVolume(ctx, stageReq("vol-f", staging, dp.grant("vol-f", "node-a"), mountCap())); err != nil {
+	if _, err := a.NodeStageVolume(ctx, stageReq(fb.id, staging, fb.grant("node-a"), mountCap())); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.NodePublishVolume(ctx, publishReq("vol-f", staging, target, mountCap())); err != nil {
+	if _, err := a.NodePublishVolume(ctx, publishReq(fb.id, staging, target, mountCap())); err != nil {
 		t.Fatal(err)
 	}
-
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWriter$")
 	cmd.Env = append(os.Environ(), writerDirEnv+"="+target)
 	out, err := cmd.StdoutPipe()
@@ -98,7 +148,7 @@ func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
 		case strings.HasPrefix(line, "ok "):
 			okBefore++
 			if okBefore == 10 {
-				dp.fence("vol-f", "node-a") // from the side, as the manager would
+				fb.fence("node-a") // from the side, as the manager would
 				fenced = true
 			}
 		case strings.HasPrefix(line, "err "):
@@ -117,22 +167,22 @@ func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.writesFenced); got == 0 {
 		t.Fatal("vigil_engine_writes_fenced_total did not move")
 	}
-	if late := dp.late(); late != 0 {
+	if late := fb.late(); late != 0 {
 		t.Fatalf("datapath accepted %d writes from the fenced node", late)
 	}
 	t.Logf("%d files synced before the fence, %d after, then %q", okBefore, okAfter, failures[0])
 
 	// The node cleans up despite the dead volume; a new node sees exactly what
 	// was synced before the fence.
-	if _, err := a.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-f", TargetPath: target}); err != nil {
+	if _, err := a.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: fb.id, TargetPath: target}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-f", StagingTargetPath: staging}); err != nil {
+	if _, err := a.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: fb.id, StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
-	b := newTestServer(t, dp, "node-b")
+	b := newTestServer(t, fb.dp, "node-b")
 	stagingB := t.TempDir()
-	if _, err := b.NodeStageVolume(ctx, stageReq("vol-f", stagingB, dp.grant("vol-f", "node-b"), mountCap())); err != nil {
+	if _, err := b.NodeStageVolume(ctx, stageReq(fb.id, stagingB, fb.grant("node-b"), mountCap())); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < okBefore+okAfter; i++ {

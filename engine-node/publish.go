@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -138,15 +139,19 @@ func (n *NodeServer) unpublish(volumeID, target string) error {
 
 // NodeGetVolumeStats reports capacity and usage of a staged or published path.
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	path, err := checkVolumeAndPath(req.GetVolumeId(), "volume_path", req.GetVolumePath())
-	if err != nil {
-		return nil, err
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume_id is missing")
 	}
+	if req.GetVolumePath() == "" {
+		return nil, invalid("volume_path is missing")
+	}
+	// A relative path cannot be where a volume is: NotFound, as sanity expects.
+	path := filepath.Clean(req.GetVolumePath())
 	rec, ok, err := n.journal.Stage(req.GetVolumeId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !ok || !exists(path) {
+	if !ok || !filepath.IsAbs(path) || !exists(path) {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s on node %s", req.GetVolumeId(), path, n.cfg.NodeName)
 	}
 	if path != rec.StagingPath {
