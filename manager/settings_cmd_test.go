@@ -1,0 +1,270 @@
+package manager
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/vigil-storage/vigil/settings"
+)
+
+// runSettingsCLI runs the app in-process with args after the program name.
+func runSettingsCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := App()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	err := app.Run(append([]string{"vigil-manager"}, args...))
+	return out.String(), err
+}
+
+// isolate points the default store and VIGIL_SETTINGS_STORE at a fresh bolt file
+// and returns its spec.
+func isolate(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+	spec := "bolt:" + filepath.Join(dir, "settings.db")
+	t.Setenv(settings.StoreEnv, spec)
+	return spec
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := runSettingsCLI(t, args...)
+	if err != nil {
+		t.Fatalf("vigil-manager %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func TestSettingsCmd_SetGetReset(t *testing.T) {
+	isolate(t)
+	out := mustRun(t, "settings", "set", "node-down-pod-deletion-policy", "delete-statefulset-pod")
+	if !strings.Contains(out, "delete-statefulset-pod (was do-nothing") {
+		t.Errorf("set output %q", out)
+	}
+	if got := mustRun(t, "settings", "get", "-o", "value", "node-down-pod-deletion-policy"); got != "delete-statefulset-pod\n" {
+		t.Fatalf("get = %q", got)
+	}
+	mustRun(t, "settings", "set", "node-down-grace-period", "90s")
+	if got := mustRun(t, "settings", "get", "node-down-grace-period"); !strings.Contains(got, "1m30s") || !strings.Contains(got, "store") {
+		t.Fatalf("get table = %q, want the canonical value and its source", got)
+	}
+	mustRun(t, "settings", "reset", "node-down-pod-deletion-policy")
+	if got := mustRun(t, "settings", "get", "-o", "value", "node-down-pod-deletion-policy"); got != "do-nothing\n" {
+		t.Fatalf("get after reset = %q", got)
+	}
+}
+
+func TestSettingsCmd_Set_InvalidValueWritesNothing(t *testing.T) {
+	isolate(t)
+	mustRun(t, "settings", "set", "node-down-pod-deletion-policy", "delete-deployment-pod")
+	_, err := runSettingsCLI(t, "settings", "set", "node-down-pod-deletion-policy", "delete-everything")
+	if !errors.Is(err, settings.ErrInvalidValue) {
+		t.Fatalf("set invalid = %v, want ErrInvalidValue", err)
+	}
+	for _, choice := range []string{"do-nothing", "delete-statefulset-pod", "delete-deployment-pod", "delete-both-statefulset-and-deployment-pod", "delete-everything"} {
+		if !strings.Contains(err.Error(), choice) {
+			t.Errorf("error %q does not name %s", err, choice)
+		}
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error is not one line: %q", err)
+	}
+	if got := mustRun(t, "settings", "get", "-o", "value", "node-down-pod-deletion-policy"); got != "delete-deployment-pod\n" {
+		t.Fatalf("value after a refused set = %q", got)
+	}
+	// A refused value does not even create the store file.
+	fresh := filepath.Join(t.TempDir(), "fresh.db")
+	if _, err := runSettingsCLI(t, "settings", "set", "--store", "bolt:"+fresh, "crash-loop-restart-limit", "0"); err == nil {
+		t.Fatal("out-of-range set succeeded")
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused set created %s (%v)", fresh, err)
+	}
+}
+
+func TestSettingsCmd_UnknownSetting(t *testing.T) {
+	isolate(t)
+	for _, args := range [][]string{
+		{"settings", "set", "dryrun", "true"}, {"settings", "get", "dryrun"}, {"settings", "reset", "dryrun"},
+	} {
+		_, err := runSettingsCLI(t, args...)
+		if !errors.Is(err, settings.ErrUnknownSetting) || !strings.Contains(err.Error(), "did you mean dry-run") {
+			t.Errorf("%v = %v, want an unknown setting suggesting dry-run", args, err)
+		}
+	}
+}
+
+func TestSettingsCmd_ManagedRefused(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node-down-pod-deletion-policy")
+	if err := os.WriteFile(path, []byte("delete-both-statefulset-and-deployment-pod\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"settings", "--settings-dir", dir, "set", "node-down-pod-deletion-policy", "do-nothing"},
+		{"settings", "reset", "--settings-dir", dir, "node-down-pod-deletion-policy"},
+	} {
+		_, err := runSettingsCLI(t, args...)
+		if !errors.Is(err, settings.ErrManaged) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%v = %v, want refused naming %s", args, err, path)
+		}
+	}
+	out := mustRun(t, "settings", "list", "--settings-dir", dir, "-o", "json")
+	var entries []map[string]string
+	if err := json.Unmarshal([]byte(out), &entries); err != nil {
+		t.Fatal(err)
+	}
+	if e := entries[0]; e["source"] != "managed" || e["managedPath"] != path || e["value"] != "delete-both-statefulset-and-deployment-pod" {
+		t.Fatalf("list entry %v", e)
+	}
+	if got := mustRun(t, "settings", "get", "-o", "value", "node-down-pod-deletion-policy"); got != "do-nothing\n" {
+		t.Fatalf("the store was written: %q", got)
+	}
+}
+
+func TestSettingsCmd_List_Formats(t *testing.T) {
+	isolate(t)
+	mustRun(t, "settings", "set", "dry-run", "true")
+	var fromJSON, fromYAML []map[string]string
+	if err := json.Unmarshal([]byte(mustRun(t, "settings", "list", "-o", "json")), &fromJSON); err != nil {
+		t.Fatalf("list -o json: %v", err)
+	}
+	if err := yaml.Unmarshal([]byte(mustRun(t, "settings", "list", "-o", "yaml")), &fromYAML); err != nil {
+		t.Fatalf("list -o yaml: %v", err)
+	}
+	for _, entries := range [][]map[string]string{fromJSON, fromYAML} {
+		if len(entries) != len(settings.Definitions()) {
+			t.Fatalf("%d entries, want every setting (%d)", len(entries), len(settings.Definitions()))
+		}
+		for i, d := range settings.Definitions() {
+			e := entries[i]
+			if e["name"] != d.Name || e["default"] != d.Default || e["source"] == "" {
+				t.Errorf("entry %v for %s", e, d.Name)
+			}
+			if d.Name == "dry-run" && (e["value"] != "true" || e["source"] != "store") {
+				t.Errorf("dry-run entry %v, want true from the store", e)
+			}
+		}
+	}
+	table := mustRun(t, "settings", "list")
+	if !strings.HasPrefix(table, "NAME") || strings.Count(table, "\n") != len(settings.Definitions())+1 {
+		t.Errorf("table output:\n%s", table)
+	}
+	if _, err := runSettingsCLI(t, "settings", "list", "-o", "xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml") {
+		t.Errorf("list -o xml = %v", err)
+	}
+}
+
+func TestSettingsCmd_StoreChoice(t *testing.T) {
+	isolate(t)
+	other := "bolt:" + filepath.Join(t.TempDir(), "other.db")
+	mustRun(t, "settings", "--store", other, "set", "dry-run", "true")
+	if got := mustRun(t, "settings", "get", "--store", other, "-o", "value", "dry-run"); got != "true\n" {
+		t.Fatalf("--store after the subcommand: %q", got)
+	}
+	if got := mustRun(t, "settings", "get", "-o", "value", "dry-run"); got != "false\n" {
+		t.Fatalf("VIGIL_SETTINGS_STORE store was written: %q", got)
+	}
+	t.Setenv(settings.StoreEnv, "")
+	mustRun(t, "settings", "set", "crash-loop-restart-limit", "9")
+	if _, err := os.Stat(filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "vigil", "settings.db")); err != nil {
+		t.Fatalf("default store not at $XDG_CONFIG_HOME/vigil/settings.db: %v", err)
+	}
+}
+
+func TestSettingsCmd_BadStore(t *testing.T) {
+	isolate(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		want error
+	}{
+		{[]string{"settings", "--store", "etcd:x", "list"}, settings.ErrInvalidStoreSpec},
+		{[]string{"settings", "--store", "configmap:vigil-system/vigil-settings", "--kubeconfig", kubeconfig, "set", "dry-run", "true"}, settings.ErrStoreUnavailable},
+	}
+	for _, tc := range tests {
+		_, err := runSettingsCLI(t, tc.args...)
+		if !errors.Is(err, tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v = %v, want one line wrapping %v", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestSettingsCmd_Args(t *testing.T) {
+	isolate(t)
+	for _, args := range [][]string{
+		{"settings", "set", "dry-run"}, {"settings", "get"}, {"settings", "list", "extra"},
+		{"settings", "set", "dry-run", "true", "--store", "bolt:/x"},
+	} {
+		if _, err := runSettingsCLI(t, args...); err == nil || !strings.Contains(err.Error(), "settings ") {
+			t.Errorf("%v = %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestSettingsCmd_SetHelpListsSettings(t *testing.T) {
+	app := App()
+	var out bytes.Buffer
+	app.Writer = &out
+	if err := app.Run([]string{"vigil-manager", "settings", "set", "--help"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range settings.Definitions() {
+		if !strings.Contains(out.String(), d.Name) {
+			t.Errorf("settings set --help does not list %s", d.Name)
+		}
+	}
+}
+
+// TestSettingsCmd_AcrossProcesses builds the real binary and runs it as separate
+// processes against one bolt file, as a user would.
+func TestSettingsCmd_AcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "vigil-manager")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/vigil-manager")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	store := "bolt:" + filepath.Join(t.TempDir(), "settings.db")
+	run := func(args ...string) (string, string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), settings.StoreEnv+"="+store)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	if _, stderr, err := run("settings", "set", "node-down-pod-deletion-policy", "delete-statefulset-pod"); err != nil {
+		t.Fatalf("set: %v: %s", err, stderr)
+	}
+	_, stderr, err := run("settings", "set", "node-down-pod-deletion-policy", "delete-everything")
+	if err == nil {
+		t.Fatal("invalid set exited 0")
+	}
+	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "vigil-manager: ") ||
+		!strings.Contains(stderr, "delete-both-statefulset-and-deployment-pod") {
+		t.Fatalf("stderr %q, want one line naming the choices", stderr)
+	}
+	out, stderr, err := run("settings", "get", "-o", "value", "node-down-pod-deletion-policy")
+	if err != nil || out != "delete-statefulset-pod\n" {
+		t.Fatalf("get in a new process = %q, %v (%s)", out, err, stderr)
+	}
+}
