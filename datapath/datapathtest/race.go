@@ -55,7 +55,17 @@ func RaceFence(t *testing.T, imgPath string, write func(off int64, p []byte) err
 			}
 		}(w)
 	}
-	time.Sleep(20 * time.Millisecond)
+	// Let the writers get going (a loaded machine may take a while), then fence
+	// with writes in flight.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		started := len(lastAck) >= writers
+		mu.Unlock()
+		if started {
+			break
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
 	if err := fence(); err != nil {
 		t.Fatal(err)
 	}
