@@ -61,8 +61,10 @@ func Up(ctx context.Context, cfg Config) (*Sandbox, error) {
 	s := &Sandbox{workDir: cfg.WorkDir, logf: cfg.Logf}
 	if err := s.up(ctx, cfg, st); err != nil {
 		if derr := teardown(st, s.logf); derr != nil {
-			err = errors.Join(err, fmt.Errorf("cleanup after failed up: %w", derr))
+			// Keep the state, so that `vigil-sandbox down` can try again.
+			return nil, errors.Join(err, fmt.Errorf("cleanup after failed up: %w", derr))
 		}
+		os.RemoveAll(st.WorkDir)
 		return nil, err
 	}
 	return s, nil
@@ -336,8 +338,13 @@ func (s *Sandbox) waitAPIReady(ctx context.Context, timeout time.Duration) error
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("API server not ready after %s: %v (logs: %s)", timeout, last,
-				filepath.Join(s.workDir, "kwok", "clusters"))
+			log, _ := filepath.Glob(filepath.Join(s.workDir, "kwok", "clusters", "*", "logs", "kube-apiserver.log"))
+			tail := ""
+			if len(log) > 0 {
+				b, _ := os.ReadFile(log[0])
+				tail = "\nkube-apiserver.log:\n" + lastLines(string(b), 10)
+			}
+			return fmt.Errorf("API server not ready after %s: %v%s", timeout, last, tail)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

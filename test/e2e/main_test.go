@@ -38,6 +38,21 @@ func run(m *testing.M) int {
 		return 0
 	}
 	workDir := filepath.Join(os.TempDir(), "vigil-e2e")
+	// One run at a time on a machine: a second run waits here instead of tearing
+	// down the first one's sandbox as a leftover.
+	lock, err := os.OpenFile(workDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Println("e2e: another run holds", lock.Name(), "- waiting for it")
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+	}
 	// A previous run that crashed may have left its sandbox: remove it first.
 	if err := sandbox.DownWorkDir(workDir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: removing a leftover sandbox:", err)
@@ -58,7 +73,6 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	var err error
 	sb, err = sandbox.Up(ctx, sandbox.Config{Name: "e2e", WorkDir: workDir, Nodes: 3,
 		NodeMonitorGracePeriod: nodeMonitorGrace, DefaultTolerationSeconds: tolerationSeconds,
 		Subnet: "10.213.128.0/24"})
