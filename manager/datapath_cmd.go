@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,12 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
 )
 
 // datapathCommand is `vigil-manager datapath serve`: the volume server.
@@ -37,8 +40,60 @@ func datapathCommand() *cli.Command {
 					Usage: "how long calls in progress may take to finish at shutdown"},
 			},
 			Action: datapathServe,
+		}, {
+			Name:  "status",
+			Usage: "list a running server's volumes with their attachment tables (node, epoch, state)",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
+					Usage: "address of the datapath server"},
+				&cli.StringFlag{Name: "token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
+					Usage: "file holding the shared datapath token"},
+				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up after this long"},
+			},
+			Action: datapathStatus,
 		}},
 	}
+}
+
+func datapathStatus(c *cli.Context) error {
+	token, err := datapath.ReadTokenFile(c.String("token-file"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	dp, err := client.Dial(ctx, c.String("addr"), token, client.WithTimeout(c.Duration("timeout")))
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+	vols, err := dp.ListVolumes(ctx)
+	if err != nil {
+		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+	}
+	avail, err := dp.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+	}
+	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "VOLUME\tNAME\tSIZE\tMODE\tNODE\tEPOCH\tSTATE\n")
+	for _, v := range vols {
+		as, err := dp.Attachments(ctx, v.ID)
+		if err != nil {
+			return fmt.Errorf("attachments of %s: %w", v.ID, err)
+		}
+		if len(as) == 0 {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t-\t-\t-\n", v.ID, v.Name, v.Size, v.Access)
+		}
+		for _, a := range as {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", v.ID, v.Name, v.Size, v.Access, a.Node, a.Epoch, a.State)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "%d volumes; %d bytes available\n", len(vols), avail)
+	return nil
 }
 
 func datapathServe(c *cli.Context) error {

@@ -77,6 +77,15 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	if err := c.WriteAt(ctx, v.ID, "node-1", e, 4096, []byte("kept")); err != nil {
 		t.Fatal(err)
 	}
+	var status strings.Builder
+	app := App()
+	app.Writer = &status
+	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", tokenFile}); err != nil {
+		t.Fatalf("datapath status: %v", err)
+	}
+	if !strings.Contains(status.String(), v.ID) || !strings.Contains(status.String(), "node-1") || !strings.Contains(status.String(), "granted") {
+		t.Fatalf("datapath status output lacks the volume or its grant:\n%s", status.String())
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
