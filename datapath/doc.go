@@ -53,4 +53,18 @@
 // runs the server (default 127.0.0.1:9600, vigil.DefaultDatapathAddress). On
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
 // flushes every volume (fdatasync) and closes the database.
+// `vigil-manager datapath status` prints a running server's volumes and
+// attachment tables.
+//
+// # Performance
+//
+// Benchmarks live in datapath/client (go test -run '^$' -bench . ./datapath/client/):
+// sequential 1 MiB writes over loopback against the same writes into a local
+// file (metric "ratio", with the process CPU per MiB of each path), 4 KiB
+// random-write IOPS with and without a flush per write, and Fence latency
+// (p50, p99) while four nodes write to the same volume. A write's payload is
+// not copied on the client (the codec hands the caller's slice to gRPC) nor on
+// the server (pwritev straight from gRPC's receive buffers); what remains is
+// the socket's two kernel copies and gRPC's HTTP/2 framing, which is why a
+// loopback write costs several times the CPU of a local file write.
 package datapath
