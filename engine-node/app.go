@@ -1,0 +1,197 @@
+package enginenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+
+	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	vcsi "github.com/vigil-storage/vigil/datapath/csi"
+)
+
+// Defaults of `vigil-engine-node run`.
+const (
+	DefaultStateDir       = "/var/lib/vigil/engine-node"
+	DefaultCSIEndpoint    = "unix:///var/lib/kubelet/plugins/" + vigil.DriverName + "/csi.sock"
+	DefaultBootIDFile     = "/proc/sys/kernel/random/boot_id"
+	DefaultMetricsAddress = "127.0.0.1:9501"
+)
+
+// DatapathClient is everything the engine uses of a datapath connection.
+type DatapathClient interface {
+	Datapath
+	Heartbeater
+	io.Closer
+}
+
+// DialFunc connects to the datapath at addr with token; the main package passes
+// one that returns *datapath/client.Client.
+type DialFunc func(ctx context.Context, addr, token string) (DatapathClient, error)
+
+// App is the vigil-engine-node command line application.
+func App(dial DialFunc) *cli.App {
+	return &cli.App{
+		Name:            "vigil-engine-node",
+		Usage:           "Vigil's per-node agent: the CSI node service, heartbeats to the datapath and the node journal",
+		Version:         vigil.Version,
+		ExitErrHandler:  func(*cli.Context, error) {}, // main prints the error once
+		HideHelpCommand: true,
+		Commands:        []*cli.Command{runCommand(dial)},
+	}
+}
+
+func runCommand(dial DialFunc) *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "serve the CSI node service for this node until SIGTERM or SIGINT",
+		Description: "Serves NodeStage/Publish/Unpublish/Unstage/GetVolumeStats on --csi-endpoint for the kubelet.\n" +
+			"A staged volume is a FUSE file over the datapath, attached to a loop device, formatted ext4 on\n" +
+			"first use and mounted at the staging path. Every step is journaled in --state-dir; on start,\n" +
+			"what a crashed run left is rolled back or served again, and after a reboot (a new boot id) it is\n" +
+			"cleaned up. Needs root (mount, /dev/fuse, /dev/loop-control), mkfs.ext4 and blkid.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node-name", Required: true, EnvVars: []string{"VIGIL_NODE_NAME", "NODE_NAME"},
+				Usage: "this node's Kubernetes name: the CSI node id and the datapath's name for the node"},
+			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"},
+				Usage: "kubeconfig for the API server (for the fenced-taint cleanup); empty: in-cluster config"},
+			&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH"},
+				Usage: "datapath server address (host:port)"},
+			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
+				Usage: "file holding the shared datapath token"},
+			&cli.StringFlag{Name: "state-dir", Value: DefaultStateDir, EnvVars: []string{"VIGIL_STATE_DIR"},
+				Usage: "directory for journal.db and the FUSE disk mount points; must survive restarts"},
+			&cli.StringFlag{Name: "csi-endpoint", Value: DefaultCSIEndpoint, EnvVars: []string{"CSI_ENDPOINT"},
+				Usage: "unix socket to serve CSI on (unix:///path or a path)"},
+			&cli.StringFlag{Name: "boot-id-file", Value: DefaultBootIDFile, EnvVars: []string{"VIGIL_BOOT_ID_FILE"},
+				Usage: "file holding the boot id that tells a reboot from a restart (the sandbox points it elsewhere)"},
+			&cli.DurationFlag{Name: "heartbeat-interval", Value: DefaultHeartbeatInterval, EnvVars: []string{"VIGIL_HEARTBEAT_INTERVAL"},
+				Usage: "how often to heartbeat to the datapath"},
+			&cli.DurationFlag{Name: "io-timeout", Value: 30 * time.Second,
+				Usage: "bound on one datapath request made for the kernel; past it the I/O fails with EIO"},
+			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
+				Usage: "host:port for /metrics and /healthz; empty disables"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Action: func(c *cli.Context) error { return run(c, dial) },
+	}
+}
+
+// runOptions are the checked flags.
+type runOptions struct {
+	node, kubeconfig, datapathAddr, token, stateDir, endpoint, bootID, metricsAddr string
+	heartbeat, ioTimeout                                                           time.Duration
+	log                                                                            *slog.Logger
+}
+
+func checkRunFlags(c *cli.Context) (runOptions, error) {
+	if c.Args().Len() > 0 {
+		return runOptions{}, fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())
+	}
+	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"), datapathAddr: c.String("datapath"),
+		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
+		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout")}
+	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
+		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
+	}
+	if _, _, err := net.SplitHostPort(o.datapathAddr); err != nil {
+		return o, fmt.Errorf("--datapath %q: want host:port: %v", o.datapathAddr, err)
+	}
+	if o.heartbeat <= 0 || o.ioTimeout <= 0 {
+		return o, fmt.Errorf("--heartbeat-interval %s and --io-timeout %s must be positive", o.heartbeat, o.ioTimeout)
+	}
+	if o.stateDir == "" {
+		return o, errors.New("--state-dir is empty: want a directory that survives restarts")
+	}
+	if o.kubeconfig != "" {
+		if _, err := os.Stat(o.kubeconfig); err != nil {
+			return o, fmt.Errorf("--kubeconfig: %w", err)
+		}
+	}
+	var err error
+	if o.endpoint, err = vcsi.ParseEndpoint(c.String("csi-endpoint")); err != nil {
+		return o, fmt.Errorf("--csi-endpoint: %w", err)
+	}
+	if o.token, err = datapath.ReadTokenFile(c.String("datapath-token-file")); err != nil {
+		return o, fmt.Errorf("--datapath-token-file: %w", err)
+	}
+	if o.bootID, err = ReadBootID(c.String("boot-id-file")); err != nil {
+		return o, fmt.Errorf("--boot-id-file: %w", err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return o, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+	}
+	o.log = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	return o, nil
+}
+
+func run(c *cli.Context, dial DialFunc) error {
+	o, err := checkRunFlags(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	dp, err := dial(ctx, o.datapathAddr, o.token)
+	if err != nil {
+		return fmt.Errorf("--datapath %s: %w", o.datapathAddr, err)
+	}
+	defer dp.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := NewMetrics(reg)
+	node, err := NewNodeServer(ctx, Config{NodeName: o.node, StateDir: o.stateDir, BootID: o.bootID,
+		Datapath: dp, IOTimeout: o.ioTimeout, Metrics: metrics, Log: o.log})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	go RunHeartbeats(ctx, dp, o.node, o.heartbeat, metrics, o.log)
+	if o.metricsAddr != "" {
+		if err := serveMetrics(ctx, o.metricsAddr, reg, o.log); err != nil {
+			return err
+		}
+	}
+	srv := vcsi.NewServer(nil, vcsi.WithNodeService(node), vcsi.WithLogger(o.log))
+	o.log.Info("engine-node starting", "node", o.node, "datapath", o.datapathAddr, "state", o.stateDir,
+		"csi", o.endpoint, "boot", o.bootID, "version", vigil.Version)
+	return srv.Serve(ctx, o.endpoint)
+}
+
+// serveMetrics serves /metrics and /healthz on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "address", lis.Addr().String())
+	return nil
+}
