@@ -69,7 +69,7 @@ func (s *Store) moveEpoch(v *volume, node string, state AttachmentState) (attach
 	rec := v.rec
 	rec.Epoch++
 	a := attachmentRecord{Epoch: rec.Epoch, State: state, Updated: s.now().UTC()}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, node, a) }); err != nil {
+	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, node, a) }); err != nil {
 		return attachmentRecord{}, err
 	}
 	v.rec = rec
@@ -97,7 +97,7 @@ func (s *Store) Release(volumeID, node string) error {
 		return nil
 	}
 	a.State, a.Updated = StateReleased, s.now().UTC()
-	if err := s.db.Update(func(tx *bolt.Tx) error { return putAttachment(tx, v.rec, node, a) }); err != nil {
+	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, v.rec, node, a) }); err != nil {
 		return fmt.Errorf("release node %s on volume %s: %w", node, volumeID, err)
 	}
 	v.attach[node] = a

@@ -42,6 +42,7 @@ type Options struct {
 type Store struct {
 	dir      string
 	db       *bolt.DB
+	commits  groupCommit // Grant, Fence and Release commit through it
 	now      func() time.Time
 	log      *slog.Logger
 	capacity int64
@@ -86,7 +87,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
-	s := &Store{dir: dir, db: db, now: opts.Now, log: opts.Logger, capacity: opts.Capacity,
+	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity,
 		vols: map[string]*volume{}, names: map[string]string{}}
 	if s.now == nil {
 		s.now = time.Now

@@ -220,3 +220,43 @@ func BenchmarkFence_UnderWrites(b *testing.B) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/fence")
 }
+
+// BenchmarkFence_NodeWith32Volumes fences one node from 32 volumes at once, as
+// the controller does when a node holding many volumes dies, and reports how
+// long the last fence took to return.
+func BenchmarkFence_NodeWith32Volumes(b *testing.B) {
+	srv := datapathtest.Start(b, datapath.Options{})
+	c := dial(b, srv)
+	ctx := context.Background()
+	ids := make([]string, 32)
+	for i := range ids {
+		v, err := c.CreateVolume(ctx, fmt.Sprintf("pvc-%d", i), 1<<20, datapath.AccessRWO)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = v.ID
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, id := range ids {
+			if _, err := c.Grant(ctx, id, "dying"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Fence(ctx, id, "dying"); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-all-32-fenced")
+}
