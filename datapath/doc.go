@@ -24,7 +24,9 @@
 // exactly that epoch; otherwise it gets ErrFenced and touches nothing. I/O
 // holds the volume's RWMutex for reading across the check and the file access;
 // Grant, Fence, Release and Delete hold it for writing and commit to bbolt
-// (fsync) before returning. So when Fence returns, no write from the fenced
+// (fsync) before returning; concurrent grants and fences of different volumes
+// share transactions (group commit, commit.go), so fencing a dead node from
+// many volumes costs a few fsyncs, not one pair per volume. So when Fence returns, no write from the fenced
 // node is in flight and none can land later, and a restart never forgets the
 // fence (TestStore_Fence_NoWriteLandsAfterFence, the SIGKILL crash test).
 // Flush checks the epoch under the lock and syncs outside it: a flush writes
