@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -62,8 +61,7 @@ type Reaper struct {
 	now      func() time.Time
 
 	listers
-	pods       corelisters.PodLister
-	podsByNode cache.Indexer
+	podsByNode cache.Indexer // cachedPods, indexed by node
 	nodes      *nodeTracker
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
@@ -80,11 +78,12 @@ func NewReaper(cfg Config) (*Reaper, error) {
 		now = time.Now
 	}
 	f := cfg.Informers
-	podInf, nodeInf := f.Core().V1().Pods(), f.Core().V1().Nodes()
+	nodeInf := f.Core().V1().Nodes()
 	pvcInf, pvInf := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
 	vaInf, rsInf := f.Storage().V1().VolumeAttachments(), f.Apps().V1().ReplicaSets()
-	if err := podInf.Informer().AddIndexers(cache.Indexers{nodeIndex: podNode}); err != nil {
-		return nil, fmt.Errorf("controller: index pods by node: %w", err)
+	podInf, err := podCacheInformer(f)
+	if err != nil {
+		return nil, fmt.Errorf("controller: pod cache: %w", err)
 	}
 	if err := vaInf.Informer().AddIndexers(cache.Indexers{attachmentByPVIndex: attachmentPV}); err != nil {
 		return nil, fmt.Errorf("controller: index volume attachments by PV: %w", err)
@@ -96,17 +95,17 @@ func NewReaper(cfg Config) (*Reaper, error) {
 			nodes: nodeInf.Lister(), pvcs: pvcInf.Lister(), pvs: pvInf.Lister(),
 			replicaSets: rsInf.Lister(), attachmentsByPV: vaInf.Informer().GetIndexer(),
 		},
-		pods: podInf.Lister(), podsByNode: podInf.Informer().GetIndexer(),
-		nodes: newNodeTracker(),
+		podsByNode: podInf.GetIndexer(),
+		nodes:      newNodeTracker(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "vigil-reaper"}),
 	}
 	r.synced = []cache.InformerSynced{
-		podInf.Informer().HasSynced, nodeInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
+		podInf.HasSynced, nodeInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
 		pvInf.Informer().HasSynced, vaInf.Informer().HasSynced, rsInf.Informer().HasSynced,
 	}
-	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onPod,
 		UpdateFunc: func(_, obj any) { r.onPod(obj) },
 	}); err != nil {
@@ -207,7 +206,7 @@ func (r *Reaper) enqueuePodsOn(node string) {
 		return
 	}
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
+		if p, ok := o.(*cachedPod); ok {
 			r.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
 		}
 	}
@@ -215,12 +214,12 @@ func (r *Reaper) enqueuePodsOn(node string) {
 
 // onPod queues a pod that is terminating or whose node is not healthy.
 func (r *Reaper) onPod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	pod, ok := obj.(*cachedPod)
+	if !ok || pod.NodeName == "" {
 		return
 	}
 	if pod.DeletionTimestamp == nil {
-		node, err := r.listers.nodes.Get(pod.Spec.NodeName)
+		node, err := r.listers.nodes.Get(pod.NodeName)
 		if err == nil && isNodeReady(node) && outOfServiceTaint(node) == nil {
 			return
 		}

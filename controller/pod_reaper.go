@@ -17,10 +17,15 @@ var everything = labels.Everything()
 // sample-controller's contract: a returned error requeues the pod; a pod that is
 // gone is nil.
 func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
-	pod, err := r.pods.Pods(namespace).Get(name)
-	if err != nil {
-		return ignoreNotFound(err)
+	obj, exists, err := r.podsByNode.GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return err
 	}
+	cached, ok := obj.(*cachedPod)
+	if !ok {
+		return nil
+	}
+	pod := cached.pod()
 	now := r.now()
 	set := readSettings(r.settings)
 	snap := r.listers.snapshot(ctx, pod, r.nodes, &set, r.prover, now)

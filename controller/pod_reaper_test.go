@@ -66,9 +66,9 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 	for _, o := range append(append([]runtime.Object{}, f.objects...), listerOnly...) {
 		slim, _ := TransformForCache(o.DeepCopyObject())
 		var err error
-		switch o.(type) {
+		switch o := o.(type) {
 		case *corev1.Pod:
-			err = factory.Core().V1().Pods().Informer().GetIndexer().Add(slim)
+			err = r.podsByNode.Add(toCachedPod(o))
 		case *corev1.Node:
 			err = factory.Core().V1().Nodes().Informer().GetIndexer().Add(slim)
 		case *corev1.PersistentVolumeClaim:

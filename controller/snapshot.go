@@ -157,11 +157,11 @@ func attachmentPV(obj any) ([]string, error) {
 	return []string{*va.Spec.Source.PersistentVolumeName}, nil
 }
 
-// podNode indexes pods by the node they are bound to.
+// podNode indexes cached pods by the node they are bound to.
 func podNode(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	pod, ok := obj.(*cachedPod)
+	if !ok || pod.NodeName == "" {
 		return nil, nil
 	}
-	return []string{pod.Spec.NodeName}, nil
+	return []string{pod.NodeName}, nil
 }

@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"strings"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vigil-storage/vigil"
 )
@@ -23,20 +26,20 @@ func TransformForCache(obj any) (any, error) {
 	case *corev1.PersistentVolumeClaim:
 		return &corev1.PersistentVolumeClaim{
 			TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta),
-			Spec: corev1.PersistentVolumeClaimSpec{VolumeName: o.Spec.VolumeName},
+			Spec: corev1.PersistentVolumeClaimSpec{VolumeName: clone(o.Spec.VolumeName)},
 		}, nil
 	case *corev1.PersistentVolume:
 		pv := &corev1.PersistentVolume{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}
 		if csi := o.Spec.CSI; csi != nil {
-			pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: csi.Driver, VolumeHandle: csi.VolumeHandle}
+			pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: clone(csi.Driver), VolumeHandle: clone(csi.VolumeHandle)}
 		}
 		return pv, nil
 	case *storagev1.VolumeAttachment:
 		return &storagev1.VolumeAttachment{
 			TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta),
 			Spec: storagev1.VolumeAttachmentSpec{
-				Attacher: o.Spec.Attacher, NodeName: o.Spec.NodeName,
-				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: o.Spec.Source.PersistentVolumeName},
+				Attacher: clone(o.Spec.Attacher), NodeName: clone(o.Spec.NodeName),
+				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: clonePtr(o.Spec.Source.PersistentVolumeName)},
 			},
 		}, nil
 	case *appsv1.ReplicaSet:
@@ -47,16 +50,37 @@ func TransformForCache(obj any) (any, error) {
 	return obj, nil
 }
 
+// clone copies a string the slim object keeps, so it does not pin the memory of
+// the decoded original (small strings share allocation blocks with the fields the
+// transform drops; keeping one would keep the block).
+func clone(s string) string { return strings.Clone(s) }
+
 // slimMeta keeps identity, the deletion state and the controller reference.
 func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		DeletionTimestamp: m.DeletionTimestamp, DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
+		Name: clone(m.Name), Namespace: clone(m.Namespace), UID: types.UID(clone(string(m.UID))),
+		ResourceVersion: clone(m.ResourceVersion), DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
+	}
+	if m.DeletionTimestamp != nil {
+		ts := *m.DeletionTimestamp
+		out.DeletionTimestamp = &ts
 	}
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
-		out.OwnerReferences = []metav1.OwnerReference{*ref}
+		yes := true
+		out.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: clone(ref.APIVersion), Kind: clone(ref.Kind), Name: clone(ref.Name),
+			UID: types.UID(clone(string(ref.UID))), Controller: &yes,
+		}}
 	}
 	return out
+}
+
+func clonePtr(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := clone(*s)
+	return &c
 }
 
 func slimPod(p *corev1.Pod) *corev1.Pod {
@@ -64,15 +88,15 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 	if v, ok := p.Annotations[vigil.ReapAnnotation]; ok {
 		out.Annotations = map[string]string{vigil.ReapAnnotation: v}
 	}
-	out.Spec.NodeName = p.Spec.NodeName
+	out.Spec.NodeName = clone(p.Spec.NodeName)
 	for _, v := range p.Spec.Volumes {
 		switch {
 		case v.PersistentVolumeClaim != nil:
-			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.PersistentVolumeClaim.ClaimName},
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: clone(v.Name), VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: clone(v.PersistentVolumeClaim.ClaimName)},
 			}})
 		case v.Ephemeral != nil:
-			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: clone(v.Name), VolumeSource: corev1.VolumeSource{
 				Ephemeral: &corev1.EphemeralVolumeSource{},
 			}})
 		}
