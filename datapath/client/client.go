@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,6 +48,7 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // Client talks to one datapath server. It is safe for concurrent use.
 type Client struct {
 	conn *grpc.ClientConn
+	addr string
 	opts options
 }
 
@@ -84,7 +86,7 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
-	return &Client{conn: conn, opts: o}, nil
+	return &Client{conn: conn, addr: addr, opts: o}, nil
 }
 
 // Close closes the connection.
@@ -120,7 +122,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 			return nil
 		}
 		if attempt >= c.opts.retries || !retryable(ctx, err, class) {
-			return datapath.FromStatus(err)
+			return c.callError(method, attempt, err)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -131,6 +133,18 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 		}
 		backoff = min(backoff*2, c.opts.maxBackoff)
 	}
+}
+
+// callError maps a failed call's error to the datapath sentinels; errors that
+// are not the server's word (transport failures, timeouts) also name the call,
+// the server and the attempts made.
+func (c *Client) callError(method string, attempt int, err error) error {
+	err = datapath.FromStatus(err)
+	var re *datapath.RemoteError
+	if errors.As(err, &re) && re.Sentinel != nil {
+		return err
+	}
+	return fmt.Errorf("datapath %s at %s (%d attempts): %w", method, c.addr, attempt+1, err)
 }
 
 func retryable(ctx context.Context, err error, class retryClass) bool {
