@@ -239,7 +239,9 @@ func TestSettingsCmd_AcrossProcesses(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "vigil-manager")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/vigil-manager")
+	// The flags of `make build`, so the build cache it filled is reused.
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "../cmd/vigil-manager")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
