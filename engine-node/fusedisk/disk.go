@@ -83,6 +83,9 @@ func Mount(dir string, size int64, b Backend, o Options) (*Disk, error) {
 			MaxWrite:          o.MaxWrite,
 			Debug:             o.Debug,
 			DisableXAttrs:     true,
+			// Asynchronous direct I/O lets the loop device keep several
+			// requests in flight instead of one at a time.
+			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
 		},
 		OnAdd: func(ctx context.Context) {
 			ch := root.NewPersistentInode(ctx, file, fs.StableAttr{Mode: syscall.S_IFREG, Ino: 2})

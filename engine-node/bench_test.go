@@ -1,0 +1,133 @@
+package enginenode
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+const benchVolumeSize = 2 << 30
+
+// BenchmarkSequentialWrite compares, in one run against one real datapath
+// server, 1 MiB sequential writes (queue depth 1, one flush at the end) made
+//   - client: directly with the datapath client, and
+//   - filesystem: by an application through the staged ext4 filesystem
+//     (page cache, ext4, loop device, FUSE, client), fsync at the end.
+//
+// The ratio filesystem/client of the MB/s figures is the cost of the stack.
+func BenchmarkSequentialWrite(b *testing.B) {
+	requireRealStack(b)
+	c := startRealDatapath(b)
+	ctx := context.Background()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	b.Run("client", func(b *testing.B) {
+		vol, err := c.CreateVolume(ctx, "bench-client", benchVolumeSize, datapath.AccessRWO)
+		if err != nil {
+			b.Fatal(err)
+		}
+		epoch, err := c.Grant(ctx, vol.ID, "bench-node")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(chunk)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			off := int64(i%(benchVolumeSize/len(chunk)-1)) * int64(len(chunk))
+			if err := c.WriteAt(ctx, vol.ID, "bench-node", epoch, off, chunk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Flush(ctx, vol.ID, "bench-node", epoch); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("filesystem", func(b *testing.B) {
+		vol, err := c.CreateVolume(ctx, "bench-fs", benchVolumeSize, datapath.AccessRWO)
+		if err != nil {
+			b.Fatal(err)
+		}
+		epoch, err := c.Grant(ctx, vol.ID, "bench-node")
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := newTestServer(b, c, "bench-node")
+		staging := b.TempDir()
+		if _, err := n.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap())); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(staging, "data"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		b.SetBytes(int64(len(chunk)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			off := int64(i%(benchVolumeSize/2/len(chunk))) * int64(len(chunk))
+			if _, err := f.WriteAt(chunk, off); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkStagePublish measures NodeStageVolume and NodePublishVolume of an
+// already formatted volume, and reports the first stage (with mkfs.ext4) once.
+func BenchmarkStagePublish(b *testing.B) {
+	requireRealStack(b)
+	c := startRealDatapath(b)
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, "bench-stage", 1<<30, datapath.AccessRWO)
+	if err != nil {
+		b.Fatal(err)
+	}
+	epoch, err := c.Grant(ctx, vol.ID, "bench-node")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := newTestServer(b, c, "bench-node")
+	staging, target := b.TempDir(), filepath.Join(b.TempDir(), "m")
+	start := time.Now()
+	if _, err := n.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap())); err != nil {
+		b.Fatal(err)
+	}
+	firstStage := time.Since(start)
+	if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.ID, StagingTargetPath: staging}); err != nil {
+		b.Fatal(err)
+	}
+	var stage, publish time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := n.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap())); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := n.NodePublishVolume(ctx, publishReq(vol.ID, staging, target, mountCap())); err != nil {
+			b.Fatal(err)
+		}
+		stage += t1.Sub(t0)
+		publish += time.Since(t1)
+		if _, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.ID, TargetPath: target}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.ID, StagingTargetPath: staging}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(stage.Microseconds())/float64(b.N)/1000, "stage-ms")
+	b.ReportMetric(float64(publish.Microseconds())/float64(b.N)/1000, "publish-ms")
+	b.ReportMetric(float64(firstStage.Microseconds())/1000, "first-stage-mkfs-ms")
+}
