@@ -40,6 +40,7 @@ type plan struct {
 	PVName      string
 	Block       bool
 	StagingPath string
+	Stage       bool // the driver stages: publish names the staging path
 	Desired     *desiredVolume
 	Steps       []step
 }
@@ -93,7 +94,7 @@ func decide(in decideInput) []plan {
 }
 
 func decideVolume(in decideInput, h string, d *desiredVolume, a *actualVolume) (plan, bool) {
-	p := plan{Handle: h, Desired: d}
+	p := plan{Handle: h, Desired: d, Stage: in.Stage}
 	switch {
 	case a != nil:
 		p.PVName, p.Block, p.StagingPath = a.PVName, a.Block, a.StagingPath

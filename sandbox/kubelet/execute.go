@@ -154,7 +154,7 @@ func (k *kubelet) publish(ctx context.Context, p plan, st step) error {
 		VolumeId: p.Handle, PublishContext: d.PublishContext, TargetPath: st.Target,
 		VolumeCapability: capability(d.Spec), Readonly: use.ReadOnly, VolumeContext: volumeContext(d, st.Pod),
 	}
-	if k.stageCap {
+	if p.Stage {
 		req.StagingTargetPath = p.StagingPath
 	}
 	if _, err := k.csi.NodePublishVolume(ctx, req); err != nil {
