@@ -38,3 +38,12 @@ const (
 // DefaultDatapathAddress is where `vigil-manager datapath serve` listens by
 // default (loopback; the gRPC volume server).
 const DefaultDatapathAddress = "127.0.0.1:9600"
+
+// Kubernetes Event reasons the engine-node records on its own Node.
+const (
+	// EventReasonFenceCleanupFailed: something a reaped pod left on a fenced node
+	// could not be cleaned up; the message names it; retried with backoff.
+	EventReasonFenceCleanupFailed = "VigilFenceCleanupFailed"
+	// EventReasonFenceCleared: the node was cleaned up and Vigil's fenced taint removed.
+	EventReasonFenceCleared = "VigilFenceCleared"
+)
