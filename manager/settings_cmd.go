@@ -26,6 +26,12 @@ setting, a managed setting or an unreachable store exits non-zero with one line 
 stderr and changes nothing. The store flags may be given before or after the
 subcommand name (but before its arguments).`,
 		Flags: storeFlags(),
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return fmt.Errorf("unknown settings command %q; want list, get, set or reset", c.Args().First())
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
 		Subcommands: []*cli.Command{
 			settingsListCommand(),
 			settingsGetCommand(),

@@ -270,3 +270,13 @@ func TestSettingsCmd_AcrossProcesses(t *testing.T) {
 		t.Fatalf("get in a new process = %q, %v (%s)", out, err, stderr)
 	}
 }
+
+func TestSettingsCmd_UnknownSubcommand(t *testing.T) {
+	isolate(t)
+	if _, err := runSettingsCLI(t, "settings", "frob"); err == nil || !strings.Contains(err.Error(), "list, get, set or reset") {
+		t.Fatalf("settings frob = %v", err)
+	}
+	if _, err := runSettingsCLI(t, "settings"); err != nil {
+		t.Fatalf("settings alone (help) = %v", err)
+	}
+}
