@@ -64,17 +64,19 @@ func (k *kubelet) syncOnce(ctx context.Context, run func(plan)) (int, error) {
 	}
 	desired, probs := k.res.desired(pods)
 	k.reportProblems(probs)
-	stageCap, err := k.stageCapable(ctx)
-	if err != nil {
-		return 0, err
-	}
 	k.mu.Lock()
 	actual := k.state.snapshot()
 	inflight := maps.Clone(k.inflight)
 	k.mu.Unlock()
+	// Reported even while the node service is not up yet: after a power cut,
+	// what the previous run mounted is in use until it is taken down.
 	inUse := volumesInUse(k.cfg.Driver, desired, actual)
 	if err := k.reportInUse(ctx, inUse); err != nil {
 		k.log.Warn("cannot report volumesInUse; nothing new is mounted until it is reported", "err", err)
+	}
+	stageCap, err := k.stageCapable(ctx)
+	if err != nil {
+		return 0, err
 	}
 	k.mu.Lock()
 	reported := map[string]bool{}

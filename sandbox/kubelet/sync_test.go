@@ -425,3 +425,31 @@ func TestKubelet_Sync_NoUnstageWhileAnUnpublishIsBackingOff(t *testing.T) {
 	f.sync()
 	wantCalls(t, f, unpublish("vol-1", "web", "pv-1"), unstage1)
 }
+
+func TestKubelet_Sync_NodeServiceDownStillReportsInUse(t *testing.T) {
+	f := newFixture(t, append(volume1(), newPod("web", claimVolume("data", "claim-1")))...)
+	f.csi.setFail("NodeGetCapabilities", status.Error(codes.Unavailable, "connection refused"))
+	if _, err := f.k.syncOnce(t.Context(), func(plan) { t.Error("a plan without knowing the capabilities") }); err == nil ||
+		!strings.Contains(err.Error(), "NodeGetCapabilities") {
+		t.Errorf("sync = %v, want the NodeGetCapabilities error", err)
+	}
+	wantPatches(t, f, []string{inUse1})
+	f.csi.setFail("NodeGetCapabilities", nil)
+	f.sync()
+	wantCalls(t, f, stage1, publish("vol-1", "web", "pv-1"))
+}
+
+func TestKubelet_NodeChanged_LostListIsRepaired(t *testing.T) {
+	f := newFixture(t, append(volume1(), newPod("web", claimVolume("data", "claim-1")))...)
+	f.sync()
+	same := &corev1.Node{Status: corev1.NodeStatus{VolumesInUse: []corev1.UniqueVolumeName{inUse1}}}
+	if f.k.nodeChanged(same) {
+		t.Error("our own update marked dirty")
+	}
+	if !f.k.nodeChanged(&corev1.Node{}) { // someone wrote the status without our list
+		t.Error("a node without our volumesInUse not marked dirty")
+	}
+	f.sync()
+	wantPatches(t, f, []string{inUse1}, []string{inUse1})
+	wantCalls(t, f, stage1, publish("vol-1", "web", "pv-1"))
+}
