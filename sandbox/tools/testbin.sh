@@ -4,7 +4,8 @@
 # csi-provisioner) from the pinned tools modules next to this script, once, into
 # a per-version cache outside the repository:
 #   ${VIGIL_TESTBIN:-$HOME/.cache/vigil/testbin/<kube version>-<hash of pins.env>}
-# Binaries already present are skipped. `testbin.sh --dir` prints the directory.
+# Binaries already built for the same tools module (go.mod, go.sum, ldflags) are
+# reused, not rebuilt. `testbin.sh --dir` prints the directory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 GO=${GO:-go}
@@ -12,7 +13,8 @@ GO=${GO:-go}
 source "$here/pins.env"
 
 pin_hash=$(sha256sum "$here/pins.env" | cut -c1-12)
-dir=${VIGIL_TESTBIN:-${HOME}/.cache/vigil/testbin/${KUBERNETES_VERSION}-${pin_hash}}
+root=${VIGIL_TESTBIN_CACHE:-${HOME}/.cache/vigil/testbin}
+dir=${VIGIL_TESTBIN:-$root/${KUBERNETES_VERSION}-${pin_hash}}
 if [[ "${1:-}" == "--dir" ]]; then
 	echo "$dir"
 	exit 0
@@ -39,21 +41,26 @@ if grep -E '^\s*k8s\.io/[a-z-]+ => ' "$here/kube/go.mod" | grep -vq " $KUBERNETE
 fi
 
 mkdir -p "$dir"
-rm -rf "$dir"/.build.* # left by an interrupted run
 step=0
 total=5
 start_all=$SECONDS
 
 # build MODULE_DIR LDFLAGS "BINARY=PACKAGE"...: builds the missing binaries of one
-# tools module in one go build (they share most of their packages), into a
-# temporary directory first so that an interrupted build leaves nothing half-written.
+# tools module in one go build (they share most of their packages). Builds land in
+# $root/modules/<module>-<hash of its go.mod, go.sum and ldflags>, so that moving
+# one pin rebuilds one module only, and are hard-linked into $dir. A build goes to
+# a temporary directory first, so an interrupted one leaves nothing half-written.
 build() {
 	local mod=$1 ldflags=$2
 	shift 2
+	local key mdir
+	key=$(cat "$here/$mod/go.mod" "$here/$mod/go.sum" <(echo "$ldflags") | sha256sum | cut -c1-12)
+	mdir="$root/modules/$mod-$key"
+	mkdir -p "$mdir"
 	local missing=() pkgs=() names=()
 	for pair in "$@"; do
 		names+=("${pair%%=*}")
-		if [[ ! -x "$dir/${pair%%=*}" ]]; then
+		if [[ ! -x "$mdir/${pair%%=*}" ]]; then
 			missing+=("${pair%%=*}")
 			pkgs+=("${pair#*=}")
 		fi
@@ -61,18 +68,35 @@ build() {
 	step=$((step + 1))
 	if [[ ${#missing[@]} -eq 0 ]]; then
 		echo "testbin [$step/$total] ${names[*]}: present"
-		return
+	else
+		build_missing
 	fi
+	for n in "${names[@]}"; do
+		ln -f "$mdir/$n" "$dir/$n" 2>/dev/null || cp -f "$mdir/$n" "$dir/$n"
+	done
+}
+
+build_missing() {
 	echo "testbin [$step/$total] building ${missing[*]} (module sandbox/tools/$mod) ..."
 	local t0=$SECONDS tmp
-	tmp=$(mktemp -d "$dir/.build.XXXXXX")
+	rm -rf "$mdir"/.build.* # left by an interrupted run
+	tmp=$(mktemp -d "$mdir/.build.XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
 	local out="$tmp/"
 	# One package: name the output (etcd's main package path ends in /v3).
 	[[ ${#pkgs[@]} -eq 1 ]] && out="$tmp/${missing[0]}"
-	(cd "$here/$mod" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}")
+	# go build is silent for minutes: say every minute that it still works.
+	(while sleep 60; do echo "testbin [$step/$total]   still building ${missing[*]} ($((SECONDS - t0))s)"; done) &
+	local ticker=$! rc=0
+	(cd "$here/$mod" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}") || rc=$?
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	if [[ $rc -ne 0 ]]; then
+		echo "testbin: building ${missing[*]} failed" >&2
+		exit "$rc"
+	fi
 	for n in "${missing[@]}"; do
-		mv "$tmp/$n" "$dir/$n"
+		mv "$tmp/$n" "$mdir/$n"
 	done
 	rmdir "$tmp"
 	trap - EXIT
