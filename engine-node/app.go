@@ -18,6 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
@@ -36,6 +42,7 @@ const (
 type DatapathClient interface {
 	Datapath
 	Heartbeater
+	Grants
 	io.Closer
 }
 
@@ -68,7 +75,9 @@ func runCommand(dial DialFunc) *cli.Command {
 			&cli.StringFlag{Name: "node-name", Required: true, EnvVars: []string{"VIGIL_NODE_NAME", "NODE_NAME"},
 				Usage: "this node's Kubernetes name: the CSI node id and the datapath's name for the node"},
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"},
-				Usage: "kubeconfig for the API server (for the fenced-taint cleanup); empty: in-cluster config"},
+				Usage: "kubeconfig for the API server, for the fenced-taint cleanup and the gate; empty: in-cluster config, or no cleanup outside a cluster"},
+			&cli.DurationFlag{Name: "cleanup-interval", Value: time.Second,
+				Usage: "how often to look at this node's taint and clean up after a reap (backs off to 30s on failures)"},
 			&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH"},
 				Usage: "datapath server address (host:port)"},
 			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
@@ -94,7 +103,7 @@ func runCommand(dial DialFunc) *cli.Command {
 // runOptions are the checked flags.
 type runOptions struct {
 	node, kubeconfig, datapathAddr, token, stateDir, endpoint, bootID, metricsAddr string
-	heartbeat, ioTimeout                                                           time.Duration
+	heartbeat, ioTimeout, cleanup                                                  time.Duration
 	log                                                                            *slog.Logger
 }
 
@@ -104,15 +113,15 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"), datapathAddr: c.String("datapath"),
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
-		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout")}
+		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
 	if _, _, err := net.SplitHostPort(o.datapathAddr); err != nil {
 		return o, fmt.Errorf("--datapath %q: want host:port: %v", o.datapathAddr, err)
 	}
-	if o.heartbeat <= 0 || o.ioTimeout <= 0 {
-		return o, fmt.Errorf("--heartbeat-interval %s and --io-timeout %s must be positive", o.heartbeat, o.ioTimeout)
+	if o.heartbeat <= 0 || o.ioTimeout <= 0 || o.cleanup <= 0 {
+		return o, fmt.Errorf("--heartbeat-interval %s, --io-timeout %s and --cleanup-interval %s must be positive", o.heartbeat, o.ioTimeout, o.cleanup)
 	}
 	if o.stateDir == "" {
 		return o, errors.New("--state-dir is empty: want a directory that survives restarts")
@@ -155,12 +164,26 @@ func run(c *cli.Context, dial DialFunc) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := NewMetrics(reg)
-	node, err := NewNodeServer(ctx, Config{NodeName: o.node, StateDir: o.stateDir, BootID: o.bootID,
-		Datapath: dp, IOTimeout: o.ioTimeout, Metrics: metrics, Log: o.log})
+	cleaner, err := newFenceCleaner(o, dp, metrics)
+	if err != nil {
+		return err
+	}
+	cfg := Config{NodeName: o.node, StateDir: o.stateDir, BootID: o.bootID,
+		Datapath: dp, IOTimeout: o.ioTimeout, Metrics: metrics, Log: o.log}
+	if cleaner != nil {
+		cfg.Gate = cleaner
+	}
+	node, err := NewNodeServer(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
+	if cleaner != nil {
+		cleaner.Server = node
+		go cleaner.Run(ctx, o.cleanup)
+	} else {
+		o.log.Warn("no --kubeconfig and not in a cluster: the fenced-taint cleanup and the stage gate are off")
+	}
 	go RunHeartbeats(ctx, dp, o.node, o.heartbeat, metrics, o.log)
 	if o.metricsAddr != "" {
 		if err := serveMetrics(ctx, o.metricsAddr, reg, o.log); err != nil {
@@ -194,4 +217,24 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	}()
 	log.Info("serving metrics", "address", lis.Addr().String())
 	return nil
+}
+
+// newFenceCleaner builds the cleanup for this node from --kubeconfig (or the
+// in-cluster config); nil without either.
+func newFenceCleaner(o runOptions, grants Grants, m *Metrics) (*FenceCleaner, error) {
+	if o.kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: %w", o.kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: %w", o.kubeconfig, err)
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vigil-engine-node", Host: o.node})
+	return &FenceCleaner{Node: o.node, Client: client, Grants: grants, Recorder: recorder, Metrics: m, Log: o.log}, nil
 }
