@@ -65,6 +65,15 @@
 // node service learns the new epoch; the kubelet would only do so after a
 // detach and re-attach.
 //
+// # Running it
+//
+// Run is the entry point; Command wraps it as the `kubelet` subcommand of
+// bin/vigil-sandbox, whose flags default to the environment the sandbox gives a
+// node's processes (VIGIL_NODE, VIGIL_KUBECONFIG, VIGIL_NODE_DIR), so that it
+// runs inside the node's network namespace and dies with the node. Its client
+// needs to read pods, PVCs, PVs, VolumeAttachments and CSIDrivers, patch
+// nodes/status and create events.
+//
 // The package owns only this stand-in; the node service is engine-node's, the
 // node's lifecycle (kwok, network namespace, start and stop) is sandbox's.
 package kubelet
