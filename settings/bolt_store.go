@@ -259,7 +259,10 @@ func (b *boltStore) follow(ctx context.Context, fw *fsnotify.Watcher, wake chan 
 			if filepath.Clean(ev.Name) != b.path {
 				continue
 			}
-		case <-fw.Errors:
+		case _, ok := <-fw.Errors:
+			if !ok {
+				return
+			}
 		}
 		now, err := b.List(ctx)
 		if err != nil {

@@ -28,6 +28,9 @@ import (
 // first, for as long as a busy ConfigMap plausibly needs.
 var configMapRetry = wait.Backoff{Steps: 40, Duration: 5 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 500 * time.Millisecond}
 
+// configMapSyncTimeout bounds how long Watch waits for the informer's first list.
+const configMapSyncTimeout = 30 * time.Second
+
 // configMapStore keeps settings in one ConfigMap, one key per setting. Every write
 // is read-modify-update with the resourceVersion read, retried on conflict, so
 // concurrent writers (several manager replicas, kubectl) never lose an update.
@@ -218,9 +221,12 @@ func (c *configMapStore) Watch(ctx context.Context) (<-chan StoreEvent, error) {
 		factory.Shutdown()
 	})
 	c.mu.Unlock()
-	if !cache.WaitForCacheSync(wctx.Done(), reg.HasSynced) {
+	syncCtx, syncDone := context.WithTimeoutCause(wctx, configMapSyncTimeout,
+		fmt.Errorf("no answer within %s", configMapSyncTimeout))
+	defer syncDone()
+	if !cache.WaitForCacheSync(syncCtx.Done(), reg.HasSynced) {
 		cancel()
-		return nil, fmt.Errorf("%s: watch: %w: %w", c.ref(), ErrStoreUnavailable, context.Cause(wctx))
+		return nil, fmt.Errorf("%s: watch: %w: %w", c.ref(), ErrStoreUnavailable, context.Cause(syncCtx))
 	}
 	return q.out, nil
 }
