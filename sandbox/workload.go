@@ -231,3 +231,13 @@ func CreateStaticVolume(ctx context.Context, c kubernetes.Interface, ns, claimNa
 	}
 	return nil
 }
+
+// CreateClaim creates PVC ns/name of storageClass (a dynamically provisioned
+// volume when the class has a provisioner), of size (default 1Gi).
+func CreateClaim(ctx context.Context, c kubernetes.Interface, ns, name, storageClass, size string) error {
+	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(ns, name, storageClass, size, ""),
+		metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create PVC %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
