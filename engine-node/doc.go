@@ -1,8 +1,8 @@
 // Package enginenode is the per-node agent, vigil-engine-node: the CSI node
-// service for the kubelet, heartbeats to the datapath, and a bbolt journal of
-// what is staged and published on this node. (The cleanup that runs while the
-// node carries Vigil's fenced taint, and the gate before re-staging, plug in
-// through the Gate interface; see the engine-node issue.)
+// service for the kubelet, heartbeats to the datapath, a bbolt journal of what
+// is staged and published on this node, and the cleanup that runs while the
+// node carries Vigil's fenced taint, with the gate that keeps a fenced volume
+// from being staged again before that cleanup is done.
 //
 // # How a datapath volume becomes a local block device
 //
@@ -47,6 +47,21 @@
 // are removed. Because the FUSE server lives in this process, a restart breaks
 // open files on the old mounts (applications see EIO, as on a failed disk);
 // new opens through the target path work again once the volume is served.
+//
+// # Cleanup after a reap, and the gate
+//
+// FenceCleaner (fence_cleanup.go) reads this node's Node. While it carries
+// vigil.io/fenced, decideCleanup, a pure function of the journal and the UIDs
+// of the pods still bound here, picks every publish whose pod is gone or was
+// replaced elsewhere (pod UID from podInfoOnMount, or from the kubelet's target
+// path); those are unpublished, their stages unstaged and their grants released;
+// once the journal is empty the taint is removed. A step that fails becomes a
+// Warning Event on the Node and vigil_engine_cleanup_total{outcome="failed"},
+// and the pass is retried with backoff; a publish for an unknown pod keeps the
+// taint and says so in a Warning Event. As the NodeServer's Gate it refuses a
+// stage while the node is fenced and the volume still has journal entries, and
+// always unless the stage carries the epoch of this node's live grant on the
+// datapath (a fresh grant after a fence).
 //
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the

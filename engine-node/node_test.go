@@ -164,7 +164,7 @@ func TestNodeServer_Lifecycle_Block(t *testing.T) {
 	epoch := dp.grant("vol-b", "node-a")
 	n := newTestServer(t, dp, "node-a")
 	ctx := context.Background()
-	staging, target := t.TempDir(), filepath.Join(t.TempDir(), "dev")
+	staging, target := t.TempDir(), t.TempDir() // a directory where a file belongs: replaced
 	if _, err := n.NodeStageVolume(ctx, stageReq("vol-b", staging, epoch, blockCap())); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,12 @@ func (n *NodeServer) publish(a publishArgs) error {
 // clears whatever a crash left mounted there and bind-mounts source on it.
 func bindTarget(source string, pr PublishRecord) error {
 	if pr.Block {
+		if fi, err := os.Stat(pr.TargetPath); err == nil && fi.IsDir() {
+			// A CO that made a directory: a device binds only onto a file.
+			if err := os.Remove(pr.TargetPath); err != nil {
+				return fmt.Errorf("block target %s is a non-empty directory: %w", pr.TargetPath, err)
+			}
+		}
 		f, err := os.OpenFile(pr.TargetPath, os.O_CREATE|os.O_RDONLY, 0o600)
 		if err != nil {
 			return err
