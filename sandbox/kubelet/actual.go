@@ -90,6 +90,17 @@ func loadActual(root string) (*actualState, error) {
 		if v.Pubs == nil {
 			v.Pubs = map[types.UID]*actualPub{}
 		}
+		// Whatever a previous run did may be gone (a reboot unmounts
+		// everything, and the node service forgets it): it is all uncertain,
+		// staged and published again for the pods still here (the calls are
+		// idempotent) and taken down for the others, as the kubelet does
+		// with the volumes it reconstructs.
+		if v.Stage != "" {
+			v.Stage = phaseUncertain
+		}
+		for _, p := range v.Pubs {
+			p.Phase = phaseUncertain
+		}
 	}
 	return s, nil
 }

@@ -47,9 +47,14 @@
 //     CSI source, unusable access modes, an ephemeral claim of another pod) is
 //     one Warning event per problem, and no call.
 //   - Restarts: the actual state is kept in ROOT/vigil-kubelet-state.json,
-//     written before each call and after it, so a stand-in started after a
-//     power cut takes down what its predecessor mounted for pods that are gone
-//     (the kubelet reconstructs the same from its pod directories).
+//     written before each call and after it. A new run (after a power cut or a
+//     reboot of the node) reads it back with every stage and publish marked
+//     uncertain: volumes of pods that are gone are unpublished and unstaged,
+//     and those of pods still here are staged and published again (the node
+//     service's calls are idempotent, and after a reboot it has taken
+//     everything down). The kubelet does the same with the volumes it
+//     reconstructs from its pod directories; until they are taken down, they
+//     are reported in use, even while the node service is not up yet.
 //
 // # What it does not do
 //

@@ -84,8 +84,8 @@ func (k *kubelet) loop(ctx context.Context, kick <-chan struct{}, trigger func()
 	tick := time.NewTicker(k.cfg.PollInterval)
 	defer tick.Stop()
 	for {
-		if _, err := k.syncOnce(ctx, async); err != nil && ctx.Err() == nil {
-			k.log.Warn("sync failed; retrying", "err", err)
+		if _, err := k.syncOnce(ctx, async); ctx.Err() == nil {
+			k.warnChanged("sync", "sync failed; retrying every poll interval", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -38,6 +38,7 @@ type kubelet struct {
 	reported    []string
 	statusDirty bool
 	problems    map[string]string // pod uid/volume → message already reported
+	lastErr     map[string]string // what → last error logged at Warn
 }
 
 // newKubelet loads the actual state under cfg.RootDir; cfg has its defaults.
@@ -50,7 +51,7 @@ func newKubelet(cfg Config, client nodeClient, pods corelisters.PodLister, obj o
 		cfg: cfg, csi: client, pods: pods, recorder: rec, log: cfg.Logger.With("node", cfg.NodeName),
 		res:   resolver{node: cfg.NodeName, driver: cfg.Driver, obj: obj},
 		state: st, backoff: newBackoff(cfg.BackoffInitial, cfg.BackoffMax),
-		inflight: map[string]bool{}, statusDirty: true, problems: map[string]string{},
+		inflight: map[string]bool{}, statusDirty: true, problems: map[string]string{}, lastErr: map[string]string{},
 	}, nil
 }
 
@@ -71,9 +72,7 @@ func (k *kubelet) syncOnce(ctx context.Context, run func(plan)) (int, error) {
 	// Reported even while the node service is not up yet: after a power cut,
 	// what the previous run mounted is in use until it is taken down.
 	inUse := volumesInUse(k.cfg.Driver, desired, actual)
-	if err := k.reportInUse(ctx, inUse); err != nil {
-		k.log.Warn("cannot report volumesInUse; nothing new is mounted until it is reported", "err", err)
-	}
+	k.warnChanged("status", "cannot report volumesInUse; nothing new is mounted until it is reported", k.reportInUse(ctx, inUse))
 	stageCap, err := k.stageCapable(ctx)
 	if err != nil {
 		return 0, err
@@ -192,5 +191,27 @@ func (k *kubelet) reportProblems(probs []problem) {
 		if !seen[key] {
 			delete(k.problems, key)
 		}
+	}
+}
+
+// warnChanged logs err at Warn when it differs from the last one logged for
+// what (an unreachable API server or node service fails every poll), at Debug
+// otherwise, and notes the recovery.
+func (k *kubelet) warnChanged(what, msg string, err error) {
+	k.mu.Lock()
+	last := k.lastErr[what]
+	if err == nil {
+		delete(k.lastErr, what)
+	} else {
+		k.lastErr[what] = err.Error()
+	}
+	k.mu.Unlock()
+	switch {
+	case err == nil && last != "":
+		k.log.Info("recovered", "what", what, "after", last)
+	case err != nil && err.Error() != last:
+		k.log.Warn(msg, "err", err)
+	case err != nil:
+		k.log.Debug(msg, "err", err)
 	}
 }

@@ -362,6 +362,26 @@ func TestKubelet_Sync_RestartTearsDownWhatThePreviousRunMounted(t *testing.T) {
 	wantPatches(t, f, []string{inUse1}, []string{inUse1}, nil)
 }
 
+func TestKubelet_Sync_RestartMountsAgainForPodsStillHere(t *testing.T) {
+	a, b := newPod("a", claimVolume("data", "claim-1")), newPod("b", claimVolume("data", "claim-1"))
+	f := newFixture(t, newPVC("claim-1", "pv-1"), newPV("pv-1", "vol-1", corev1.ReadWriteMany), newVA("pv-1", "vol-1", true, "3"), a, b)
+	f.sync()
+	f.csi.takeCalls()
+	// A reboot: the node service took everything down. The new run does not
+	// trust its state file: it stages and publishes again for the pod that is
+	// still here, and tears down for the one that went.
+	f.remove(a)
+	k, err := newKubelet(f.k.cfg, f.k.csi, f.inf.pods, f.inf, f.rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.k = k
+	f.sync()
+	wantCalls(t, f, unpublish("vol-1", "a", "pv-1"), stage1, publish("vol-1", "b", "pv-1"))
+	f.sync()
+	wantCalls(t, f)
+}
+
 func TestKubelet_Sync_BlockVolume(t *testing.T) {
 	pv := newPV("pv-b", "vol-b")
 	pv.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeBlock)
