@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -62,6 +63,12 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 		return nil, fmt.Errorf("node server: NodeName, StateDir, BootID and Datapath are required (got %q, %q, %q, %v)",
 			cfg.NodeName, cfg.StateDir, cfg.BootID, cfg.Datapath != nil)
 	}
+	// Mount points are compared with /proc/self/mountinfo, which is absolute.
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("node server: state dir %q: %w", cfg.StateDir, err)
+	}
+	cfg.StateDir = abs
 	if cfg.IOTimeout == 0 {
 		cfg.IOTimeout = 30 * time.Second
 	}
