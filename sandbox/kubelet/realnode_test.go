@@ -126,6 +126,24 @@ func TestKubelet_RealNodeService(t *testing.T) {
 		t.Errorf("volumesInUse = %v", got)
 	}
 
+	// A restarted stand-in stages and publishes again: idempotent on the real
+	// node service, the data is still there.
+	k, err := newKubelet(f.k.cfg, f.k.csi, f.inf.pods, f.inf, f.rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.k = k
+	f.sync()
+	if w := f.warnings(); len(w) != 0 {
+		t.Errorf("restart: %q", w)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "hello")); err != nil || string(got) != "world" {
+		t.Fatalf("after a restart of the stand-in: %q, %v", got, err)
+	}
+	if m := mountsUnder(t, root); len(m) != 2 {
+		t.Errorf("mounts after restart = %v, want staging and target once each", m)
+	}
+
 	f.remove(pod)
 	f.syncRetrying(func() bool { return len(mountsUnder(t, root)) == 0 })
 	if m := mountsUnder(t, root); len(m) != 0 {
