@@ -4,9 +4,12 @@
 //
 // Every call has a per-attempt timeout and is retried with backoff on transport
 // failures (gRPC Unavailable). Reads and metadata calls are also retried when an
-// attempt times out. Writes and flushes are retried only on Unavailable, always
-// with the epoch the caller passed: the client never changes an epoch, so if the
-// volume was fenced or re-granted in between, the retry is refused with ErrFenced
-// and the client returns that at once. A write is therefore never retried across
-// an epoch change. Errors satisfy errors.Is against the datapath sentinels.
+// attempt times out. Writes, flushes, grants, fences and releases are retried
+// only on Unavailable, and a write always with the epoch the caller passed: the
+// client never changes an epoch, so if the volume was fenced or re-granted in
+// between, the retry is refused with ErrFenced and the client returns that at
+// once. A write is therefore never retried across an epoch change. A write's
+// payload is handed to gRPC without a copy; WriteAt returns only once gRPC has
+// let go of it, so the caller may reuse its buffer even after a failed write.
+// Errors satisfy errors.Is against the datapath sentinels.
 package client
