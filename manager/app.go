@@ -7,7 +7,7 @@ import (
 )
 
 // App returns the vigil-manager command line application. Each subcommand lives in
-// a file of its own (settings_cmd.go, datapath_cmd.go, run_cmd.go).
+// a file of its own (settings_cmd.go, datapath_cmd.go, csi_cmd.go, run_cmd.go).
 func App() *cli.App {
 	return &cli.App{
 		Name:    "vigil-manager",
@@ -19,6 +19,7 @@ func App() *cli.App {
 		Commands: []*cli.Command{
 			settingsCommand(),
 			datapathCommand(),
+			csiCommand(),
 			runCommand(),
 		},
 	}

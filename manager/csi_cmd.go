@@ -1,0 +1,109 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/csi"
+)
+
+// csiCommand is `vigil-manager csi serve`: Vigil's CSI identity and controller
+// services on a unix socket, for the upstream external-provisioner and
+// external-attacher. Every call becomes a datapath call (CreateVolume, Grant,
+// Fence and Release), so the socket is useless without a reachable datapath.
+func csiCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "csi",
+		Usage: "Vigil's CSI controller service (provisioning, publish = grant, unpublish = fence and release)",
+		Subcommands: []*cli.Command{{
+			Name:  "serve",
+			Usage: "serve the CSI identity and controller services on a unix socket until SIGTERM or SIGINT",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "csi-endpoint", Required: true, EnvVars: []string{"CSI_ENDPOINT"},
+					Usage: "unix socket to serve on: unix:///path/csi.sock or a plain path"},
+				&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
+					Usage: "address (host:port) of the datapath volume server"},
+				&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
+					Usage: "file holding the shared datapath token"},
+				&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"},
+					Usage: "when set, ControllerPublishVolume refuses node ids that are not Kubernetes nodes (NotFound)"},
+				&cli.DurationFlag{Name: "datapath-timeout", Value: 10 * time.Second,
+					Usage: "how long one datapath call may take"},
+			},
+			Action: csiServe,
+		}},
+	}
+}
+
+func csiServe(c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return fmt.Errorf("csi serve takes no arguments, got %q", c.Args().Slice())
+	}
+	endpoint := c.String("csi-endpoint")
+	if _, err := csi.ParseEndpoint(endpoint); err != nil {
+		return fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
+	}
+	token, err := datapath.ReadTokenFile(c.String("datapath-token-file"))
+	if err != nil {
+		return err
+	}
+	var opts []csi.Option
+	if kc := c.String("kubeconfig"); kc != "" {
+		nodes, err := kubeNodes(kc)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, csi.WithNodes(nodes))
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	dp, err := client.Dial(ctx, c.String("datapath"), token, client.WithTimeout(c.Duration("datapath-timeout")))
+	if err != nil {
+		return fmt.Errorf("--datapath %s: %w", c.String("datapath"), err)
+	}
+	defer dp.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv := csi.NewServer(dp, append(opts, csi.WithLogger(log))...)
+	go func() {
+		select {
+		case <-srv.Ready():
+			// The line is the readiness signal for scripts and tests.
+			fmt.Fprintf(c.App.Writer, "csi: serving %s on %s (datapath %s)\n", vigil.DriverName, endpoint, c.String("datapath"))
+		case <-ctx.Done():
+		}
+	}()
+	return srv.Serve(ctx, endpoint)
+}
+
+// kubeNodes answers "is this a Kubernetes node?" with one GET per publish.
+func kubeNodes(kubeconfig string) (csi.Nodes, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return csi.NodesFunc(func(ctx context.Context, id string) (bool, error) {
+		_, err := cs.CoreV1().Nodes().Get(ctx, id, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}), nil
+}

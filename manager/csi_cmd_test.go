@@ -1,0 +1,115 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
+)
+
+func writeToken(t *testing.T, token string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(f, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
+	dp := datapathtest.Start(t, datapath.Options{})
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	app := App()
+	var out bytes.Buffer
+	app.Writer = &out
+	go func() {
+		done <- app.RunContext(ctx, []string{"vigil-manager", "csi", "serve",
+			"--csi-endpoint", "unix://" + sock, "--datapath", dp.Addr, "--datapath-token-file", writeToken(t, dp.Token)})
+	}()
+	var stopped bool
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("csi serve: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var info *csipb.GetPluginInfoResponse
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+		info, err = csipb.NewIdentityClient(conn).GetPluginInfo(callCtx, &csipb.GetPluginInfoRequest{})
+		callCancel()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("GetPluginInfo: %v", err)
+	}
+	if info.GetName() != vigil.DriverName {
+		t.Fatalf("driver name %q, want %q", info.GetName(), vigil.DriverName)
+	}
+	vol, err := csipb.NewControllerClient(conn).CreateVolume(ctx, &csipb.CreateVolumeRequest{
+		Name:          "pvc-1",
+		CapacityRange: &csipb.CapacityRange{RequiredBytes: 1 << 20},
+		VolumeCapabilities: []*csipb.VolumeCapability{{
+			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	if _, err := dp.Store.GetVolume(vol.GetVolume().GetVolumeId()); err != nil {
+		t.Fatalf("the volume CreateVolume returned is not in the datapath: %v", err)
+	}
+	stop() // the output is read only once the command has returned
+	if !strings.Contains(out.String(), "csi: serving "+vigil.DriverName) {
+		t.Fatalf("no readiness line in %q", out.String())
+	}
+}
+
+func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
+	token := writeToken(t, "s3cret")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"tcp endpoint", []string{"--csi-endpoint", "tcp://127.0.0.1:1", "--datapath-token-file", token}, "--csi-endpoint"},
+		{"missing token file", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", "/nonexistent/token"}, "/nonexistent/token"},
+		{"no endpoint", []string{"--datapath-token-file", token}, "csi-endpoint"},
+		{"stray argument", []string{"--csi-endpoint", "/tmp/x.sock", "--datapath-token-file", token, "extra"}, "takes no arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := App().Run(append([]string{"vigil-manager", "csi", "serve"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
