@@ -34,6 +34,7 @@ fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
