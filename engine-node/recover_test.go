@@ -160,7 +160,9 @@ func TestNodeServer_Recover_RestartServesAgain(t *testing.T) {
 	requireRealStack(t)
 	c := newKillCase(t, true)
 	killEngineAt(t, "served", c.env("")...)
+	start := time.Now()
 	n, _, epoch := c.restart(t, "boot-1")
+	t.Logf("restart after SIGKILL, volume served and published again in %v", time.Since(start))
 	rec, ok, _ := n.journal.Stage("vol-k")
 	if !ok || rec.Phase != PhaseStaged || n.live("vol-k") == nil {
 		t.Fatalf("stage after restart: %+v, live=%v", rec, n.live("vol-k") != nil)
