@@ -23,6 +23,8 @@ import (
 	enginenode "github.com/vigil-storage/vigil/engine-node"
 	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/engine-node/loopdev"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // requireRealStack skips unless the engine's FUSE + loop + ext4 stack works here.
@@ -59,14 +61,13 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-// TestKubelet_RealNodeService drives the stand-in against the real engine-node
-// node service (FUSE disk over a real datapath, loop device, ext4): the pod's
-// target path holds a writable filesystem, and after the pod goes nothing of
-// it stays mounted.
-func TestKubelet_RealNodeService(t *testing.T) {
+// startRealNode serves the real node service of testNode over a real datapath
+// on a unix socket; cleanups stop it after everything registered later.
+func startRealNode(t *testing.T) (*client.Client, string, csi.NodeClient) {
+	t.Helper()
 	requireRealStack(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dp := datapathtest.Start(t, datapath.Options{})
 	dpc, err := client.Dial(ctx, dp.Addr, dp.Token)
@@ -74,17 +75,7 @@ func TestKubelet_RealNodeService(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dpc.Close() })
-	vol, err := dpc.CreateVolume(ctx, "pv-1", 64<<20, datapath.AccessRWO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := dpc.Grant(ctx, vol.ID, testNode)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	state := t.TempDir()
-	ns, err := enginenode.NewNodeServer(ctx, enginenode.Config{NodeName: testNode, StateDir: state, BootID: "boot-1", Datapath: dpc, Log: quiet})
+	ns, err := enginenode.NewNodeServer(ctx, enginenode.Config{NodeName: testNode, StateDir: t.TempDir(), BootID: "boot-1", Datapath: dpc, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +96,34 @@ func TestKubelet_RealNodeService(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	return dpc, endpoint, csi.NewNodeClient(conn)
+}
 
+// newRealVolume creates a 64 MiB volume named pv and grants it to testNode.
+func newRealVolume(t *testing.T, dpc *client.Client, pv string) (string, uint64) {
+	t.Helper()
+	vol, err := dpc.CreateVolume(context.Background(), pv, 64<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := dpc.Grant(context.Background(), vol.ID, testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vol.ID, epoch
+}
+
+// TestKubelet_RealNodeService drives the stand-in against the real engine-node
+// node service (FUSE disk over a real datapath, loop device, ext4): the pod's
+// target path holds a writable filesystem, a restarted stand-in leaves it as
+// it is, and after the pod goes nothing of it stays mounted.
+func TestKubelet_RealNodeService(t *testing.T) {
+	dpc, endpoint, nodeClient := startRealNode(t)
+	volID, epoch := newRealVolume(t, dpc, "pv-1")
 	pod := newPod("web", claimVolume("data", "claim-1"))
 	root := t.TempDir()
-	f := newFixtureOn(t, root, endpoint, csi.NewNodeClient(conn),
-		newPVC("claim-1", "pv-1"), newPV("pv-1", vol.ID), newVA("pv-1", vol.ID, true, strconv.FormatUint(epoch, 10)), pod)
+	f := newFixtureOn(t, root, endpoint, nodeClient,
+		newPVC("claim-1", "pv-1"), newPV("pv-1", volID), newVA("pv-1", volID, true, strconv.FormatUint(epoch, 10)), pod)
 	t.Cleanup(func() { // whatever a failure left mounted
 		f.remove(pod)
 		f.sync()
@@ -119,10 +133,10 @@ func TestKubelet_RealNodeService(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(target, "hello"), []byte("world"), 0o600); err != nil {
 		t.Fatalf("write through the published target: %v", err)
 	}
-	if got, err := os.ReadFile(filepath.Join(StagingPath(root, "driver.vigil.io", vol.ID, "pv-1", false), "hello")); err != nil || string(got) != "world" {
+	if got, err := os.ReadFile(filepath.Join(StagingPath(root, "driver.vigil.io", volID, "pv-1", false), "hello")); err != nil || string(got) != "world" {
 		t.Fatalf("read through the staging mount: %q, %v", got, err)
 	}
-	if got := f.nodeInUse(); len(got) != 1 || got[0] != UniqueVolumeName("driver.vigil.io", vol.ID) {
+	if got := f.nodeInUse(); len(got) != 1 || got[0] != UniqueVolumeName("driver.vigil.io", volID) {
 		t.Errorf("volumesInUse = %v", got)
 	}
 
@@ -174,4 +188,31 @@ func (f *fixture) syncRetrying(done func() bool) {
 		f.clock.Step(DefaultBackoffMax)
 	}
 	f.t.Fatalf("not done after 5 rounds of retries; mounts under %s: %v", f.root, mountsUnder(f.t, f.root))
+}
+
+// TestKubelet_RealNodeService_Block publishes a Block volume: the target is
+// the loop device itself.
+func TestKubelet_RealNodeService_Block(t *testing.T) {
+	dpc, endpoint, nodeClient := startRealNode(t)
+	volID, epoch := newRealVolume(t, dpc, "pv-b")
+	pv := newPV("pv-b", volID)
+	pv.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeBlock)
+	pod := newPod("db", claimVolume("dev", "claim-b"))
+	root := t.TempDir()
+	f := newFixtureOn(t, root, endpoint, nodeClient,
+		newPVC("claim-b", "pv-b"), pv, newVA("pv-b", volID, true, strconv.FormatUint(epoch, 10)), pod)
+	t.Cleanup(func() {
+		f.remove(pod)
+		f.sync()
+	})
+	target := TargetPath(root, pod.UID, "pv-b", true)
+	f.syncRetrying(func() bool { return len(mountsUnder(t, root)) == 1 })
+	if fi, err := os.Stat(target); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Fatalf("target %s = %v, %v; want the block device", target, fi, err)
+	}
+	f.remove(pod)
+	f.syncRetrying(func() bool { return len(mountsUnder(t, root)) == 0 })
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("target %s left behind: %v", target, err)
+	}
 }
