@@ -1,17 +1,267 @@
 package manager
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/controller"
+	"github.com/vigil-storage/vigil/settings"
 )
 
-// runCommand is a placeholder until the work that builds it lands.
+// Flags of `vigil-manager run` (--kubeconfig and --settings-dir share their
+// names with the settings command's).
+const (
+	flagSettingsStore  = "settings-store"
+	flagListen         = "listen"
+	flagLeaderElect    = "leader-elect"
+	flagLeaseNamespace = "leader-elect-lease-namespace"
+	flagLeaseName      = "leader-elect-lease-name"
+	flagWorkers        = "workers"
+	flagResync         = "resync"
+	flagAPIQPS         = "kube-api-qps"
+	flagAPIBurst       = "kube-api-burst"
+)
+
+// httpShutdownGrace bounds how long in-flight HTTP requests may take on shutdown.
+const httpShutdownGrace = 5 * time.Second
+
 func runCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "run",
-		Usage:  "(not built yet)",
-		Hidden: true,
-		Action: func(*cli.Context) error { return errors.New("run: not built yet") },
+		Name:  "run",
+		Usage: "run the controllers (node health, pod reaper) with leader election, and serve /metrics, /healthz and /readyz",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: flagKubeconfig, TakesFile: true,
+				Usage: "kubeconfig of the cluster to manage (default: the in-cluster service account)"},
+			&cli.StringFlag{Name: flagSettingsStore, EnvVars: []string{settings.StoreEnv}, Value: settings.DefaultStoreSpec(),
+				Usage: "where settings are kept: bolt:PATH or configmap:NAMESPACE/NAME"},
+			&cli.StringFlag{Name: flagSettingsDir, TakesFile: true,
+				Usage: "managed overlay directory (a mounted ConfigMap): a file named after a setting overrides the store and locks it"},
+			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for /metrics, /healthz and /readyz"},
+			&cli.BoolFlag{Name: flagLeaderElect, Value: true,
+				Usage: "act only while holding the Lease, so one of several replicas acts"},
+			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: "vigil-system",
+				Usage: "namespace of the leader-election Lease"},
+			&cli.StringFlag{Name: flagLeaseName, Value: "vigil-manager", Usage: "name of the leader-election Lease"},
+			&cli.IntFlag{Name: flagWorkers, Value: 8, Usage: "reaper workers (pods handled at once)"},
+			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
+			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
+				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
+			&cli.IntFlag{Name: flagAPIBurst, Value: 200, Usage: "client-side API burst"},
+		},
+		Action: runManager,
 	}
+}
+
+// runOptions are the validated flags.
+type runOptions struct {
+	kubeconfig, storeSpec, settingsDir, listen string
+	leaderElect                                bool
+	leaseNamespace, leaseName                  string
+	workers                                    int
+	resync                                     time.Duration
+	qps                                        float32
+	burst                                      int
+}
+
+func parseRunOptions(c *cli.Context) (runOptions, error) {
+	o := runOptions{
+		kubeconfig: c.String(flagKubeconfig), storeSpec: c.String(flagSettingsStore), settingsDir: c.String(flagSettingsDir),
+		listen: c.String(flagListen), leaderElect: c.Bool(flagLeaderElect),
+		leaseNamespace: c.String(flagLeaseNamespace), leaseName: c.String(flagLeaseName),
+		workers: c.Int(flagWorkers), resync: c.Duration(flagResync),
+		qps: float32(c.Float64(flagAPIQPS)), burst: c.Int(flagAPIBurst),
+	}
+	switch {
+	case c.Args().Len() > 0:
+		return o, fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())
+	case o.workers < 1 || o.workers > 1000:
+		return o, fmt.Errorf("--%s %d: must be between 1 and 1000", flagWorkers, o.workers)
+	case o.resync < 0:
+		return o, fmt.Errorf("--%s %s: must not be negative", flagResync, o.resync)
+	case o.qps <= 0 || o.burst < 1:
+		return o, fmt.Errorf("--%s %v and --%s %d: both must be positive", flagAPIQPS, o.qps, flagAPIBurst, o.burst)
+	case o.leaderElect && (o.leaseNamespace == "" || o.leaseName == ""):
+		return o, fmt.Errorf("--%s needs --%s and --%s (got %q and %q)", flagLeaderElect, flagLeaseNamespace, flagLeaseName, o.leaseNamespace, o.leaseName)
+	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return o, fmt.Errorf("--%s %q: want HOST:PORT, e.g. %s: %w", flagListen, o.listen, vigil.DefaultAPIAddress, err)
+	}
+	return o, nil
+}
+
+// restConfig loads --kubeconfig, or the in-cluster configuration without it.
+func restConfig(o runOptions) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: %w", flagKubeconfig, o.kubeconfig, err)
+		}
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		return nil, fmt.Errorf("no --%s given and not running in a cluster: %w", flagKubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	cfg.UserAgent = "vigil-manager/" + vigil.Version
+	return cfg, nil
+}
+
+func runManager(c *cli.Context) error {
+	o, err := parseRunOptions(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	set, closeSettings, err := openRunSettings(ctx, o, reg)
+	if err != nil {
+		return err
+	}
+	defer closeSettings()
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--%s %s: %w", flagListen, o.listen, err)
+	}
+	return runWith(ctx, c, o, client, set, reg, lis)
+}
+
+// openRunSettings opens the settings store and overlay; the metrics of settings
+// go to reg, refused values to the log.
+func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registerer) (*settings.Settings, func(), error) {
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	store, err := settings.OpenStore(octx, o.storeSpec, o.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg))
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	return s, func() { _ = s.Close(); _ = store.Close() }, nil
+}
+
+// runWith wires the controllers and the HTTP server and runs them until ctx ends.
+func runWith(ctx context.Context, c *cli.Context, o runOptions, client kubernetes.Interface,
+	set controller.SettingsReader, reg *prometheus.Registry, lis net.Listener) error {
+	metrics, err := controller.NewMetrics(reg)
+	if err != nil {
+		return errors.Join(err, lis.Close())
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
+	reaper, err := controller.NewReaper(controller.Config{
+		Client: client, Informers: factory, Settings: set, Metrics: metrics,
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vigil-manager"}),
+	})
+	if err != nil {
+		return errors.Join(err, lis.Close())
+	}
+	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	// The address line tells scripts and tests where to look (with port 0 too).
+	fmt.Fprintf(c.App.Writer, "vigil-manager: serving /metrics, /healthz, /readyz on http://%s\n", lis.Addr())
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	lead := func(ctx context.Context) {
+		slog.Info("vigil-manager: acting as leader")
+		if err := reaper.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
+			slog.Error("vigil-manager: reaper stopped", "err", err)
+		}
+	}
+	runErr := make(chan error, 1)
+	go func() {
+		if !o.leaderElect {
+			lead(ctx)
+			runErr <- nil
+			return
+		}
+		runErr <- controller.RunAsLeader(ctx, controller.LeaderConfig{
+			Client: client, Namespace: o.leaseNamespace, Name: o.leaseName, Identity: identity(),
+		}, lead)
+	}()
+	var result error
+	select {
+	case result = <-runErr:
+	case err := <-served:
+		result = fmt.Errorf("http server on %s: %w", lis.Addr(), err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && result == nil {
+		result = fmt.Errorf("http server shutdown: %w", err)
+	}
+	if result == nil {
+		fmt.Fprintln(c.App.Writer, "vigil-manager: stopped")
+	}
+	return result
+}
+
+// newMux serves the manager's HTTP endpoints. The settings API and the UI join
+// this mux in their own files.
+func newMux(reg *prometheus.Registry, synced func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !synced() {
+			http.Error(w, "informer caches not synced yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// identity names this replica in the Lease: the host (the pod name in a cluster)
+// and a random suffix, so two processes on one host never share it.
+func identity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "vigil-manager"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
 }

@@ -1,0 +1,259 @@
+package manager
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// apiKinds are the resources `run` lists, watches or writes, with their kinds.
+var apiKinds = map[string][2]string{
+	"pods": {"v1", "Pod"}, "nodes": {"v1", "Node"}, "persistentvolumeclaims": {"v1", "PersistentVolumeClaim"},
+	"persistentvolumes": {"v1", "PersistentVolume"}, "volumeattachments": {"storage.k8s.io/v1", "VolumeAttachment"},
+	"replicasets": {"apps/v1", "ReplicaSet"}, "leases": {"coordination.k8s.io/v1", "Lease"}, "events": {"v1", "Event"},
+}
+
+// fakeAPIServer is the smallest API server `run` can start against: empty lists,
+// watches that stay open, and objects that are stored as written (the Lease).
+type fakeAPIServer struct {
+	mu      sync.Mutex
+	objects map[string][]byte
+}
+
+func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	resource, name := "", ""
+	for i, p := range parts {
+		if _, ok := apiKinds[p]; ok && (i == 0 || parts[i-1] != "namespaces") {
+			resource = p
+			if i+1 < len(parts) {
+				name = parts[i+1]
+			}
+		}
+	}
+	kind, ok := apiKinds[resource]
+	if !ok {
+		http.Error(w, "unknown resource "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	q := r.URL.Query()
+	switch {
+	case r.Method == http.MethodGet && (q.Get("watch") == "true" || q.Get("watch") == "1"):
+		if q.Get("sendInitialEvents") == "true" {
+			fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"apiVersion":%q,"kind":%q,"metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", kind[0], kind[1])
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	case r.Method == http.MethodGet && name == "":
+		fmt.Fprintf(w, `{"apiVersion":%q,"kind":"%sList","metadata":{"resourceVersion":"1"},"items":[]}`, kind[0], kind[1])
+	case r.Method == http.MethodGet:
+		f.mu.Lock()
+		body, ok := f.objects[r.URL.Path]
+		f.mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"NotFound","code":404,"details":{"name":%q,"kind":%q}}`, name, resource)
+			return
+		}
+		_, _ = w.Write(body)
+	default: // POST, PUT, PATCH: store and echo, as JSON
+		body, _ := io.ReadAll(r.Body)
+		if obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil); err == nil {
+			obj.GetObjectKind().SetGroupVersionKind(*gvk)
+			body, _ = json.Marshal(obj)
+		}
+		path := r.URL.Path
+		if r.Method == http.MethodPost {
+			var m struct {
+				Metadata struct{ Name string } `json:"metadata"`
+			}
+			_ = json.Unmarshal(body, &m)
+			path += "/" + m.Metadata.Name
+			w.WriteHeader(http.StatusCreated)
+		}
+		if r.Method == http.MethodPatch {
+			body = []byte(fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{"name":%q}}`, kind[0], kind[1], name))
+		}
+		f.mu.Lock()
+		f.objects[path] = body
+		f.mu.Unlock()
+		_, _ = w.Write(body)
+	}
+}
+
+func (f *fakeAPIServer) object(path string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return string(f.objects[path])
+}
+
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: %q}}]
+users: [{name: fake, user: {token: t}}]
+contexts: [{name: fake, context: {cluster: fake, user: fake}}]
+current-context: fake
+`, server)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const runChildEnv = "VIGIL_TEST_RUN_ARGS"
+
+func TestRun_Child(t *testing.T) {
+	args := os.Getenv(runChildEnv)
+	if args == "" {
+		t.Skip("only runs as the child of TestRun_SIGTERMReleasesLeaseAndExits")
+	}
+	if err := App().Run(append([]string{"vigil-manager"}, strings.Split(args, "\x1f")...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The manager starts against an API server, becomes ready once its informers
+// synced, takes the Lease, serves metrics, and on SIGTERM releases the Lease and
+// exits 0.
+func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
+	api := &fakeAPIServer{objects: map[string][]byte{}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	args := []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
+		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system"}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_Child$", "-test.v")
+	cmd.Env = append(os.Environ(), runChildEnv+"="+strings.Join(args, "\x1f"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := bufio.NewScanner(out)
+	base := ""
+	for lines.Scan() {
+		if _, a, ok := strings.Cut(lines.Text(), "/readyz on "); ok {
+			base = strings.TrimSpace(a)
+			break
+		}
+	}
+	if base == "" {
+		t.Fatal("the manager never said where it serves")
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+	const leasePath = "/apis/coordination.k8s.io/v1/namespaces/vigil-system/leases/vigil-manager"
+	deadline := time.Now().Add(20 * time.Second)
+	for !(get(t, base+"/readyz") == http.StatusOK && strings.Contains(api.object(leasePath), `"holderIdentity":"`)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready and leading after 20 s; lease %q", api.object(leasePath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"vigil_nodes_down", "vigil_reaper_volumeattachments_deleted_total", "go_goroutines"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20 s after SIGTERM")
+	}
+	if tail := <-rest; !strings.Contains(tail, "vigil-manager: stopped") {
+		t.Errorf("no clean stop line in %q", tail)
+	}
+	if l := api.object(leasePath); !strings.Contains(l, `"holderIdentity":""`) && strings.Contains(l, `"holderIdentity":"`) {
+		t.Errorf("lease not released on shutdown: %s", l)
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRun_BadFlagsAreRefused(t *testing.T) {
+	cases := map[string][]string{
+		"listen":  {"--listen", "nonsense", "--kubeconfig", "/nope"},
+		"workers": {"--workers", "0"},
+		"qps":     {"--kube-api-qps", "-1"},
+		"lease":   {"--leader-elect-lease-name", ""},
+		"args":    {"extra"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := App().Run(append([]string{"vigil-manager", "run"}, args...))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestNewMux_ReadyzFollowsSync(t *testing.T) {
+	synced := false
+	mux := newMux(prometheus.NewRegistry(), func() bool { return synced })
+	for _, tc := range []struct {
+		synced bool
+		want   int
+	}{{false, http.StatusServiceUnavailable}, {true, http.StatusOK}} {
+		synced = tc.synced
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != tc.want {
+			t.Errorf("synced=%t: /readyz = %d, want %d", tc.synced, rec.Code, tc.want)
+		}
+	}
+}
