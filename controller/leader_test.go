@@ -40,7 +40,7 @@ func TestRunAsLeader_StandbyTakesOverWhenLeaderDies(t *testing.T) {
 	clients := map[string]*fake.Clientset{"a": clientA, "b": clientB}
 	cfg := func(id string) LeaderConfig {
 		return LeaderConfig{Client: clients[id], Namespace: "vigil-system", Name: "vigil-manager", Identity: id,
-			LeaseDuration: 1500 * time.Millisecond, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+			LeaseDuration: 3 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 	}
 	var leading, most atomic.Int32
 	lead := func(started chan struct{}) func(context.Context) {
