@@ -15,6 +15,11 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	. "github.com/onsi/gomega"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	vcsi "github.com/vigil-storage/vigil/datapath/csi"
@@ -68,8 +73,9 @@ func serveCSI(t *testing.T, dp *client.Client, node *NodeServer) string {
 
 // TestSanity runs the upstream csi-test sanity suite against Vigil's real CSI
 // controller (datapath/csi over a real datapath server) and this package's real
-// node service (FUSE, loop device, ext4, bind mounts), for mount and block
-// access, and fails if a node spec is skipped for a missing capability.
+// node service (FUSE, loop device, ext4, bind mounts) with its production
+// stage gate, for mount and block access, and fails if a node spec is skipped
+// for a missing capability.
 func TestSanity(t *testing.T) {
 	requireRealStack(t)
 	if testing.Short() {
@@ -79,6 +85,14 @@ func TestSanity(t *testing.T) {
 	for _, access := range []string{"mount", "block"} {
 		dp := startRealDatapath(t)
 		node := newTestServer(t, dp, sanityNode)
+		// The production gate: every stage must carry this node's live grant.
+		gate := &FenceCleaner{Node: sanityNode, Server: node, Grants: dp, Metrics: node.metrics, Log: quiet,
+			Recorder: record.NewFakeRecorder(10),
+			Client:   fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: sanityNode}})}
+		if err := gate.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		node.cfg.Gate = gate
 		endpoint := serveCSI(t, dp, node)
 		dir, err := os.MkdirTemp("", "vsan")
 		if err != nil {
