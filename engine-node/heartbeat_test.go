@@ -50,7 +50,7 @@ func TestRunHeartbeats_Interval_BeatsUntilCancelled(t *testing.T) {
 	hb := &countingHeartbeater{}
 	m := NewMetrics(nil)
 	runBeatsFor(t, hb, m, 200*time.Millisecond)
-	if n := hb.count(); n < 5 || n > 25 {
+	if n := hb.count(); n < 3 || n > 30 { // loose: CI machines are busy
 		t.Fatalf("%d beats in 200ms at 10ms, want about 20", n)
 	}
 	if !hb.nodes["node-a"] || len(hb.nodes) != 1 {
