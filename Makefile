@@ -35,6 +35,8 @@ fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
+	$(GO) test -run '^$$' -fuzz '^FuzzSizeFor$$' -fuzztime $(FUZZTIME) ./datapath/csi
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeToken$$' -fuzztime $(FUZZTIME) ./datapath/csi
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
