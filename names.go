@@ -47,3 +47,14 @@ const (
 	// EventReasonFenceCleared: the node was cleaned up and Vigil's fenced taint removed.
 	EventReasonFenceCleared = "VigilFenceCleared"
 )
+
+const (
+	// Namespace is where Vigil's own objects live (the manager's Lease, the
+	// settings ConfigMap) unless POD_NAMESPACE says otherwise.
+	Namespace = "vigil-system"
+	// ManagerLeaseName is the coordination.k8s.io Lease vigil-manager replicas
+	// elect their leader with (RBAC names it).
+	ManagerLeaseName = "vigil-manager"
+	// ManagerComponent is the source component of the manager's Events.
+	ManagerComponent = "vigil-manager"
+)

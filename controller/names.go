@@ -33,8 +33,6 @@ const (
 	labelPolicy              = "policy"
 	labelDecision            = "decision"
 	labelReason              = "reason"
-	eventSourceComponent     = "vigil-manager"
-	defaultLeaseName         = "vigil-manager"
 	nodeIndex                = "spec.nodeName"
 	attachmentByPVIndex      = "spec.source.persistentVolumeName"
 )

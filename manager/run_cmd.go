@@ -63,9 +63,9 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for /metrics, /healthz and /readyz"},
 			&cli.BoolFlag{Name: flagLeaderElect, Value: true,
 				Usage: "act only while holding the Lease, so one of several replicas acts"},
-			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: "vigil-system",
+			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: vigil.Namespace,
 				Usage: "namespace of the leader-election Lease"},
-			&cli.StringFlag{Name: flagLeaseName, Value: "vigil-manager", Usage: "name of the leader-election Lease"},
+			&cli.StringFlag{Name: flagLeaseName, Value: vigil.ManagerLeaseName, Usage: "name of the leader-election Lease"},
 			&cli.IntFlag{Name: flagWorkers, Value: 8, Usage: "reaper workers (pods handled at once)"},
 			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
@@ -189,7 +189,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, client kubernete
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vigil-manager"}),
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {
 		return errors.Join(err, lis.Close())
@@ -259,7 +259,7 @@ func newMux(reg *prometheus.Registry, synced func() bool) *http.ServeMux {
 func identity() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
-		host = "vigil-manager"
+		host = vigil.ManagerComponent
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
