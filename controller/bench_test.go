@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/vigil-storage/vigil"
 )
@@ -47,7 +48,9 @@ func BenchmarkDecide(b *testing.B) {
 // deadline passed, the kubelet gone quiet), runs the reaper with real informers on
 // the fake clientset, marks the node Ready=Unknown and returns how long it took
 // until all 110 pods were force-deleted (and their 110 attachments deleted).
-func reap110(tb testing.TB) time.Duration {
+// A non-nil limiter throttles every delete, as the manager's client-side rate
+// limit (--kube-api-qps, --kube-api-burst) would.
+func reap110(tb testing.TB, limiter flowcontrol.RateLimiter) time.Duration {
 	const pods = 110
 	// The fake clientset's watchers panic when 100 events queue up; a real API
 	// server has no such limit, so give them room for the burst of deletes.
@@ -65,6 +68,12 @@ func reap110(tb testing.TB) time.Duration {
 	client := fake.NewClientset(objs...)
 	var deleted atomic.Int32
 	done := make(chan struct{})
+	if limiter != nil {
+		client.PrependReactor("delete", "*", func(core.Action) (bool, runtime.Object, error) {
+			limiter.Accept()
+			return false, nil, nil
+		})
+	}
 	client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		if deleted.Add(1) == pods {
 			close(done)
@@ -107,21 +116,34 @@ func reap110(tb testing.TB) time.Duration {
 // to the last of its 110 protected pods being force-deleted (target: < 2 s).
 //
 //	go test -run '^$' -bench BenchmarkReaper_NodeDown110Pods -benchtime 5x ./controller
+//
+// The qps100-burst200 case throttles the 220 deletes as the manager's default
+// client rate limit does (Events have a client of their own).
 func BenchmarkReaper_NodeDown110Pods(b *testing.B) {
-	var worst, total time.Duration
-	n := 0
-	for b.Loop() {
-		d := reap110(b)
-		total += d
-		worst = max(worst, d)
-		n++
+	for _, bc := range []struct {
+		name    string
+		limiter func() flowcontrol.RateLimiter
+	}{
+		{"unlimited", func() flowcontrol.RateLimiter { return nil }},
+		{"qps100-burst200", func() flowcontrol.RateLimiter { return flowcontrol.NewTokenBucketRateLimiter(100, 200) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var worst, total time.Duration
+			n := 0
+			for b.Loop() {
+				d := reap110(b, bc.limiter())
+				total += d
+				worst = max(worst, d)
+				n++
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms-to-reap-110/op")
+			b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
+		})
 	}
-	b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms-to-reap-110/op")
-	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
 }
 
 // TestReaper_Run_NodeDown110PodsAllReaped runs the whole reaper (informers, queue,
 // workers) once and reports the figure; it asserts completion, not a time.
 func TestReaper_Run_NodeDown110PodsAllReaped(t *testing.T) {
-	t.Logf("110 pods reaped %v after the node turned Ready=Unknown", reap110(t))
+	t.Logf("110 pods reaped %v after the node turned Ready=Unknown", reap110(t, nil))
 }

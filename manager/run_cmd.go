@@ -145,6 +145,12 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	// Events get a client (and so a rate limit) of their own: the four Events of
+	// each reaped pod must never delay the deletes of the next one.
+	eventsClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("kubernetes events client: %w", err)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	set, closeSettings, err := openRunSettings(ctx, o, reg)
@@ -156,7 +162,7 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", flagListen, o.listen, err)
 	}
-	return runWith(ctx, c, o, client, set, reg, lis)
+	return runWith(ctx, c, o, clients{api: client, events: eventsClient}, set, reg, lis)
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
@@ -176,15 +182,22 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 	return s, func() { _ = s.Close(); _ = store.Close() }, nil
 }
 
+// clients are the API clients of the manager: one for the controllers' reads and
+// writes, one for Events.
+type clients struct {
+	api, events kubernetes.Interface
+}
+
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
-func runWith(ctx context.Context, c *cli.Context, o runOptions, client kubernetes.Interface,
+func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	set controller.SettingsReader, reg *prometheus.Registry, lis net.Listener) error {
+	client := cs.api
 	metrics, err := controller.NewMetrics(reg)
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
