@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -40,5 +41,38 @@ func TestCorrelatorOptions_KeyFunc_NeverCombinesDifferentMessages(t *testing.T) 
 	kb, _ := key(b)
 	if ka == kb {
 		t.Fatal("Events about two pods share an aggregation key and would be combined")
+	}
+}
+
+func TestNewMetrics_ExactNames(t *testing.T) {
+	f := newFixture(t, PolicyDeleteStatefulSetPod)
+	statefulSetOnDownNode(f)
+	f.start()
+	if err := f.reaper.syncNode(t.Context(), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.reaper.syncPod(t.Context(), "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	families, err := f.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, mf := range families {
+		var labels []string
+		for _, lp := range mf.GetMetric()[0].GetLabel() {
+			labels = append(labels, lp.GetName())
+		}
+		got[mf.GetName()] = labels
+	}
+	want := map[string][]string{
+		"vigil_reaper_pods_deleted_total":              {"owner_kind", "policy"},
+		"vigil_reaper_volumeattachments_deleted_total": nil,
+		"vigil_reaper_decisions_total":                 {"decision", "reason"},
+		"vigil_nodes_down":                             nil,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("metrics %v, want %v", got, want)
 	}
 }
