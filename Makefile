@@ -19,7 +19,7 @@ build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
 
-test: unit fuzz ## every test: unit, short fuzzing, end-to-end
+test: unit fuzz e2e ## every test: unit, short fuzzing, end-to-end
 
 unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)

@@ -9,6 +9,12 @@
 // kwokctl's binary runtime with its kwok-controller disabled. Node-monitor timings
 // and the default NoExecute tolerations are configurable (Config).
 //
+// `make testbin` also builds the upstream CSI sidecars csi-attacher and
+// csi-provisioner (BinCSIAttacher, BinCSIProvisioner in BinDir) for the work that
+// runs Vigil's CSI controller in the sandbox; the sandbox itself does not start them.
+// external-provisioner is pinned at v6.3.0: v6.4.0 needs
+// sig-storage-lib-external-provisioner v13.1.0, which the module proxy refuses.
+//
 // Each node is simulated by its own kwok process, label-selected (vigil.io/node=NAME),
 // which is that node's kubelet: it keeps the Node Ready and its lease renewed, and
 // runs its pods. Node objects carry volumes.kubernetes.io/controller-managed-attach-

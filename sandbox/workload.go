@@ -133,7 +133,9 @@ func (w Workload) DaemonSet() *appsv1.DaemonSet {
 	}
 }
 
-// Job builds a Job of one pod that kwok runs until it is deleted.
+// Job builds a Job of one pod. Note that kwok's default stages complete a Job's
+// pod right after it runs (phase Succeeded): wait for it to be scheduled, not to
+// keep running.
 func (w Workload) Job() *batchv1.Job {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, Labels: w.labels()},
