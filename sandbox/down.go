@@ -47,7 +47,10 @@ func teardown(st *state, logf func(string, ...any)) error {
 		n.Powered = false
 		ps = append(ps, n.procs()...)
 	}
-	if err := killAll(ps, 5*time.Second); err != nil {
+	if err := killAll(append(ps, st.Host...), 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cleanupMounts(st.WorkDir); err != nil {
 		errs = append(errs, err)
 	}
 	if st.ClusterUp {

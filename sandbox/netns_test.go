@@ -92,7 +92,7 @@ func TestStartDetached_InNetns(t *testing.T) {
 	defer func() { _ = killAll([]*proc{p}, 5*time.Second) }()
 	mine, _ := os.Readlink("/proc/self/ns/net")
 	var theirs string
-	for i := 0; i < 100; i++ { // ip netns exec switches namespace, then execs
+	for i := 0; i < 100; i++ { // nsenter switches namespace, then execs
 		theirs, _ = os.Readlink("/proc/" + itoa(p.PID) + "/ns/net")
 		if theirs != mine {
 			break

@@ -48,7 +48,11 @@ func startDetached(netns string, args, env []string, logPath string) (pid int, s
 		return 0, 0, errors.New("empty command")
 	}
 	if netns != "" {
-		args = append([]string{"ip", "netns", "exec", netns}, args...)
+		// nsenter, not `ip netns exec`: the latter also unshares the mount
+		// namespace, so mounts a node's process makes (a CSI node service's
+		// staging and target paths) would be invisible to the host and to the
+		// node's other processes; a node shares the host's mounts.
+		args = append([]string{"nsenter", "--net=/run/netns/" + netns, "--"}, args...)
 	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

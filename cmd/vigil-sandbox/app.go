@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/kubelet"
 )
 
 func app() *cli.App {
@@ -28,7 +30,8 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "workdir", EnvVars: []string{"VIGIL_SANDBOX_DIR"},
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
-		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand()},
+		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(),
+			kubelet.Command()},
 	}
 }
 
@@ -53,6 +56,8 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "subnet", Value: "10.213.0.0/16", Usage: "addresses of the node links"},
 			&cli.IntFlag{Name: "port", Usage: "API server port (default: a free one)"},
 			&cli.StringFlag{Name: "bin-dir", Usage: "binaries from `make testbin` (default: the pinned cache)"},
+			&cli.BoolFlag{Name: "stack", Usage: "also run Vigil's volume stack (datapath, CSI controller and sidecars, an engine and a kubelet stand-in per node)"},
+			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -69,6 +74,11 @@ func upCommand() *cli.Command {
 			})
 			if err != nil {
 				return err
+			}
+			if c.Bool("stack") {
+				if err := startStack(c, s); err != nil {
+					return err
+				}
 			}
 			fmt.Printf("sandbox up in %.1fs\n", time.Since(t0).Seconds())
 			return printStatus(c.Context, s)
@@ -190,4 +200,24 @@ func kubeconfigCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// startStack runs Vigil's volume stack on a new sandbox; on failure the sandbox
+// stays up for `vigil-sandbox down` and the logs.
+func startStack(c *cli.Context, s *sandbox.Sandbox) error {
+	dir := c.String("vigil-bin-dir")
+	if dir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--vigil-bin-dir not given and this binary's path is unknown: %w", err)
+		}
+		dir = filepath.Dir(exe)
+	}
+	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir})
+	if err != nil {
+		return fmt.Errorf("%w (the sandbox is up: logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
+	}
+	fmt.Printf("vigil stack: datapath %s (token %s), CSI controller %s, StorageClass %s\n",
+		stk.DatapathAddr, stk.TokenFile, stk.ControllerEndpoint, stk.StorageClass)
+	return nil
 }

@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// mountPoint is one line of /proc/self/mountinfo that matters here.
+type mountPoint struct {
+	path   string
+	fstype string
+}
+
+// mountsUnder lists the mount points strictly under dir, deepest first.
+func mountsUnder(dir string) ([]mountPoint, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	prefix := filepath.Clean(dir) + "/"
+	var out []mountPoint
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 1 {
+			continue
+		}
+		p := unescapeMountPath(f[4])
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, mountPoint{path: p, fstype: g[0]})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Count(out[i].path, "/") > strings.Count(out[j].path, "/")
+	})
+	return out, nil
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isFUSE(fstype string) bool { return fstype == "fuse" || strings.HasPrefix(fstype, "fuse.") }
+
+// loopsBackedUnder lists the loop devices whose backing file is under dir.
+func loopsBackedUnder(dir string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	prefix := filepath.Clean(dir) + "/"
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
+			continue
+		}
+		out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+	}
+	return out
+}
+
+// cleanupMounts takes down what the node processes of a sandbox (a CSI node
+// service killed by a power cut or by Down) left mounted under workDir: the
+// filesystems first (deepest first), then the loop devices whose backing file
+// is under workDir, then the FUSE mounts behind them. Nodes share the host's
+// mount namespace, so nothing else would ever unmount them.
+func cleanupMounts(workDir string) error {
+	var errs []error
+	for round := 0; round < 5; round++ {
+		mps, err := mountsUnder(workDir)
+		if err != nil {
+			return err
+		}
+		loops := loopsBackedUnder(workDir)
+		if len(mps) == 0 && len(loops) == 0 {
+			return nil
+		}
+		errs = errs[:0]
+		for _, m := range mps {
+			if !isFUSE(m.fstype) {
+				errs = append(errs, unmount(m.path))
+			}
+		}
+		for _, l := range loops {
+			if out, err := exec.Command("losetup", "-d", l).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("losetup -d %s: %v: %s", l, err, strings.TrimSpace(string(out))))
+			}
+		}
+		for _, m := range mps {
+			if isFUSE(m.fstype) {
+				errs = append(errs, unmount(m.path))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mounts left under %s: %w", workDir, err)
+	}
+	return nil
+}
+
+// unmount unmounts path, lazily if it is busy; a path no longer mounted is fine.
+func unmount(path string) error {
+	err := syscall.Unmount(path, 0)
+	if err == nil || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	return nil
+}

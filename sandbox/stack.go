@@ -1,0 +1,327 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Vigil's binaries the stack runs, from `make build` (StackConfig.VigilBinDir).
+const (
+	BinVigilManager    = "vigil-manager"
+	BinVigilEngineNode = "vigil-engine-node"
+	BinVigilSandbox    = "vigil-sandbox"
+)
+
+// Names of the stack's processes: on the host (StackStatus, logs under
+// WorkDir/stack) and on every node (AddProcess, logs in the node's directory).
+const (
+	StackDatapath    = "datapath"
+	StackController  = "csi-controller"
+	StackProvisioner = "csi-provisioner"
+	StackAttacher    = "csi-attacher"
+	StackEngine      = "engine"
+	StackKubelet     = "kubelet"
+)
+
+// DefaultStorageClass is the StorageClass StartStack creates for driver.vigil.io.
+const DefaultStorageClass = "vigil"
+
+// StackConfig describes the Vigil volume stack StartStack runs on a sandbox.
+type StackConfig struct {
+	// VigilBinDir holds vigil-manager, vigil-engine-node and vigil-sandbox
+	// (`make build` puts them in bin/); required.
+	VigilBinDir string
+	// TestbinDir holds csi-provisioner and csi-attacher; default the sandbox's
+	// BinDir (`make testbin`).
+	TestbinDir string
+	// DatapathPort is the datapath's port on 127.0.0.1 and on the host end of
+	// every node link; 0 picks a free one.
+	DatapathPort int
+	// StorageClass names the StorageClass created for dynamic provisioning;
+	// default DefaultStorageClass.
+	StorageClass string
+	// HeartbeatInterval is each engine's heartbeat period; default 1s.
+	HeartbeatInterval time.Duration
+	// KubeletPollInterval bounds the time between two syncs of each node's
+	// kubelet stand-in; default 1s.
+	KubeletPollInterval time.Duration
+}
+
+// Stack is a running Vigil volume stack: where its parts listen. It is also
+// written to WorkDir/stack/stack.json (see Sandbox.Stack).
+type Stack struct {
+	// DatapathAddr is the datapath on the host (127.0.0.1:PORT); node processes
+	// reach it on VIGIL_HOST_IP:PORT, through the node's link, so that a
+	// partition cuts it off too.
+	DatapathAddr string `json:"datapathAddr"`
+	// DatapathPort is the port of DatapathAddr.
+	DatapathPort int `json:"datapathPort"`
+	// TokenFile holds the datapath's shared token.
+	TokenFile string `json:"tokenFile"`
+	// ControllerEndpoint is Vigil's CSI controller socket (unix://...).
+	ControllerEndpoint string `json:"controllerEndpoint"`
+	// StorageClass is the StorageClass of driver.vigil.io.
+	StorageClass string `json:"storageClass"`
+	// Dir holds the stack's files and the logs of its host processes.
+	Dir string `json:"dir"`
+}
+
+// NodeCSIEndpoint is the CSI socket of the engine of a node whose directory
+// (VIGIL_NODE_DIR) is nodeDir.
+func NodeCSIEndpoint(nodeDir string) string {
+	return "unix://" + filepath.Join(nodeDir, "engine", "csi.sock")
+}
+
+func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
+	if c.VigilBinDir == "" {
+		return c, fmt.Errorf("%w: StackConfig.VigilBinDir is empty: give the directory of `make build`'s binaries (bin/)", ErrInvalidConfig)
+	}
+	if c.TestbinDir == "" {
+		c.TestbinDir = binDir
+	}
+	if c.StorageClass == "" {
+		c.StorageClass = DefaultStorageClass
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.KubeletPollInterval == 0 {
+		c.KubeletPollInterval = time.Second
+	}
+	if c.DatapathPort < 0 || c.DatapathPort > 65535 {
+		return c, fmt.Errorf("%w: DatapathPort %d: want 0 (any free port) to 65535", ErrInvalidConfig, c.DatapathPort)
+	}
+	if c.HeartbeatInterval < 0 || c.KubeletPollInterval < 0 {
+		return c, fmt.Errorf("%w: HeartbeatInterval %s, KubeletPollInterval %s: want 0 (default) or more",
+			ErrInvalidConfig, c.HeartbeatInterval, c.KubeletPollInterval)
+	}
+	for _, b := range []string{filepath.Join(c.VigilBinDir, BinVigilManager), filepath.Join(c.VigilBinDir, BinVigilEngineNode),
+		filepath.Join(c.VigilBinDir, BinVigilSandbox), filepath.Join(c.TestbinDir, BinCSIProvisioner), filepath.Join(c.TestbinDir, BinCSIAttacher)} {
+		if fi, err := os.Stat(b); err != nil || fi.Mode()&0o111 == 0 {
+			return c, fmt.Errorf("%w: %s: run `make build` and `make testbin`", ErrBinariesMissing, b)
+		}
+	}
+	return c, nil
+}
+
+// StartStack runs Vigil's volume stack on the sandbox: on the host, the datapath
+// (127.0.0.1, plus a forwarder on the host end of every node link), Vigil's CSI
+// controller (`vigil-manager csi serve`) and the upstream csi-provisioner and
+// csi-attacher on its socket; on every node, vigil-engine-node (its CSI node
+// service on NodeCSIEndpoint, its boot id from VIGIL_NODE_DIR/boot_id, so that a
+// Start is a reboot) and the kubelet stand-in (`vigil-sandbox kubelet`); in the
+// API, the CSIDriver driver.vigil.io (attachRequired, podInfoOnMount), a CSINode
+// per node and a StorageClass. It returns once every socket answers. Down kills
+// all of it and unmounts whatever the engines left.
+func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
+	st0, err := loadState(s.workDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err = cfg.withDefaults(st0.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DatapathPort == 0 {
+		if cfg.DatapathPort, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	dir := filepath.Join(s.workDir, "stack")
+	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
+		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "datapath.token"),
+		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir}
+	if err := writeStackFiles(stk); err != nil {
+		return nil, err
+	}
+	if err := s.startStackHost(ctx, cfg, stk); err != nil {
+		return nil, err
+	}
+	if err := s.createStackObjects(ctx, stk, st0); err != nil {
+		return nil, err
+	}
+	if err := s.addStackNodeProcesses(cfg, stk); err != nil {
+		return nil, err
+	}
+	for _, n := range st0.Nodes {
+		if err := waitSocket(ctx, NodeCSIEndpoint(n.dir(s.workDir)), 30*time.Second, n.Name+"'s engine"); err != nil {
+			return nil, err
+		}
+	}
+	return stk, nil
+}
+
+// Stack reads back what StartStack wrote; ErrNotUp if no stack runs.
+func (s *Sandbox) Stack() (*Stack, error) {
+	b, err := os.ReadFile(filepath.Join(s.workDir, "stack", "stack.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no Vigil stack in %s (StartStack, or `vigil-sandbox up --stack`)", ErrNotUp, s.workDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read stack: %w", err)
+	}
+	var stk Stack
+	if err := json.Unmarshal(b, &stk); err != nil {
+		return nil, fmt.Errorf("parse stack.json: %w", err)
+	}
+	return &stk, nil
+}
+
+// writeStackFiles creates the stack's directory, a random datapath token and
+// stack.json.
+func writeStackFiles(stk *Stack) error {
+	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
+		return fmt.Errorf("create stack dir: %w", err)
+	}
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return fmt.Errorf("datapath token: %w", err)
+	}
+	if err := os.WriteFile(stk.TokenFile, []byte(hex.EncodeToString(tok)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write datapath token: %w", err)
+	}
+	b, _ := json.MarshalIndent(stk, "", "  ")
+	if err := os.WriteFile(filepath.Join(stk.Dir, "stack.json"), b, 0o644); err != nil {
+		return fmt.Errorf("write stack.json: %w", err)
+	}
+	return nil
+}
+
+// startStackHost starts the host processes in order, each once the one it
+// needs answers: datapath and its forwarders, CSI controller, sidecars.
+func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack) error {
+	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
+	sock := filepath.Join(stk.Dir, "csi.sock")
+	kubeconfig := s.Kubeconfig()
+	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: []string{mgr, "datapath", "serve",
+		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath"), "--token-file", stk.TokenFile}})
+	if err != nil {
+		return err
+	}
+	err = s.withState(func(st *state) error {
+		for _, n := range st.Nodes {
+			spec := ProcessSpec{Name: "forward-datapath-" + n.Name, Args: []string{"socat",
+				fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", stk.DatapathPort, n.HostIP),
+				"TCP:" + stk.DatapathAddr}}
+			if err := startHostLocked(st, stk, spec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := waitTCP(ctx, stk.DatapathAddr, 30*time.Second, "datapath"); err != nil {
+		return err
+	}
+	err = s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
+		"--csi-endpoint", stk.ControllerEndpoint, "--datapath", stk.DatapathAddr,
+		"--datapath-token-file", stk.TokenFile, "--kubeconfig", kubeconfig}})
+	if err != nil {
+		return err
+	}
+	if err := waitSocket(ctx, stk.ControllerEndpoint, 30*time.Second, "CSI controller"); err != nil {
+		return err
+	}
+	sidecar := func(name, bin string) ProcessSpec {
+		return ProcessSpec{Name: name, Args: []string{filepath.Join(cfg.TestbinDir, bin),
+			"--csi-address", sock, "--kubeconfig", kubeconfig, "--leader-election=false",
+			"--timeout=30s", "--retry-interval-start=500ms", "--retry-interval-max=5s"}}
+	}
+	if err := s.startHost(stk, sidecar(StackProvisioner, BinCSIProvisioner)); err != nil {
+		return err
+	}
+	return s.startHost(stk, sidecar(StackAttacher, BinCSIAttacher))
+}
+
+// startHost starts spec on the host and records it, so that Down kills it.
+func (s *Sandbox) startHost(stk *Stack, spec ProcessSpec) error {
+	return s.withState(func(st *state) error { return startHostLocked(st, stk, spec) })
+}
+
+func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
+	for _, p := range st.Host {
+		if p.Name == spec.Name && p.alive() {
+			return fmt.Errorf("%w: host process %s already runs (pid %d): the stack is started", ErrAlreadyUp, spec.Name, p.PID)
+		}
+	}
+	p := &proc{ProcessSpec: spec, Log: filepath.Join(stk.Dir, spec.Name+".log")}
+	var err error
+	p.PID, p.StartTime, err = startDetached("", spec.Args, spec.Env, p.Log)
+	if p.PID != 0 {
+		st.Host = append(st.Host, p)
+	}
+	if err != nil {
+		return fmt.Errorf("stack: %s: %w", spec.Name, err)
+	}
+	return nil
+}
+
+// addStackNodeProcesses registers the engine and the kubelet stand-in on every node.
+func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
+	endpoint := NodeCSIEndpoint("$VIGIL_NODE_DIR")
+	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
+		"--node-name", "$VIGIL_NODE", "--kubeconfig", "$VIGIL_KUBECONFIG",
+		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
+		"--datapath-token-file", stk.TokenFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
+		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
+		"--heartbeat-interval", cfg.HeartbeatInterval.String()}}
+	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",
+		"--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
+	if err := s.AddProcess("", engine); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	if err := s.AddProcess("", kubelet); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitTCP(ctx context.Context, addr string, timeout time.Duration, what string) error {
+	return waitDial(ctx, "tcp", addr, timeout, what)
+}
+
+func waitSocket(ctx context.Context, endpoint string, timeout time.Duration, what string) error {
+	path := endpoint
+	if len(path) > len("unix://") && path[:len("unix://")] == "unix://" {
+		path = path[len("unix://"):]
+	}
+	return waitDial(ctx, "unix", path, timeout, what)
+}
+
+func waitDial(ctx context.Context, network, addr string, timeout time.Duration, what string) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stack: %s not answering on %s after %s: %v (see its log)", what, addr, timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
