@@ -27,12 +27,13 @@ unit:
 testbin: ## build the sandbox's control plane once into a per-version cache (sandbox/tools)
 	GO=$(GO) sandbox/tools/testbin.sh
 
-e2e: testbin ## end-to-end tests against the sandbox (needs root)
+e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/
 
 fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBulk$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
 	$(GO) test -run '^$$' -fuzz '^FuzzSizeFor$$' -fuzztime $(FUZZTIME) ./datapath/csi
