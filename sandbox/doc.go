@@ -25,8 +25,10 @@
 // Every node has a network namespace of its own (vigil-SANDBOX-node-N) joined to
 // the host by a veth pair on addresses of Config.Subnet (default 10.213.0.0/16:
 // node i gets host end 10.213.0.(4i+1) and node end .(4i+2), /30). The node's kwok
-// and every process registered with AddProcess run inside that namespace (ip netns
-// exec), in a session of their own. The control plane binds 127.0.0.1 only; a
+// and every process registered with AddProcess run inside that namespace, in a
+// session of their own; they enter only the network namespace (nsenter --net), so
+// they share the host's mounts (a node's staging and target paths are visible to
+// the host and to its other processes, as on a real node). The control plane binds 127.0.0.1 only; a
 // forwarder per node (socat, on the host) listens on the host end of the node's link
 // and relays to the API server, whose certificate names those addresses; the
 // per-node kubeconfig (VIGIL_KUBECONFIG) points there. No external address is used.
@@ -54,8 +56,12 @@
 // can act on a sandbox it did not create, and DownWorkDir can remove whatever a
 // failed Up left. A process is killed only if its PID still has the recorded start
 // time. UpForTest registers the teardown with t.Cleanup before creating anything.
-// Down leaves no process, namespace, veth or mount (ip netns' bind mount under
-// /run/netns is removed with the namespace).
+// Down leaves no process, namespace, veth or mount: the namespace's bind mount
+// under /run/netns goes with the namespace, and the bind mount `ip netns add` puts
+// on /run/netns itself is undone once no namespace is left there.
+//
+// StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
+// end-to-end tests in test/e2e use both.
 //
 // # Workloads
 //
