@@ -33,6 +33,7 @@ e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBulk$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
 	$(GO) test -run '^$$' -fuzz '^FuzzSizeFor$$' -fuzztime $(FUZZTIME) ./datapath/csi

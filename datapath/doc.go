@@ -51,6 +51,43 @@
 // file; the server compares SHA-256 digests in constant time and answers
 // Unauthenticated otherwise, before decoding the request.
 //
+// # Bulk channel
+//
+// Writes go over a second kind of connection to the same address: a plain TCP
+// connection with fixed binary frames (datapath/internal/wire, bulk.go). The
+// server reads the first 8 bytes of every accepted connection (mux.go, in a
+// goroutine per connection, 10 s limit): "VGLBULK1" makes it a bulk
+// connection, anything else (the HTTP/2 preface "PRI * HT...") goes to gRPC
+// with those bytes put back, so there is one port and nothing to configure.
+// A bulk connection starts with a hello carrying the same shared token,
+// checked the same way (SHA-256 digests, constant time); a wrong token is
+// answered UNAUTHENTICATED and the connection closed. Then each request is a
+// 40-byte header (op, lengths of volume id, node and payload, request id,
+// epoch, offset), the volume id, the node and the payload; each response is
+// the request id, a code and a message, the code naming the same sentinel as
+// the gRPC ErrorInfo reason (BulkError). Requests carry ids, so a client keeps
+// several in flight on each of its two connections and answers come in any
+// order. The server receives a request whole before it touches the store: a
+// payload of 64 KiB to 1 MiB is spliced from the socket into a pipe
+// (splice_linux.go), smaller or larger ones are read into a pooled buffer;
+// then it calls the same write path as gRPC (volume read lock, (node, epoch)
+// check, ErrFenced with nothing written) and moves the pipe's pages into the
+// file with a second splice, so the payload never passes through user space on
+// the server. A slow or dead client therefore never holds a volume lock, and
+// the fencing guarantees above hold for both channels (the fence race test
+// runs over each). A malformed header (unknown op, reserved bytes set,
+// oversize names or payload) is answered INVALID_ARGUMENT and the connection
+// closed; a truncated request is dropped with the connection, nothing written.
+// On Stop the server stops reading bulk requests, lets those in progress be
+// answered within the grace period, then closes the connections.
+//
+// The client (datapath/client) sends WriteAt over the bulk channel unless
+// WithBulk(false); everything else stays on gRPC. Its retry rules are gRPC's:
+// a failed connection is retried with the caller's epoch (a write is never
+// moved to a new epoch), a timeout or a refusal is not. A server that does not
+// answer the hello (one from before the bulk channel) gets the write over
+// gRPC, and the client tries the bulk channel again a minute later.
+//
 // `vigil-manager datapath serve --listen ADDR --data-dir DIR --token-file F`
 // runs the server (default 127.0.0.1:9600, vigil.DefaultDatapathAddress). On
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
@@ -64,9 +101,10 @@
 // sequential 1 MiB writes over loopback against the same writes into a local
 // file (metric "ratio", with the process CPU per MiB of each path), 4 KiB
 // random-write IOPS with and without a flush per write, and Fence latency
-// (p50, p99) while four nodes write to the same volume. A write's payload is
-// not copied on the client (the codec hands the caller's slice to gRPC) nor on
-// the server (pwritev straight from gRPC's receive buffers); what remains is
-// the socket's two kernel copies and gRPC's HTTP/2 framing, which is why a
-// loopback write costs several times the CPU of a local file write.
+// (p50, p99) while four nodes write to the same volume. Over gRPC a write's
+// payload is not copied on the client (the codec hands the caller's slice to
+// gRPC) nor on the server (pwritev straight from gRPC's receive buffers), but
+// HTTP/2 framing and two socket copies cost several times the CPU of a local
+// file write; the bulk channel leaves one socket copy on the client (writev of
+// header and payload) and a splice into the page cache on the server.
 package datapath

@@ -27,6 +27,7 @@ type Server struct {
 	store     *Store
 	tokenHash [sha256.Size]byte
 	grpc      *grpc.Server
+	bulk      bulkServer
 }
 
 // NewServer returns a server for store that accepts calls carrying token.
@@ -48,9 +49,11 @@ func NewServer(store *Store, token string) (*Server, error) {
 	return s, nil
 }
 
-// Serve accepts connections on lis until Stop. It returns nil after Stop.
+// Serve accepts connections on lis until Stop: gRPC connections and bulk
+// connections (told apart by their first bytes, see mux.go). It returns nil
+// after Stop.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	err := s.grpc.Serve(newMuxListener(lis, s))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -61,6 +64,9 @@ func (s *Server) Serve(lis net.Listener) error {
 // grace; then it cuts the rest. It does not close the store: the caller closes
 // it afterwards, which flushes every volume.
 func (s *Server) Stop(grace time.Duration) {
+	bulkDone := make(chan struct{})
+	go func() { s.bulk.stop(grace); close(bulkDone) }()
+	defer func() { <-bulkDone }()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	t := time.NewTimer(grace)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -115,6 +116,9 @@ func (c *Client) Attachments(ctx context.Context, volumeID string) ([]datapath.A
 func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
 	if len(p) > datapath.MaxIOSize {
 		return fmt.Errorf("%w: write to volume %s: %d bytes, at most %d per request", datapath.ErrInvalidArgument, volumeID, len(p), datapath.MaxIOSize)
+	}
+	if err := c.writeBulk(ctx, volumeID, node, epoch, off, p); !errors.Is(err, errBulkUnsupported) {
+		return err
 	}
 	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Data: p}
 	err := c.invoke(ctx, wire.MethodWrite, req, &wire.Empty{}, retryTransport)

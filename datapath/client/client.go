@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,6 +25,7 @@ type options struct {
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	dialOpts   []grpc.DialOption
+	noBulk     bool
 }
 
 // WithTimeout sets the timeout of each attempt (default 10s). The caller's
@@ -47,9 +49,17 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client talks to one datapath server. It is safe for concurrent use.
 type Client struct {
-	conn *grpc.ClientConn
-	addr string
-	opts options
+	conn  *grpc.ClientConn
+	addr  string
+	token string
+	opts  options
+
+	bulkMu   sync.Mutex
+	bulk     [bulkConns]*bulkConn
+	bulkNext int
+	bulkOff  bool // WithBulk(false), or closed
+	// bulkRetryAt: the server did not answer the bulk hello; gRPC until then.
+	bulkRetryAt time.Time
 }
 
 // Dial prepares a client for the server at addr ("host:port"), authenticating
@@ -86,11 +96,14 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
-	return &Client{conn: conn, addr: addr, opts: o}, nil
+	return &Client{conn: conn, addr: addr, token: token, opts: o, bulkOff: o.noBulk}, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connections.
+func (c *Client) Close() error {
+	c.closeBulk()
+	return c.conn.Close()
+}
 
 type tokenCreds string
 

@@ -223,7 +223,7 @@ func (r rawBytes) Unmarshal([]byte) error        { return nil }
 
 func TestClient_Fence_NoWriteLandsAfterFenceOverGRPC(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{})
-	c := dial(t, srv)
+	c := dial(t, srv, client.WithBulk(false))
 	ctx := context.Background()
 	for round := 0; round < 3; round++ {
 		v, _ := c.CreateVolume(ctx, "race-"+string(rune('a'+round)), 1<<20, datapath.AccessRWO)

@@ -19,7 +19,14 @@ import (
 // return an error satisfying errors.Is(err, datapath.datapath.ErrFenced) once fenced.
 func RaceFence(t *testing.T, imgPath string, write func(off int64, p []byte) error, fence func() error) {
 	t.Helper()
-	const writers, blocks, bs = 8, 16, 4096
+	RaceFenceBlocks(t, imgPath, 4096, write, fence)
+}
+
+// RaceFenceBlocks is RaceFence with writes of bs bytes (a multiple of 8); the
+// volume must hold 128 blocks.
+func RaceFenceBlocks(t *testing.T, imgPath string, bs int, write func(off int64, p []byte) error, fence func() error) {
+	t.Helper()
+	const writers, blocks = 8, 16
 	var (
 		fenced   atomic.Bool
 		stop     atomic.Bool

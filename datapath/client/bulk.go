@@ -1,0 +1,279 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// WithBulk turns the bulk channel on or off (default on): WriteAt then goes
+// over a plain TCP connection with binary framing beside gRPC (see the
+// datapath package doc, Protocol), which costs a fraction of gRPC's CPU per
+// byte. A server that does not speak it is detected at the first write, and
+// writes then go over gRPC.
+func WithBulk(on bool) Option { return func(o *options) { o.noBulk = !on } }
+
+// errBulkTransport marks a failure of the bulk connection itself (not the
+// server's answer): retried like gRPC's Unavailable.
+var errBulkTransport = errors.New("bulk connection failed")
+
+// errBulkUnsupported: the bulk channel is off, or the server did not answer
+// the hello (it predates the bulk channel); the write goes over gRPC.
+var errBulkUnsupported = errors.New("server does not speak the bulk protocol")
+
+type bulkResult struct {
+	code uint8
+	msg  string
+	err  error
+}
+
+// bulkConn is one bulk connection: senders take wmu to write a request whole;
+// one reader goroutine hands responses to the waiting callers by id.
+type bulkConn struct {
+	c       net.Conn
+	wmu     sync.Mutex
+	hdr     []byte
+	mu      sync.Mutex
+	pending map[uint64]chan bulkResult
+	nextID  uint64
+	err     error // set once the connection is dead
+}
+
+func dialBulk(ctx context.Context, addr, token string) (*bulkConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBulkTransport, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	br := bufio.NewReaderSize(c, 16<<10)
+	if _, err := c.Write(wire.AppendBulkHello(nil, token)); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: hello: %v", errBulkTransport, err)
+	}
+	res, err := readBulkResponse(br)
+	if err != nil {
+		// Connected, but no valid answer: a server from before the bulk
+		// channel (gRPC closes the connection or answers with HTTP/2), or one
+		// that died just now. Either way gRPC is the safe path for this write.
+		_ = c.Close()
+		return nil, fmt.Errorf("%w (%v)", errBulkUnsupported, err)
+	}
+	if err := datapath.BulkError(res.code, res.msg); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	b := &bulkConn{c: c, pending: map[uint64]chan bulkResult{}}
+	go b.readLoop(br)
+	return b, nil
+}
+
+func readBulkResponse(br *bufio.Reader) (bulkResult, error) {
+	var h [wire.BulkResponseHeaderLen]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return bulkResult{}, err
+	}
+	r, err := wire.DecodeBulkResponse(h[:])
+	if err != nil {
+		return bulkResult{}, err
+	}
+	msg := make([]byte, r.MsgLen)
+	if _, err := io.ReadFull(br, msg); err != nil {
+		return bulkResult{}, err
+	}
+	return bulkResult{code: r.Code, msg: string(msg), err: nil}, nil
+}
+
+func (b *bulkConn) readLoop(br *bufio.Reader) {
+	var h [wire.BulkResponseHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			b.fail(err)
+			return
+		}
+		r, err := wire.DecodeBulkResponse(h[:])
+		if err != nil {
+			b.fail(err)
+			return
+		}
+		msg := ""
+		if r.MsgLen > 0 {
+			m := make([]byte, r.MsgLen)
+			if _, err := io.ReadFull(br, m); err != nil {
+				b.fail(err)
+				return
+			}
+			msg = string(m)
+		}
+		b.mu.Lock()
+		ch := b.pending[r.ID]
+		delete(b.pending, r.ID)
+		b.mu.Unlock()
+		if ch != nil {
+			ch <- bulkResult{code: r.Code, msg: msg}
+		} else if r.ID == 0 {
+			// The server refused the connection as a whole (a malformed request).
+			b.fail(datapath.BulkError(r.Code, msg))
+			return
+		}
+	}
+}
+
+// fail marks the connection dead and fails every waiting caller.
+func (b *bulkConn) fail(err error) {
+	_ = b.c.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = fmt.Errorf("%w: %v", errBulkTransport, err)
+	}
+	for id, ch := range b.pending {
+		ch <- bulkResult{err: b.err}
+		delete(b.pending, id)
+	}
+}
+
+func (b *bulkConn) dead() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err != nil
+}
+
+var resultChans = sync.Pool{New: func() any { return make(chan bulkResult, 1) }}
+
+// write sends one write and waits for its answer. p is no longer referenced
+// when write returns: the request is written to the socket synchronously.
+func (b *bulkConn) write(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	ch := resultChans.Get().(chan bulkResult)
+	b.mu.Lock()
+	if b.err != nil {
+		err := b.err
+		b.mu.Unlock()
+		return err
+	}
+	b.nextID++
+	id := b.nextID
+	b.pending[id] = ch
+	b.mu.Unlock()
+
+	b.wmu.Lock()
+	dl, _ := ctx.Deadline()
+	_ = b.c.SetWriteDeadline(dl)
+	b.hdr = wire.AppendBulkRequest(b.hdr[:0], id, epoch, off, volumeID, node, len(p))
+	bufs := net.Buffers{b.hdr, p}
+	_, err := bufs.WriteTo(b.c)
+	b.wmu.Unlock()
+	if err != nil {
+		// A request may be half sent: the connection is unusable.
+		b.fail(err)
+	}
+	select {
+	case r := <-ch:
+		resultChans.Put(ch)
+		if r.err != nil {
+			return r.err
+		}
+		return datapath.BulkError(r.code, r.msg)
+	case <-ctx.Done():
+		b.mu.Lock()
+		_, waiting := b.pending[id]
+		delete(b.pending, id)
+		b.mu.Unlock()
+		if !waiting { // answered meanwhile: the channel is written, drop it
+			<-ch
+		}
+		return ctx.Err()
+	}
+}
+
+// bulkConns is how many bulk connections a client keeps: writes in flight are
+// spread over them, so sending (one request at a time per connection) and the
+// server's reading run on several cores.
+const bulkConns = 2
+
+// bulkRetryAfter is how long a client writes over gRPC after a server did not
+// answer the bulk hello, before it tries the bulk channel again.
+const bulkRetryAfter = time.Minute
+
+// bulkConn returns one of the client's live bulk connections (round robin),
+// dialing it if needed.
+func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
+	c.bulkMu.Lock()
+	defer c.bulkMu.Unlock()
+	if c.bulkOff || time.Now().Before(c.bulkRetryAt) {
+		return nil, errBulkUnsupported
+	}
+	c.bulkNext = (c.bulkNext + 1) % bulkConns
+	if b := c.bulk[c.bulkNext]; b != nil && !b.dead() {
+		return b, nil
+	}
+	b, err := dialBulk(ctx, c.addr, c.token)
+	if errors.Is(err, errBulkUnsupported) {
+		c.bulkRetryAt = time.Now().Add(bulkRetryAfter)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.bulk[c.bulkNext] = b
+	return b, nil
+}
+
+func (c *Client) closeBulk() {
+	c.bulkMu.Lock()
+	defer c.bulkMu.Unlock()
+	c.bulkOff = true
+	for _, b := range c.bulk {
+		if b != nil {
+			b.fail(net.ErrClosed)
+		}
+	}
+}
+
+// writeBulk is WriteAt over the bulk channel, with the same retry rules as a
+// gRPC write: a failed connection is retried (same epoch: a write is never
+// moved to a new epoch), a timeout or the server's answer is not. It returns
+// errBulkUnsupported (wrapped) if the server does not speak it.
+func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	backoff := c.opts.minBackoff
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+		b, err := c.bulkConn(actx)
+		if err == nil {
+			err = b.write(actx, volumeID, node, epoch, off, p)
+		}
+		cancel()
+		if err == nil || errors.Is(err, errBulkUnsupported) {
+			return err
+		}
+		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
+			return c.bulkError(attempt, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %v)", wire.MethodWrite, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.opts.maxBackoff)
+	}
+}
+
+func (c *Client) bulkError(attempt int, err error) error {
+	var re *datapath.RemoteError
+	if errors.As(err, &re) && re.Sentinel != nil {
+		return err
+	}
+	return fmt.Errorf("datapath %s (bulk) at %s (%d attempts): %w", wire.MethodWrite, c.addr, attempt+1, err)
+}
