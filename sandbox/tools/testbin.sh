@@ -59,6 +59,8 @@ build() {
 	mkdir -p "$mdir"
 	local missing=() pkgs=() names=()
 	for pair in "$@"; do
+		# Present in $dir (e.g. a VIGIL_TESTBIN filled by hand) or built before.
+		[[ -x "$dir/${pair%%=*}" ]] && continue
 		names+=("${pair%%=*}")
 		if [[ ! -x "$mdir/${pair%%=*}" ]]; then
 			missing+=("${pair%%=*}")
@@ -67,11 +69,11 @@ build() {
 	done
 	step=$((step + 1))
 	if [[ ${#missing[@]} -eq 0 ]]; then
-		echo "testbin [$step/$total] ${names[*]}: present"
+		echo "testbin [$step/$total] ${*%%=*}: present"
 	else
 		build_missing
 	fi
-	for n in "${names[@]}"; do
+	for n in "${names[@]+"${names[@]}"}"; do
 		ln -f "$mdir/$n" "$dir/$n" 2>/dev/null || cp -f "$mdir/$n" "$dir/$n"
 	done
 }
