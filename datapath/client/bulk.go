@@ -245,6 +245,10 @@ func (c *Client) closeBulk() {
 // moved to a new epoch), a timeout or the server's answer is not. It returns
 // errBulkUnsupported (wrapped) if the server does not speak it.
 func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	if !bulkName(volumeID) || !bulkName(node) {
+		// The frame cannot carry it; gRPC gets the server's own refusal.
+		return errBulkUnsupported
+	}
 	backoff := c.opts.minBackoff
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
@@ -277,3 +281,6 @@ func (c *Client) bulkError(attempt int, err error) error {
 	}
 	return fmt.Errorf("datapath %s (bulk) at %s (%d attempts): %w", wire.MethodWrite, c.addr, attempt+1, err)
 }
+
+// bulkName reports whether a volume id or node name fits a bulk frame.
+func bulkName(s string) bool { return s != "" && len(s) <= wire.BulkMaxName }

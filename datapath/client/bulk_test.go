@@ -71,6 +71,14 @@ func TestClient_WriteAt_BulkSizesAndErrors(t *testing.T) {
 	if err := c.WriteAt(ctx, v.ID, "bad node", e, 0, big); !errors.Is(err, datapath.ErrInvalidArgument) {
 		t.Fatalf("bad node: %v", err)
 	}
+	for _, node := range []string{"", strings.Repeat("n", 300)} {
+		if err := c.WriteAt(ctx, v.ID, node, e, 0, big); !errors.Is(err, datapath.ErrInvalidArgument) {
+			t.Fatalf("node of %d bytes: %v", len(node), err)
+		}
+	}
+	if err := c.WriteAt(ctx, "", "n1", e, 0, big); !errors.Is(err, datapath.ErrInvalidArgument) && !errors.Is(err, datapath.ErrNotFound) {
+		t.Fatalf("empty volume id: %v", err)
+	}
 	if got, _ := c.ReadAt(ctx, v.ID, "n1", e, 0, 1); got[0] != 1 {
 		t.Fatalf("a refused write changed the volume: first byte %d", got[0])
 	}

@@ -12,4 +12,13 @@
 // payload is handed to gRPC without a copy; WriteAt returns only once gRPC has
 // let go of it, so the caller may reuse its buffer even after a failed write.
 // Errors satisfy errors.Is against the datapath sentinels.
+//
+// WriteAt goes over the datapath's bulk channel (plain TCP beside gRPC on the
+// same address, binary frames, several writes in flight on each of two
+// connections; see the datapath package doc) unless WithBulk(false). The retry
+// rules are the same: a failed bulk connection counts as Unavailable, a
+// timeout or a refusal is final. The request is written to the socket before
+// WriteAt waits for the answer, so the caller's buffer is free once WriteAt
+// returns here too. A server that does not answer the bulk hello gets writes
+// over gRPC.
 package client

@@ -41,3 +41,25 @@ func Example() {
 	// zombie write refused: true
 	// node-b reads "hello"; epochs 1 < 2 < 3
 }
+
+// ExampleWithBulk sends writes over gRPC instead of the bulk channel (for
+// comparison, or through a proxy that carries only HTTP/2).
+func ExampleWithBulk() {
+	dir, _ := os.MkdirTemp("", "datapath-example")
+	defer os.RemoveAll(dir)
+	store, _ := datapath.Open(dir, datapath.Options{Capacity: 1 << 30})
+	defer store.Close()
+	srv, _ := datapath.NewServer(store, "example-token")
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop(0)
+
+	ctx := context.Background()
+	c, _ := client.Dial(ctx, lis.Addr().String(), "example-token", client.WithBulk(false))
+	defer c.Close()
+	v, _ := c.CreateVolume(ctx, "pvc-data", 1<<20, datapath.AccessRWO)
+	e, _ := c.Grant(ctx, v.ID, "node-a")
+	fmt.Println("write:", c.WriteAt(ctx, v.ID, "node-a", e, 0, []byte("over gRPC")))
+	// Output:
+	// write: <nil>
+}
