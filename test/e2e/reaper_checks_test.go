@@ -189,6 +189,35 @@ func waitEvent(t *testing.T, ctx context.Context, p corev1.Pod, reason string, w
 	}
 }
 
+// nodeEventCount counts the Events of reason on the victim node, last seen at or
+// after since, whose message contains every want.
+func nodeEventCount(t *testing.T, ctx context.Context, reason string, since time.Time, want ...string) int {
+	t.Helper()
+	evs, err := sb.Client().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Node", "involvedObject.name": reapVictim, "reason": reason}.String()})
+	if err != nil {
+		t.Fatalf("events of node %s: %v", reapVictim, err)
+	}
+	n := 0
+next:
+	for _, e := range evs.Items {
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		if last.Before(since) {
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(e.Message, w) {
+				continue next
+			}
+		}
+		n += max(1, int(e.Count))
+	}
+	return n
+}
+
 // notReapedReason is the reason the reaper gives for leaving a pod of role under
 // policy.
 func notReapedReason(role, policy string) controller.Reason {

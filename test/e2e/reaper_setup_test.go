@@ -29,6 +29,8 @@ type casePods struct {
 	web, app, ds, job, bare, keep corev1.Pod
 	// attachments maps each pod's name to its VolumeAttachments on the victim.
 	attachments map[string][]string
+	// deadlines maps each evicted pod's role to its deletionTimestamp.
+	deadlines map[string]time.Time
 }
 
 // all lists the victim's pods with their role.
@@ -194,7 +196,7 @@ func powerCut(t *testing.T, rec *recorder) time.Time {
 		}
 	})
 	at := time.Now()
-	rec.start(at)
+	rec.start(t, at)
 	if err := sb.Stop(reapVictim); err != nil {
 		t.Fatalf("power off %s: %v", reapVictim, err)
 	}
@@ -231,11 +233,13 @@ func cleanupNamespace(t *testing.T, ctx context.Context, ns string) {
 
 // waitEvicted waits until the victim's pods that the taint manager evicts (all
 // but the DaemonSet's, which tolerates the taint) are Terminating, and returns
-// the latest deletion deadline (deletionTimestamp: eviction + grace).
+// the latest deletion deadline (deletionTimestamp: eviction + grace); each pod's
+// own goes to cp.deadlines.
 func waitEvicted(t *testing.T, ctx context.Context, ns string, cp *casePods) time.Time {
 	t.Helper()
 	c := sb.Client()
 	var deadline time.Time
+	cp.deadlines = map[string]time.Time{}
 	must(t, sandbox.Poll(ctx, 3*(nodeMonitorGrace+tolerationSeconds*time.Second), "every pod on "+reapVictim+" but the DaemonSet's Terminating",
 		func(ctx context.Context) (bool, string, error) {
 			var waiting []string
@@ -249,7 +253,10 @@ func waitEvicted(t *testing.T, ctx context.Context, ns string, cp *casePods) tim
 				}
 				if p.DeletionTimestamp == nil {
 					waiting = append(waiting, p.Name)
-				} else if p.DeletionTimestamp.After(deadline) {
+					continue
+				}
+				cp.deadlines[role] = p.DeletionTimestamp.Time
+				if p.DeletionTimestamp.After(deadline) {
 					deadline = p.DeletionTimestamp.Time
 				}
 			}

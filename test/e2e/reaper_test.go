@@ -42,6 +42,7 @@ type caseRun struct {
 	acting   *manager // the manager expected to reap
 	leader   *manager // the first leader (acting, unless it is killed)
 	managers []*manager
+	started  time.Time // before the managers started
 }
 
 // TestReaper_PolicyMatrix is Longhorn's test plan for node-down pod deletion in
@@ -90,6 +91,7 @@ func runReapCase(t *testing.T, ctx context.Context, rc reapCase) {
 	}
 	t.Cleanup(func() { cleanupNamespace(t, context.Background(), rc.ns) })
 	r.pods = deployCase(t, ctx, rc.ns)
+	r.started = time.Now().Truncate(time.Second)
 	r.startManagers(t)
 	r.rec = watchCase(t, rc.ns, reapVictim)
 	r.cut = powerCut(t, r.rec)
@@ -170,7 +172,10 @@ func (r *caseRun) run(t *testing.T, ctx context.Context, initial controller.PodD
 		return r.failover(t, ctx)
 	}
 	covered := r.waitCovered(t, ctx, time.Until(r.deadline)+15*time.Second)
-	r.logLatency(t, "deletion deadline → reaped", r.deadline, covered)
+	for role, d := range covered {
+		t.Logf("FIGURE %s own deletion deadline → reaped: %s pod %s %.2fs", r.ns, role, r.pods.all()[role].Name,
+			d.at.Sub(r.pods.deadlines[role]).Seconds())
+	}
 	return covered
 }
 
@@ -225,13 +230,24 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 	owners := map[string]controller.OwnerKind{"web": controller.OwnerStatefulSet, "app": controller.OwnerDeployment}
 	for role, d := range covered {
 		p := r.pods.all()[role]
+		// deletionTimestamp has whole seconds; the reaper must not act before it.
+		if own := r.pods.deadlines[role]; d.at.Before(own.Add(-200 * time.Millisecond)) {
+			t.Errorf("pod %s reaped at %s, before its deletion deadline %s", p.Name, d.at.Format(time.RFC3339Nano), own.Format(time.RFC3339))
+		}
 		checkOrder(t, r.rec, r.pods, p, d)
 		waitReplacement(t, ctx, p)
 		waitEvent(t, ctx, p, controller.EventPodForceDeleted, "policy "+string(r.policy), string(controller.ReasonPastDeadline))
 		waitEvent(t, ctx, p, controller.EventVolumeAttachmentDeleted, "policy "+string(r.policy))
-		r.acting.waitMetric(t, podsDeletedSample(owners[role], string(r.policy)), 1, 5*time.Second)
 	}
-	r.acting.waitMetric(t, "vigil_reaper_volumeattachments_deleted_total", float64(len(covered)), 5*time.Second)
+	// Other tests' pods on the shared sandbox may be on the victim too, and the
+	// reaper rightly reaps those as well: the counters must match the Events the
+	// reaper put on the node since this case's managers started.
+	for role := range covered {
+		owner, policy := owners[role], string(r.policy)
+		r.matchEvents(t, ctx, podsDeletedSample(owner, policy), 1, controller.EventPodForceDeleted,
+			"(owner "+string(owner)+")", "policy "+policy)
+	}
+	r.matchEvents(t, ctx, "vigil_reaper_volumeattachments_deleted_total", len(covered), controller.EventVolumeAttachmentDeleted)
 	for _, m := range r.managers {
 		if m == r.acting || m.exited() {
 			continue
@@ -242,6 +258,27 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 			}
 		}
 	}
+}
+
+// matchEvents waits until the acting manager's sample equals the number of
+// Events of reason on the victim (messages containing want) since the managers
+// started, and that number is at least min.
+func (r *caseRun) matchEvents(t *testing.T, ctx context.Context, sample string, atLeast int, reason string, want ...string) {
+	t.Helper()
+	var n int
+	var v float64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		n = nodeEventCount(t, ctx, reason, r.started, want...)
+		v = r.acting.metricValue(t, sample)
+		if n >= atLeast && v == float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Errorf("manager %s: %s = %v, but %d %s Events on node %s (want at least %d, and equal)\n%s",
+		r.acting.name, sample, v, n, reason, reapVictim, atLeast, sandbox.DescribeEvents(ctx, sb.Client(), "", "Node", reapVictim))
 }
 
 // checkStaying checks the pods the policy does not cover: still there

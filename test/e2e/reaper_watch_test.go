@@ -36,6 +36,7 @@ type recorder struct {
 	tl         *timeline
 	mu         sync.Mutex
 	podGone    map[types.UID]deletion
+	before     map[types.UID]bool  // pods that existed at the power cut
 	vaGone     map[string]deletion // VolumeAttachment name -> first deletion
 	watchErr   []string
 	cancel     context.CancelFunc
@@ -72,11 +73,19 @@ func (r *recorder) stop() {
 	r.wg.Wait()
 }
 
-// start resets the timeline's origin to the power cut.
-func (r *recorder) start(at time.Time) {
+// start resets the timeline's origin to the power cut and notes the pods that
+// exist then: any other pod on a healthy node is a replacement.
+func (r *recorder) start(t *testing.T, at time.Time) {
+	t.Helper()
+	pods, err := sb.Client().CoreV1().Pods(r.ns).List(context.Background(), metav1.ListOptions{})
+	must(t, err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tl = newTimeline(at)
+	r.before = map[types.UID]bool{}
+	for _, p := range pods.Items {
+		r.before[p.UID] = true
+	}
 }
 
 func (r *recorder) mark(event string) {
@@ -138,8 +147,8 @@ func (r *recorder) onPod(ev watch.Event) {
 	if p.Spec.NodeName == "" || p.Spec.NodeName == r.victim {
 		return
 	}
-	// A pod on another node: a replacement if it was created after the power cut.
-	if p.CreationTimestamp.After(r.tl.start.Add(-time.Second)) {
+	// A pod on another node: a replacement if it did not exist at the power cut.
+	if r.before != nil && !r.before[p.UID] {
 		r.tl.mark(fmt.Sprintf("replacement %s (app=%s) scheduled on %s", p.Name, p.Labels["app"], p.Spec.NodeName), now)
 		if p.Status.Phase == corev1.PodRunning {
 			r.tl.mark(fmt.Sprintf("replacement %s (app=%s) Running", p.Name, p.Labels["app"]), now)
