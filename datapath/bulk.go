@@ -256,8 +256,18 @@ func (b *bulkSession) readRest(req wire.BulkRequest, volumeID, node string, st *
 	return true
 }
 
-// start runs write in its own goroutine (holding a slot of sem) and answers.
+// start runs write and answers: inline when it is the only request in flight
+// and nothing more has arrived (saves a goroutine handoff per write), else in
+// its own goroutine (holding a slot of sem).
 func (b *bulkSession) start(req wire.BulkRequest, write func() error) {
+	if len(b.sem) == 1 && b.in.br.Buffered() == 0 {
+		err := write()
+		<-b.sem
+		if b.reply(req.ID, err) != nil {
+			_ = b.c.Close()
+		}
+		return
+	}
 	b.inflight.Add(1)
 	go func() {
 		defer b.inflight.Done()
