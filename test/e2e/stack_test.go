@@ -47,6 +47,7 @@ const (
 	evReplRunning   = "replacement Running"
 	evReplStaged    = "replacement's volume staged and published on node-2"
 	evDataRead      = "data written before the power cut read on node-2"
+	evANotReady     = "node-1 Ready=Unknown (Kubernetes sees it dead)"
 	evBooted        = "node-1 started (new boot id)"
 	evAReady        = "node-1 Ready"
 	evUntainted     = "taint vigil.io/fenced removed by node-1's engine"
@@ -126,6 +127,10 @@ func TestStack_PowerCutFenceCleanup(t *testing.T) {
 	if epochB <= epochA || epochB <= fenceEpoch {
 		t.Errorf("epoch on %s = %d, want above %s's %d and the fence's %d", stackNodeB, epochB, stackNodeA, epochA, fenceEpoch)
 	}
+
+	// Kubernetes sees node A dead before it comes back.
+	must(t, s.WaitNodeReady(ctx, 60*time.Second, corev1.ConditionUnknown, stackNodeA))
+	tl.mark(evANotReady, time.Now())
 	t.Log(tl.table(fmt.Sprintf("Power cut of %s → replacement on %s (fence and reap done by the test)", stackNodeA, stackNodeB)))
 
 	// Node A boots again: its engine must clean up and remove the taint.
@@ -134,6 +139,8 @@ func TestStack_PowerCutFenceCleanup(t *testing.T) {
 	tb := newTimeline(boot)
 	tb.mark(evBooted, time.Now())
 	waitNodeACleaned(t, ctx, s, tb, targetA)
+	checkGrants(t, ctx, stk, volID, epochB)
+	t.Logf("%s's engine after the start:\n%s", stackNodeA, engineLogSince(t, s, stackNodeA, boot))
 	t.Log(tb.table(fmt.Sprintf("Start of %s → engine cleanup (taint set %.1fs before the start)",
 		stackNodeA, boot.Sub(start).Seconds()-tl.at[evFenced].Seconds())))
 	t.Logf("figures: epoch %s %d, fence %d, %s %d; replacement staged %.1fs after the power cut; taint removed %.1fs after %s started",
@@ -491,4 +498,47 @@ func waitVolumesAttached(t *testing.T, ctx context.Context, s *sandbox.Sandbox, 
 		}
 		return false, fmt.Sprintf("%v", n.Status.VolumesAttached), nil
 	}, describeStack(s)))
+}
+
+// checkGrants asks the datapath who may write the volume: node B only, with
+// its epoch; node A's grant is gone (fenced, then released).
+func checkGrants(t *testing.T, ctx context.Context, stk *sandbox.Stack, volID string, epochB uint64) {
+	t.Helper()
+	tok, err := datapath.ReadTokenFile(stk.TokenFile)
+	must(t, err)
+	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, tok)
+	must(t, err)
+	defer dp.Close()
+	atts, err := dp.Attachments(ctx, volID)
+	must(t, err)
+	for _, a := range atts {
+		switch {
+		case a.Node == stackNodeA && a.Live():
+			t.Errorf("datapath: %s still holds a live grant on %s (epoch %d)", stackNodeA, volID, a.Epoch)
+		case a.Node == stackNodeB && (!a.Live() || a.Epoch != epochB):
+			t.Errorf("datapath: %s's attachment %+v, want a live grant of epoch %d", stackNodeB, a, epochB)
+		}
+	}
+	t.Logf("datapath attachments of %s: %+v", volID, atts)
+}
+
+// engineLogSince returns the lines node's engine logged since t0 (its log
+// starts each line with time=RFC3339).
+func engineLogSince(t *testing.T, s *sandbox.Sandbox, node string, t0 time.Time) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(nodeDir(s, node), sandbox.StackEngine+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		ts, ok := bytes.CutPrefix(l, []byte("time="))
+		if !ok {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339Nano, string(bytes.Fields(ts)[0])); err == nil && !at.Before(t0.Add(-time.Second)) {
+			out = append(out, l)
+		}
+	}
+	return lastN(string(bytes.Join(out, []byte("\n"))), 25)
 }
