@@ -19,12 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vigil-storage/vigil"
@@ -40,6 +43,9 @@ const (
 	flagLeaderElect    = "leader-elect"
 	flagLeaseNamespace = "leader-elect-lease-namespace"
 	flagLeaseName      = "leader-elect-lease-name"
+	flagLeaseDuration  = "leader-elect-lease-duration"
+	flagRenewDeadline  = "leader-elect-renew-deadline"
+	flagRetryPeriod    = "leader-elect-retry-period"
 	flagWorkers        = "workers"
 	flagResync         = "resync"
 	flagAPIQPS         = "kube-api-qps"
@@ -66,6 +72,12 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: vigil.Namespace,
 				Usage: "namespace of the leader-election Lease"},
 			&cli.StringFlag{Name: flagLeaseName, Value: vigil.ManagerLeaseName, Usage: "name of the leader-election Lease"},
+			&cli.DurationFlag{Name: flagLeaseDuration, Value: 15 * time.Second,
+				Usage: "how long a standby waits after the leader's last renewal before taking over (the failover time)"},
+			&cli.DurationFlag{Name: flagRenewDeadline, Value: 10 * time.Second,
+				Usage: "how long the leader keeps trying to renew before it stops acting; must be less than the lease duration"},
+			&cli.DurationFlag{Name: flagRetryPeriod, Value: 2 * time.Second,
+				Usage: "how often candidates try to acquire or renew the Lease; must be well under the renew deadline"},
 			&cli.IntFlag{Name: flagWorkers, Value: 8, Usage: "reaper workers (pods handled at once)"},
 			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
@@ -81,6 +93,7 @@ type runOptions struct {
 	kubeconfig, storeSpec, settingsDir, listen string
 	leaderElect                                bool
 	leaseNamespace, leaseName                  string
+	lease                                      leaseTimings
 	workers                                    int
 	resync                                     time.Duration
 	qps                                        float32
@@ -92,6 +105,7 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 		kubeconfig: c.String(flagKubeconfig), storeSpec: c.String(flagSettingsStore), settingsDir: c.String(flagSettingsDir),
 		listen: c.String(flagListen), leaderElect: c.Bool(flagLeaderElect),
 		leaseNamespace: c.String(flagLeaseNamespace), leaseName: c.String(flagLeaseName),
+		lease:   leaseTimings{duration: c.Duration(flagLeaseDuration), renew: c.Duration(flagRenewDeadline), retry: c.Duration(flagRetryPeriod)},
 		workers: c.Int(flagWorkers), resync: c.Duration(flagResync),
 		qps: float32(c.Float64(flagAPIQPS)), burst: c.Int(flagAPIBurst),
 	}
@@ -107,10 +121,49 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 	case o.leaderElect && (o.leaseNamespace == "" || o.leaseName == ""):
 		return o, fmt.Errorf("--%s needs --%s and --%s (got %q and %q)", flagLeaderElect, flagLeaseNamespace, flagLeaseName, o.leaseNamespace, o.leaseName)
 	}
+	if err := o.lease.validate(); err != nil {
+		return o, err
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return o, fmt.Errorf("--%s %q: want HOST:PORT, e.g. %s: %w", flagListen, o.listen, vigil.DefaultAPIAddress, err)
 	}
 	return o, nil
+}
+
+// leaseTimings are the leader-election durations, checked as client-go checks
+// them but with errors that name the flags.
+type leaseTimings struct{ duration, renew, retry time.Duration }
+
+func (l leaseTimings) validate() error {
+	switch {
+	case l.duration <= 0 || l.renew <= 0 || l.retry <= 0:
+		return fmt.Errorf("--%s %s, --%s %s, --%s %s: all must be positive",
+			flagLeaseDuration, l.duration, flagRenewDeadline, l.renew, flagRetryPeriod, l.retry)
+	case l.renew >= l.duration:
+		return fmt.Errorf("--%s %s must be less than --%s %s", flagRenewDeadline, l.renew, flagLeaseDuration, l.duration)
+	case float64(l.renew) <= leaderelection.JitterFactor*float64(l.retry):
+		return fmt.Errorf("--%s %s must be more than %.1f × --%s %s",
+			flagRenewDeadline, l.renew, leaderelection.JitterFactor, flagRetryPeriod, l.retry)
+	}
+	return nil
+}
+
+// checkLeaseNamespace fails fast when the Lease's namespace does not exist:
+// otherwise the elector would retry forever and the manager would never act.
+func checkLeaseNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("--%s %s: namespace does not exist; create it (kubectl create namespace %s) or choose another, or run with --%s=false",
+			flagLeaseNamespace, ns, ns, flagLeaderElect)
+	case apierrors.IsForbidden(err):
+		return nil // may not read namespaces; the elector reports its own errors
+	case err != nil:
+		return fmt.Errorf("check the Lease namespace %s: %w", ns, err)
+	}
+	return nil
 }
 
 // restConfig loads --kubeconfig, or the in-cluster configuration without it.
@@ -150,6 +203,11 @@ func runManager(c *cli.Context) error {
 	eventsClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("kubernetes events client: %w", err)
+	}
+	if o.leaderElect {
+		if err := checkLeaseNamespace(ctx, client, o.leaseNamespace); err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -230,6 +288,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 		}
 		runErr <- controller.RunAsLeader(ctx, controller.LeaderConfig{
 			Client: client, Namespace: o.leaseNamespace, Name: o.leaseName, Identity: identity(),
+			LeaseDuration: o.lease.duration, RenewDeadline: o.lease.renew, RetryPeriod: o.lease.retry,
 		}, lead)
 	}()
 	var result error

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -25,6 +29,7 @@ var apiKinds = map[string][2]string{
 	"pods": {"v1", "Pod"}, "nodes": {"v1", "Node"}, "persistentvolumeclaims": {"v1", "PersistentVolumeClaim"},
 	"persistentvolumes": {"v1", "PersistentVolume"}, "volumeattachments": {"storage.k8s.io/v1", "VolumeAttachment"},
 	"replicasets": {"apps/v1", "ReplicaSet"}, "leases": {"coordination.k8s.io/v1", "Lease"}, "events": {"v1", "Event"},
+	"namespaces": {"v1", "Namespace"},
 }
 
 // fakeAPIServer is the smallest API server `run` can start against: empty lists,
@@ -134,7 +139,9 @@ func TestRun_Child(t *testing.T) {
 // synced, takes the Lease, serves metrics, and on SIGTERM releases the Lease and
 // exits 0.
 func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
-	api := &fakeAPIServer{objects: map[string][]byte{}}
+	api := &fakeAPIServer{objects: map[string][]byte{
+		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
+	}}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -224,21 +231,39 @@ func get(t *testing.T, url string) int {
 }
 
 func TestRun_BadFlagsAreRefused(t *testing.T) {
-	cases := map[string][]string{
-		"listen":  {"--listen", "nonsense", "--kubeconfig", "/nope"},
-		"workers": {"--workers", "0"},
-		"qps":     {"--kube-api-qps", "-1"},
-		"lease":   {"--leader-elect-lease-name", ""},
-		"args":    {"extra"},
+	// Each case must be refused for its own reason, before any cluster is asked.
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"listen":         {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
+		"workers":        {[]string{"--workers", "0"}, "--workers"},
+		"qps":            {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
+		"lease":          {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
+		"args":           {[]string{"extra"}, "takes no arguments"},
+		"lease duration": {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
+		"renew vs retry": {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
+		"zero retry":     {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
 	}
-	for name, args := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := App().Run(append([]string{"vigil-manager", "run"}, args...))
-			if err == nil {
-				t.Fatal("accepted")
+			err := App().Run(append([]string{"vigil-manager", "run"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
 			}
-			t.Log(err)
 		})
+	}
+}
+
+func TestCheckLeaseNamespace_MissingNamespaceIsAClearError(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "present"}})
+	if err := checkLeaseNamespace(ctx, client, "present"); err != nil {
+		t.Fatalf("present namespace: %v", err)
+	}
+	err := checkLeaseNamespace(ctx, client, "vigil-system")
+	if err == nil || !strings.Contains(err.Error(), "vigil-system") || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("missing namespace: err = %v", err)
 	}
 }
 
