@@ -77,7 +77,7 @@ func runCommand(dial DialFunc) *cli.Command {
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"},
 				Usage: "kubeconfig for the API server, for the fenced-taint cleanup and the gate; empty: in-cluster config, or no cleanup outside a cluster"},
 			&cli.DurationFlag{Name: "cleanup-interval", Value: time.Second,
-				Usage: "how often to look at this node's taint and clean up after a reap (backs off to 30s on failures)"},
+				Usage: "how often to re-check for cleanup after a reap besides the watch of this node's fenced taint, which starts a pass at once (backs off to 30s on failures)"},
 			&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH"},
 				Usage: "datapath server address (host:port)"},
 			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},

@@ -277,9 +277,12 @@ func (c *FenceCleaner) AllowStage(ctx context.Context, volumeID string, epoch ui
 	return fmt.Errorf("stage volume %s on %s: the datapath has no grant for this node: %w", volumeID, c.Node, ErrGated)
 }
 
-// Run syncs every interval until ctx ends, backing off (up to 30 s) while
-// passes fail.
+// Run syncs when this node gains or loses the fenced taint (it watches its own
+// Node) and every interval besides, for pods that went away, until ctx ends;
+// it backs off (up to 30 s) while passes fail.
 func (c *FenceCleaner) Run(ctx context.Context, interval time.Duration) {
+	kick := make(chan struct{}, 1)
+	watchFencedTaint(ctx, c, kick)
 	wait := interval
 	for {
 		if err := c.Sync(ctx); err != nil && ctx.Err() == nil {
@@ -291,6 +294,7 @@ func (c *FenceCleaner) Run(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-kick:
 		case <-time.After(wait):
 		}
 	}

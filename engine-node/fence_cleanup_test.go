@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -222,4 +223,50 @@ func TestFenceCleaner_AllowStage_NeedsFreshGrant(t *testing.T) {
 	if err := f.cleaner.AllowStage(ctx, "w", 1); !errors.Is(err, ErrGated) {
 		t.Fatalf("stage without any grant: %v", err)
 	}
+}
+
+func TestFenceCleaner_Run_TaintWakesItWithoutWaitingForTheInterval(t *testing.T) {
+	f := newCleanerFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	node, err := f.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := f.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	done := make(chan struct{})
+	go func() { defer close(done); f.cleaner.Run(ctx, time.Hour) }() // only the watch can wake it again
+	t.Cleanup(func() { cancel(); <-done })
+
+	deadline := time.Now().Add(10 * time.Second)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the first pass (a GET of the node)", func() bool {
+		for _, a := range f.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
+				return true
+			}
+		}
+		return false
+	})
+	// Taint the node as the manager does; nothing is left to clean here, so the
+	// pass the watch starts removes the taint at once.
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: vigil.FencedTaintKey, Effect: corev1.TaintEffectNoSchedule})
+	if _, err := f.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the fenced taint to be removed (interval 1 h, so only the watch can start that pass)", func() bool {
+		cur, err := f.client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		return err == nil && !hasFencedTaint(cur) && len(cur.Spec.Taints) == 1
+	})
 }
