@@ -27,7 +27,10 @@ func decodeToken(token string) (string, error) {
 		return "", nil
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
-	if err != nil || !strings.HasPrefix(string(raw), tokenPrefix) || len(raw) == len(tokenPrefix) {
+	// Strict still skips '\r' and '\n', so only a token that re-encodes to
+	// itself is one ListVolumes issued.
+	canonical := err == nil && base64.RawURLEncoding.EncodeToString(raw) == token
+	if !canonical || !strings.HasPrefix(string(raw), tokenPrefix) || len(raw) == len(tokenPrefix) {
 		return "", status.Errorf(codes.Aborted,
 			"starting_token %q was not issued by ListVolumes; start again with an empty token", token)
 	}
