@@ -10,18 +10,11 @@ import (
 // Grant gives node a grant on the volume and returns its epoch (see
 // client.Grant for the rules).
 func (s *Store) Grant(volumeID, node string) (uint64, error) {
-	if err := validNode(node); err != nil {
-		return 0, err
-	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lockLive(volumeID, node)
 	if err != nil {
 		return 0, err
 	}
-	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.deleted {
-		return 0, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
-	}
 	if a, ok := v.attach[node]; ok && a.State == StateGranted {
 		return a.Epoch, nil
 	}
@@ -44,23 +37,36 @@ func (s *Store) Grant(volumeID, node string) (uint64, error) {
 // the volume's write lock, so it waits for writes in flight and no later write
 // passes the epoch check; the fence is committed to bbolt before it returns.
 func (s *Store) Fence(volumeID, node string) (uint64, error) {
-	if err := validNode(node); err != nil {
-		return 0, err
-	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lockLive(volumeID, node)
 	if err != nil {
 		return 0, err
 	}
-	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.deleted {
-		return 0, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
-	}
 	a, err := s.moveEpoch(v, node, StateFenced)
 	if err != nil {
 		return 0, fmt.Errorf("fence node %s on volume %s: %w", node, volumeID, err)
 	}
 	return a.Epoch, nil
+}
+
+// lockLive returns the volume holding its write lock, which every change of
+// its attachment table takes, so the change waits for writes in flight and no
+// later write passes the epoch check; a deleted volume is ErrNotFound. The
+// caller unlocks v.mu.
+func (s *Store) lockLive(volumeID, node string) (*volume, error) {
+	if err := validNode(node); err != nil {
+		return nil, err
+	}
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	if v.deleted {
+		v.mu.Unlock()
+		return nil, fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	return v, nil
 }
 
 // moveEpoch issues the volume's next epoch to node in the given state, durably.
@@ -80,18 +86,11 @@ func (s *Store) moveEpoch(v *volume, node string, state AttachmentState) (attach
 // Release ends node's live grant on the volume, under the volume's write lock
 // like Fence. A node without a live grant is left as it is.
 func (s *Store) Release(volumeID, node string) error {
-	if err := validNode(node); err != nil {
-		return err
-	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lockLive(volumeID, node)
 	if err != nil {
 		return err
 	}
-	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.deleted {
-		return fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
-	}
 	a, ok := v.attach[node]
 	if !ok || a.State != StateGranted {
 		return nil
