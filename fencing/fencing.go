@@ -1,0 +1,101 @@
+// Package fencing holds the value types of Vigil's fencing contract: what a
+// fencing back end (the datapath today; csi-addons NetworkFence objects or an
+// array's own API later) reports about nodes and volumes, and what fencing a node
+// returns. It has no behaviour and no dependencies, so the controller, which
+// declares the Fencer interface it calls (controller.Fencer), and every back end,
+// which implements it (datapath/fencer), can share these types without either
+// importing the other. The conformance suite every back end must pass lives in
+// fencing/fencingtest.
+package fencing
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrUnavailable is returned (wrapped) by a back end that cannot be reached or
+// cannot answer: nothing is proven, and the caller must not act on a guess.
+var ErrUnavailable = errors.New("fencing: back end unavailable")
+
+// State is one node's standing on one volume.
+type State string
+
+const (
+	// StateGranted: the node holds a live grant and can do I/O.
+	StateGranted State = "granted"
+	// StateFenced: the node was fenced; every I/O from it is refused.
+	StateFenced State = "fenced"
+	// StateReleased: the node's grant ended cleanly; every I/O from it is refused.
+	StateReleased State = "released"
+)
+
+// Live reports whether a node in this state can still write.
+func (s State) Live() bool { return s == StateGranted }
+
+// Grant is one node's row for one volume: the last thing that happened between
+// them on the back end.
+type Grant struct {
+	// Handle is the CSI volume handle (the PV's spec.csi.volumeHandle).
+	Handle string
+	// Epoch is the epoch of the grant or, for a fenced node, the epoch the volume
+	// moved to when the node was fenced.
+	Epoch uint64
+	State State
+	// Updated is when the row last changed, on the back end's clock.
+	Updated time.Time
+}
+
+// Fenced is one volume fenced by FenceNode.
+type Fenced struct {
+	Handle string
+	// Epoch is the volume's new epoch; the fenced node's I/O carries an older one.
+	Epoch uint64
+}
+
+// NodeConnectivity is what a back end knows about one node's link to the
+// storage: when its per-node agent last proved it is alive.
+type NodeConnectivity struct {
+	Node string
+	// LastHeartbeat is the node's last heartbeat (or I/O) seen by the back end
+	// since Report.Since; zero if none.
+	LastHeartbeat time.Time
+	// LeavingUntil, when after Report.Now, says the node's agent announced a
+	// graceful stop (a rolling update): its silence until then is not a failure.
+	LeavingUntil time.Time
+}
+
+// Report is a back end's view of every node it has heard from.
+type Report struct {
+	// Now is the back end's clock when it answered; ages are measured against it,
+	// so the caller's clock does not matter.
+	Now time.Time
+	// Since is when the back end started watching (its process start): a node
+	// silent since then may simply not have spoken yet.
+	Since time.Time
+	Nodes []NodeConnectivity
+}
+
+// Silence is how long node has been silent at r.Now: since its last heartbeat,
+// or since r.Since when it has not spoken since the back end started. ok is
+// false when the node announced a graceful stop that has not run out, or when
+// the report does not name the node at all (it never had an agent here).
+func (r Report) Silence(node string) (d time.Duration, ok bool) {
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		if n.Node != node {
+			continue
+		}
+		if n.LeavingUntil.After(r.Now) {
+			return 0, false
+		}
+		last := n.LastHeartbeat
+		if last.Before(r.Since) {
+			last = r.Since
+		}
+		if n.LeavingUntil.After(last) {
+			last = n.LeavingUntil
+		}
+		return max(r.Now.Sub(last), 0), true
+	}
+	return 0, false
+}
