@@ -147,9 +147,11 @@ type FreedAttachment struct {
 
 // Replacement is a pod that took over from a reaped one (same owner, other node).
 type Replacement struct {
-	Namespace   string       `json:"namespace"`
-	Name        string       `json:"name"`
-	UID         types.UID    `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	// Replaces is the UID of the reaped pod this one took over from.
+	Replaces    types.UID    `json:"replaces,omitempty"`
 	NodeName    string       `json:"nodeName,omitempty"`
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
 	RunningAt   *metav1.Time `json:"runningAt,omitempty"`

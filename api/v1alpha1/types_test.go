@@ -29,7 +29,7 @@ func full() *NodeRecovery {
 			Volumes:     []FencedVolume{{Handle: "vol-1", PVName: "pv-1", Epoch: 3, FencedAt: t}},
 			Pods:        []ReapedPod{{Namespace: "ns", Name: "p", UID: "u", Owner: "StatefulSet", Trigger: "fast", ReapedAt: t}},
 			Attachments: []FreedAttachment{{Name: "csi-1", PVName: "pv-1", Action: "deleted", FreedAt: t}},
-			Replacements: []Replacement{{Namespace: "ns", Name: "p", UID: "u2", NodeName: "node-2",
+			Replacements: []Replacement{{Namespace: "ns", Name: "p", UID: "u2", Replaces: "u", NodeName: "node-2",
 				ScheduledAt: &t, RunningAt: &t}},
 			RecoveredAt: &t, RecoverySeconds: &secs, TimeToRecover: "4.20s",
 			Return:   &NodeReturn{ReadyAt: &t, UntaintedAt: &t},
