@@ -77,6 +77,11 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 	r.noteTransition(name, node, v, &set)
 	fd := decideFence(o, v, &set, r.fencer != nil, r.now())
 	if fd.Fence {
+		var uid string
+		if node != nil {
+			uid = string(node.UID)
+		}
+		r.recoveries.detected(name, uid, string(fd.Reason), r.now())
 		if err := r.fenceNode(ctx, name, node, v, fd, &set); err != nil {
 			return err
 		}

@@ -95,3 +95,13 @@ func (l *NodeRecoveryList) DeepCopy() *NodeRecoveryList {
 
 // DeepCopyObject implements runtime.Object.
 func (l *NodeRecoveryList) DeepCopyObject() runtime.Object { return l.DeepCopy() }
+
+// DeepCopy returns a deep copy.
+func (s *NodeRecoveryStatus) DeepCopy() *NodeRecoveryStatus {
+	if s == nil {
+		return nil
+	}
+	out := new(NodeRecoveryStatus)
+	s.DeepCopyInto(out)
+	return out
+}
