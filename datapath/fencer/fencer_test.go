@@ -89,7 +89,7 @@ func (c *control) Leave(ctx context.Context, node string, d time.Duration) error
 	_, err := c.dp.Leave(ctx, node, d)
 	return err
 }
-func (c *control) Advance(d time.Duration)  { c.clock.Advance(d) }
+func (c *control) Advance(d time.Duration) { c.clock.Advance(d) }
 func (c *control) SetUnavailable(cut bool) { c.cut.set(cut) }
 
 // newBackend starts a real datapath server with a test clock and returns a
