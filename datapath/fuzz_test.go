@@ -259,7 +259,7 @@ func fuzzSeeds() []fuzzSeed {
 	fence := (&wire.NodeRef{Node: "node-1"}).MarshalAppend(nil)
 	return append(out,
 		fuzzSeed{0, methodIndex(wire.MethodWrite), []byte{0xff, 0xff, 0xff}},
-		fuzzSeed{5, methodIndex(wire.MethodFenceNode), fence},                                  // wrong token
+		fuzzSeed{5, methodIndex(wire.MethodFenceNode), fence},                                              // wrong token
 		fuzzSeed{6, methodIndex(wire.MethodHeartbeat), (&wire.NodeRef{Node: "node-9"}).MarshalAppend(nil)}, // no token
 		fuzzSeed{7, methodIndex(wire.MethodDeleteVolume), (&wire.VolumeRef{ID: fuzzVolumeID}).MarshalAppend(nil)},
 	)
