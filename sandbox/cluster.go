@@ -80,7 +80,7 @@ func preflight(cfg Config) error {
 	}
 	for _, tool := range []string{"ip", "socat"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install iproute2 socat)", tool)
+			return fmt.Errorf("%w: %s not found in PATH: install it (Debian: apt-get install iproute2 socat)", ErrToolMissing, tool)
 		}
 	}
 	if cfg.APIServerPort != 0 {

@@ -173,7 +173,7 @@ func TestNodeStatus_State(t *testing.T) {
 		n    NodeStatus
 		want string
 	}{{NodeStatus{Powered: true}, "running"}, {NodeStatus{}, "stopped"},
-		{NodeStatus{Powered: true, Partitioned: true}, "running,partitioned"}} {
+		{NodeStatus{Powered: true, Partitioned: true, Partition: PartitionAPIServer}, "running,partitioned(apiserver)"}} {
 		if got := c.n.State(); got != c.want {
 			t.Errorf("%+v.State() = %q, want %q", c.n, got, c.want)
 		}

@@ -23,11 +23,13 @@ type Status struct {
 
 // NodeStatus is one node as the sandbox and the API server see it.
 type NodeStatus struct {
-	Name        string
-	NetNS       string
-	NodeIP      string
-	Powered     bool
+	Name    string
+	NetNS   string
+	NodeIP  string
+	Powered bool
+	// Partitioned is true while the node has any cut; Partition says which.
 	Partitioned bool
+	Partition   PartitionTarget
 	BootID      string
 	// Ready is the Node's Ready condition status (True, False, Unknown) or "" if
 	// the API server did not answer.
@@ -46,15 +48,16 @@ type ProcessStatus struct {
 	Command string
 }
 
-// State is the sandbox's power and network state of the node: "running",
-// "stopped", "partitioned" or "stopped,partitioned".
+// State is the sandbox's power and network state of the node: "running" or
+// "stopped", followed by ",partitioned(TARGET)" while it has a cut, e.g.
+// "running,partitioned(apiserver)".
 func (n NodeStatus) State() string {
 	s := "stopped"
 	if n.Powered {
 		s = "running"
 	}
 	if n.Partitioned {
-		s += ",partitioned"
+		s += ",partitioned(" + string(n.Partition) + ")"
 	}
 	return s
 }
@@ -80,7 +83,7 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	}
 	for _, n := range st.Nodes {
 		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
-			Partitioned: n.Partitioned, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
+			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
 		if node, ok := api[n.Name]; ok {
 			ns.Ready = string(NodeReadyStatus(&node))
 			for _, t := range node.Spec.Taints {
