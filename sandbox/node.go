@@ -105,8 +105,8 @@ func (s *Sandbox) withState(f func(st *state) error) error {
 	return ferr
 }
 
-// Stop cuts node's power: its kwok and every registered process get SIGKILL at
-// once. Stopping a stopped node does nothing.
+// Stop cuts node's power: its kwok, every registered process and every one-off
+// process (RunOnNode) get SIGKILL at once. Stopping a stopped node does nothing.
 func (s *Sandbox) Stop(node string) error {
 	return s.withState(func(st *state) error {
 		n, err := st.node(node)
@@ -114,9 +114,11 @@ func (s *Sandbox) Stop(node string) error {
 			return err
 		}
 		n.Powered = false
-		if err := killAll(n.procs(), 5*time.Second); err != nil {
+		err = killAll(append(n.procs(), n.Once...), 5*time.Second)
+		if err != nil {
 			return fmt.Errorf("stop %s: %w", node, err)
 		}
+		n.Once = nil
 		return nil
 	})
 }

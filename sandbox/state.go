@@ -47,11 +47,15 @@ type nodeState struct {
 	Partition PartitionTarget `json:"partition,omitempty"`
 	Kwok      *proc           `json:"kwok,omitempty"`
 	Hooks     []*proc         `json:"hooks,omitempty"`
+	// Once is the one-off processes of RunOnNode: killed by a power cut, never
+	// started at a boot.
+	Once []*proc `json:"once,omitempty"`
 }
 
 func (n *nodeState) dir(workDir string) string { return filepath.Join(workDir, "nodes", n.Name) }
 
-// procs is every process of the node, its kwok first.
+// procs is every process the node starts at a boot, its kwok first (not the
+// one-off processes of Once).
 func (n *nodeState) procs() []*proc {
 	var out []*proc
 	if n.Kwok != nil {

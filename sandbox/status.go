@@ -19,6 +19,8 @@ type Status struct {
 	// APIError is set when the API server could not be asked about the nodes.
 	APIError string
 	Nodes    []NodeStatus
+	// Host is the stack's processes on the host (StartStack), if any.
+	Host []ProcessStatus
 }
 
 // NodeStatus is one node as the sandbox and the API server see it.
@@ -90,11 +92,15 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 				ns.Taints = append(ns.Taints, t.Key+":"+string(t.Effect))
 			}
 		}
-		for _, p := range n.procs() {
+		for _, p := range append(n.procs(), n.Once...) {
 			ns.Processes = append(ns.Processes, ProcessStatus{Name: p.Name, PID: p.PID,
 				Running: p.alive(), Log: p.Log, Command: strings.Join(p.Args, " ")})
 		}
 		out.Nodes = append(out.Nodes, ns)
+	}
+	for _, p := range st.Host {
+		out.Host = append(out.Host, ProcessStatus{Name: p.Name, PID: p.PID, Running: p.alive(), Log: p.Log,
+			Command: strings.Join(p.Args, " ")})
 	}
 	return out, nil
 }
