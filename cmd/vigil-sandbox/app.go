@@ -15,6 +15,7 @@ import (
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/kubelet"
+	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
 func app() *cli.App {
@@ -31,7 +32,7 @@ func app() *cli.App {
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
 		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(),
-			kubelet.Command()},
+			kubelet.Command(), ledger.Command()},
 	}
 }
 
