@@ -80,7 +80,7 @@ func preflight(cfg Config) error {
 	}
 	for _, tool := range []string{"ip", "socat"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install iproute2 socat)", tool)
+			return fmt.Errorf("%w: %s not found in PATH: install it (Debian: apt-get install iproute2 socat)", ErrToolMissing, tool)
 		}
 	}
 	if cfg.APIServerPort != 0 {
@@ -198,7 +198,11 @@ func lastLines(s string, n int) string {
 
 // kwokctlConfig is the KwokctlConfiguration: everything binds to 127.0.0.1, the
 // API server's certificate also names each host end of the node links, and the
-// node-monitor timings and default tolerations are the configured ones.
+// node-monitor timings and default tolerations are the configured ones. The
+// controller-manager and the scheduler run without leader election: each is
+// alone, and with it they exit when the API server is away longer than their
+// renew deadline (10 s), where a kubelet would restart them; nothing restarts
+// them here.
 func kwokctlConfig(cfg Config, st *state) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
@@ -209,6 +213,8 @@ func kwokctlConfig(cfg Config, st *state) string {
 	b.WriteString("componentsPatches:\n- name: kube-controller-manager\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: node-monitor-grace-period, value: %q}\n", cfg.NodeMonitorGracePeriod.String())
 	fmt.Fprintf(&b, "  - {key: node-monitor-period, value: %q}\n", cfg.NodeMonitorPeriod.String())
+	b.WriteString("  - {key: leader-elect, value: \"false\"}\n")
+	b.WriteString("- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n")
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)

@@ -77,7 +77,8 @@ func TestKwokctlConfig_Flags(t *testing.T) {
 	}
 	y := kwokctlConfig(cfg, st)
 	for _, want := range []string{`value: "7s"`, `value: "1s"`, `default-unreachable-toleration-seconds, value: "15"`,
-		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1"} {
+		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1", "- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}",
+		"node-monitor-period, value: \"1s\"}\n  - {key: leader-elect, value: \"false\"}"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, y)
 		}
@@ -173,7 +174,7 @@ func TestNodeStatus_State(t *testing.T) {
 		n    NodeStatus
 		want string
 	}{{NodeStatus{Powered: true}, "running"}, {NodeStatus{}, "stopped"},
-		{NodeStatus{Powered: true, Partitioned: true}, "running,partitioned"}} {
+		{NodeStatus{Powered: true, Partitioned: true, Partition: PartitionAPIServer}, "running,partitioned(apiserver)"}} {
 		if got := c.n.State(); got != c.want {
 			t.Errorf("%+v.State() = %q, want %q", c.n, got, c.want)
 		}
