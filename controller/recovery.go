@@ -143,7 +143,7 @@ func advance(s *v1alpha1.NodeRecoveryStatus, p v1alpha1.Phase) {
 	}
 }
 
-func mt(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }
+func mt(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
 
 // detected opens a recovery for the node unless one is open.
 func (rs *recoveries) detected(node, uid, reason string, at time.Time) {
@@ -185,7 +185,7 @@ func (rs *recoveries) fenced(node string, fs []fencing.Fenced, at time.Time) {
 		}
 		for _, f := range fs {
 			if !have[fmt.Sprintf("%s/%d", f.Handle, f.Epoch)] {
-				s.Volumes = append(s.Volumes, v1alpha1.FencedVolume{Handle: f.Handle, Epoch: f.Epoch, FencedAt: metav1.NewTime(at)})
+				s.Volumes = append(s.Volumes, v1alpha1.FencedVolume{Handle: f.Handle, Epoch: f.Epoch, FencedAt: metav1.NewMicroTime(at)})
 			}
 		}
 		advance(s, v1alpha1.PhaseFenced)
@@ -215,7 +215,7 @@ func (rs *recoveries) podReaped(node string, pod *corev1.Pod, owner OwnerKind, o
 			}
 		}
 		s.Pods = append(s.Pods, v1alpha1.ReapedPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
-			Owner: string(owner), Trigger: trigger, ReapedAt: metav1.NewTime(at)})
+			Owner: string(owner), Trigger: trigger, ReapedAt: metav1.NewMicroTime(at)})
 		s.PodCount = len(s.Pods)
 		set := map[types.UID]bool{pod.UID: true}
 		for _, u := range pre {
@@ -236,7 +236,7 @@ func (rs *recoveries) attachmentFreed(node, name, pv, action string, at time.Tim
 				return
 			}
 		}
-		s.Attachments = append(s.Attachments, v1alpha1.FreedAttachment{Name: name, PVName: pv, Action: action, FreedAt: metav1.NewTime(at)})
+		s.Attachments = append(s.Attachments, v1alpha1.FreedAttachment{Name: name, PVName: pv, Action: action, FreedAt: metav1.NewMicroTime(at)})
 	})
 }
 

@@ -63,7 +63,7 @@ func (s *NodeRecoveryStatus) DeepCopyInto(out *NodeRecoveryStatus) {
 	}
 }
 
-func copyTime(t *metav1.Time) *metav1.Time {
+func copyTime(t *metav1.MicroTime) *metav1.MicroTime {
 	if t == nil {
 		return nil
 	}
