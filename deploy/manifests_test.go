@@ -139,7 +139,9 @@ func TestBase_Build_Components(t *testing.T) {
 	if !bidi {
 		t.Errorf("the engine must mount /var/lib/kubelet with Bidirectional propagation")
 	}
-	if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Image == "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.14.0" }) {
+	if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool {
+		return c.Image == "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.14.0"
+	}) {
 		t.Errorf("the engine DaemonSet has no node-driver-registrar")
 	}
 	if !slices.ContainsFunc(ds.Spec.Template.Spec.Tolerations, func(tl corev1.Toleration) bool {
