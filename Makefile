@@ -10,8 +10,12 @@ BINARIES  := $(notdir $(wildcard cmd/*))
 # Unit tests: every package but the end-to-end suite.
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 5s
+# The container image `make image` builds (deploy/base names it "vigil" in its
+# images: list; point that list at what you push).
+IMAGE     ?= vigil-storage/vigil:$(VERSION)
+CONTAINER_ENGINE ?= docker
 
-.PHONY: all build test unit fuzz lint run bench clean testbin e2e
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e image
 
 all: build
 
@@ -43,6 +47,14 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+image: ## build the container image IMAGE from the Dockerfile (needs a running container engine)
+	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then \
+		echo "make image: no running container engine ('$(CONTAINER_ENGINE) info' fails), so the image cannot be built here."; \
+		echo "  Run it where Docker or Podman runs (CONTAINER_ENGINE=podman make image), or build with any OCI builder from the Dockerfile."; \
+		exit 2; \
+	fi
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 run: build ## for now: show the settings (becomes the sandbox demo)
 	$(BIN)/vigil-manager settings list
