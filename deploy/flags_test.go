@@ -29,11 +29,11 @@ const binDir = "/usr/local/bin"
 // adds it. When one lands, this test fails until it is taken off the list, so
 // the list never outlives the gap.
 var pendingFlags = map[string]string{
-	"vigil-manager run --datapath":                                   "issue 9: the manager talks to the datapath (fence coordinator)",
-	"vigil-manager run --datapath-token-file":                        "issue 9: the manager's datapath credentials",
-	"vigil-manager datapath serve --token-review-audience":           "issue 10 item 7: callers prove who they are with a ServiceAccount token (TokenReview)",
-	"vigil-manager datapath serve --controller-service-accounts":     "issue 10 item 7: the identities with the controller role",
-	"vigil-manager datapath serve --engine-service-account":          "issue 10 item 7: the identity of the engines (node from the token)",
+	"vigil-manager run --datapath":                                    "issue 9: the manager talks to the datapath (fence coordinator)",
+	"vigil-manager run --datapath-token-file":                         "issue 9: the manager's datapath credentials",
+	"vigil-manager datapath serve --token-review-audience":            "issue 10 item 7: callers prove who they are with a ServiceAccount token (TokenReview)",
+	"vigil-manager datapath serve --controller-service-accounts":      "issue 10 item 7: the identities with the controller role",
+	"vigil-manager datapath serve --engine-service-account":           "issue 10 item 7: the identity of the engines (node from the token)",
 	"vigil-manager datapath serve --token-file (required, not given)": "issue 10 item 7: a static token only for the sandbox and single-machine use",
 }
 
