@@ -14,15 +14,17 @@ import (
 // it is written to WorkDir/state.json before each resource is created, so that Down
 // finds even what a failed Up left behind.
 type state struct {
-	Name          string  `json:"name"`
-	WorkDir       string  `json:"workDir"`
-	BinDir        string  `json:"binDir"`
-	Subnet        string  `json:"subnet"`
-	LeaseSeconds  int     `json:"leaseSeconds"`
-	Kubeconfig    string  `json:"kubeconfig"`
-	APIServerPort int     `json:"apiServerPort"`
-	ClusterUp     bool    `json:"clusterUp"`
-	Forwarders    []*proc `json:"forwarders,omitempty"`
+	Name          string `json:"name"`
+	WorkDir       string `json:"workDir"`
+	BinDir        string `json:"binDir"`
+	Subnet        string `json:"subnet"`
+	LeaseSeconds  int    `json:"leaseSeconds"`
+	Kubeconfig    string `json:"kubeconfig"`
+	APIServerPort int    `json:"apiServerPort"`
+	ClusterUp     bool   `json:"clusterUp"`
+	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
+	AuditLog   string  `json:"auditLog,omitempty"`
+	Forwarders []*proc `json:"forwarders,omitempty"`
 	// Host is the processes of the Vigil stack that run on the host (StartStack).
 	Host  []*proc      `json:"host,omitempty"`
 	Nodes []*nodeState `json:"nodes"`
