@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/engine-node/loopdev"
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 // fakeDatapath is a Datapath whose volumes are sparse files (so a child
@@ -178,20 +178,14 @@ func (d *fakeDatapath) Flush(_ context.Context, id, node string, epoch uint64) e
 	return v.f.Sync()
 }
 
-// requireRealStack skips unless FUSE, loop devices and ext4 tools are usable.
+// requireRealStack needs FUSE, loop devices and the ext4 tools (testenv:
+// a skip on a developer's machine, a failure in CI).
 func requireRealStack(t testing.TB) {
 	t.Helper()
-	if err := fusedisk.Usable(); err != nil {
-		t.Skipf("needs FUSE: %v", err)
-	}
-	if err := loopdev.Usable(); err != nil {
-		t.Skipf("needs loop devices: %v", err)
-	}
-	for _, tool := range []string{"mkfs.ext4", "blkid"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (e2fsprogs, util-linux): %v", tool, err)
-		}
-	}
+	testenv.RequireNoError(t, "FUSE", fusedisk.Usable())
+	testenv.RequireNoError(t, "loop devices", loopdev.Usable())
+	testenv.RequireTool(t, "mkfs.ext4", "e2fsprogs")
+	testenv.RequireTool(t, "blkid", "util-linux")
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
