@@ -33,6 +33,17 @@
 // device fails the bio, and ext4 fails the application's write or fsync with an
 // I/O error. Nothing reaches the datapath after the fence.
 //
+// A stack is bound to the epoch it was built for, for its whole life. The
+// datapath gives a node a higher epoch only after it fenced or released that
+// node's grant, so another node may have written the volume since; a stage
+// with a higher epoch for a volume still staged here therefore takes the old
+// stack down (unmount, loop device and FUSE disk detached, with every page
+// they cached), passes the gate and builds a new one, which reads what the
+// other node wrote. It refuses while targets are still published: their bind
+// mounts keep the old filesystem alive until their pods end
+// (TestNodeServer_Stage_AfterFenceMountsFresh, on the real datapath and
+// two NodeServers, proves it down to an fsck-clean volume).
+//
 // # The journal and restarts
 //
 // Every stage and publish is journaled (bbolt, STATE_DIR/journal.db) in an
