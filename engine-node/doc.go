@@ -69,10 +69,13 @@
 // once the journal is empty the taint is removed. A step that fails becomes a
 // Warning Event on the Node and vigil_engine_cleanup_total{outcome="failed"},
 // and the pass is retried with backoff; a publish for an unknown pod keeps the
-// taint and says so in a Warning Event. As the NodeServer's Gate it refuses a
-// stage while the node is fenced and the volume still has journal entries, and
-// always unless the stage carries the epoch of this node's live grant on the
-// datapath (a fresh grant after a fence).
+// taint and says so in a Warning Event. As the NodeServer's Gate it refuses
+// every stage until its first pass has read the Node (the CSI socket is served
+// from the start, but whether the node is fenced is not known before that:
+// TestApp_Run_GateHoldsUntilFenceStateKnown), a stage while the node is fenced
+// and the volume still has journal entries, and always a stage that does not
+// carry the epoch of this node's live grant on the datapath (a fresh grant
+// after a fence).
 //
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the
