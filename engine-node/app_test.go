@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,7 +106,11 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 	args := with(runArgs(t, dir, srv.Addr, srv.Token), "--metrics-address", metricsAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	app := App(testDial)
+	beat := make(chan struct{})
+	app := App(func(ctx context.Context, addr, token string) (DatapathClient, error) {
+		c, err := testDial(ctx, addr, token)
+		return &beatSignal{DatapathClient: c, acked: beat}, err
+	})
 	var logs bytes.Buffer
 	app.ErrWriter = &logs
 	go func() { done <- app.RunContext(ctx, args) }()
@@ -135,10 +140,14 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	time.Sleep(200 * time.Millisecond)
-	conn2, err := dp.Connectivity(ctx, "node-a", "", time.Second)
-	if err != nil || !conn2.Connected {
-		t.Fatalf("datapath sees node-a as %+v, %v; want heartbeats", conn2, err)
+	select { // the engine's first heartbeat the datapath acknowledged
+	case <-beat:
+	case <-time.After(30 * time.Second): // a hang guard, not a timing goal
+		t.Fatal("the engine made no acknowledged heartbeat in 30 s")
+	}
+	conn2, err := dp.Connectivity(ctx, "node-a", "", datapath.MaxConnectivityWindow)
+	if err != nil || !conn2.Connected || conn2.LastHeartbeat.IsZero() {
+		t.Fatalf("datapath sees node-a as %+v, %v; want its heartbeat recorded", conn2, err)
 	}
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -152,6 +161,22 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", m)
 		}
 	}
+}
+
+// beatSignal is the engine's datapath client; it closes acked after the first
+// heartbeat the datapath acknowledged.
+type beatSignal struct {
+	DatapathClient
+	acked chan struct{}
+	once  sync.Once
+}
+
+func (b *beatSignal) Heartbeat(ctx context.Context, node string) error {
+	err := b.DatapathClient.Heartbeat(ctx, node)
+	if err == nil {
+		b.once.Do(func() { close(b.acked) })
+	}
+	return err
 }
 
 // stallingAPIServer is a loopback stand-in for the kube-apiserver that serves
