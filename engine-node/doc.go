@@ -49,8 +49,11 @@
 // Every stage and publish is journaled (bbolt, STATE_DIR/journal.db) in an
 // in-progress phase before its first side effect and in its final phase after
 // its last, with volume, epoch, paths, access type and the pod (from
-// podInfoOnMount). The journal also keeps the boot id. On start (Recover):
-// after a reboot every entry is taken down and forgotten; after a restart,
+// podInfoOnMount), and the boot id of the run that wrote it. The journal also
+// keeps the node's boot id. On start (Recover): after a reboot every entry of
+// an earlier boot is taken down and forgotten, and only then is the new boot
+// id recorded, so a cleanup that failed is retried by the next start
+// (TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart); after a restart,
 // operations cut short are rolled back, staged volumes are served again (the
 // FUSE disk dies with the process, so the dead layers are taken down and built
 // anew with the recorded epoch, and published targets are bound again), and

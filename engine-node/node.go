@@ -86,7 +86,7 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 		busy: map[string]bool{}, stacks: map[string]*stack{}}
 	rebooted := previousBoot != "" && previousBoot != cfg.BootID
 	if err := n.Recover(ctx, rebooted); err != nil {
-		n.log.Error("recovery left work undone; it is retried by the next stage or unstage", "err", err)
+		n.log.Error("recovery left work undone; it is retried by the next stage or unstage, and after a reboot by the next start", "err", err)
 	}
 	return n, nil
 }
