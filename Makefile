@@ -40,6 +40,7 @@ fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBulk$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo_Any$$' -fuzztime $(FUZZTIME) ./engine-node
 	$(GO) test -run '^$$' -fuzz '^FuzzSizeFor$$' -fuzztime $(FUZZTIME) ./datapath/csi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeToken$$' -fuzztime $(FUZZTIME) ./datapath/csi
 
