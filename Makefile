@@ -25,8 +25,12 @@ build: ## build every binary into bin/
 
 test: unit fuzz e2e ## every test: unit, short fuzzing, end-to-end
 
+# go test hides what passing packages print, so the lines counting tests
+# skipped for a missing prerequisite (internal/testenv) are collected and shown
+# at the end.
 unit:
-	$(GO) test -race -count=1 $(UNIT_PKGS)
+	@report=$$(mktemp); VIGIL_SKIP_REPORT=$$report $(GO) test -race -count=1 $(UNIT_PKGS); rc=$$?; \
+		cat $$report; rm -f $$report; exit $$rc
 
 testbin: ## build the sandbox's control plane once into a per-version cache (sandbox/tools)
 	GO=$(GO) sandbox/tools/testbin.sh
@@ -40,6 +44,7 @@ fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBulk$$' -fuzztime $(FUZZTIME) ./datapath/internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Request$$' -fuzztime $(FUZZTIME) ./datapath
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo$$' -fuzztime $(FUZZTIME) ./engine-node
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMountInfo_Any$$' -fuzztime $(FUZZTIME) ./engine-node
 	$(GO) test -run '^$$' -fuzz '^FuzzSizeFor$$' -fuzztime $(FUZZTIME) ./datapath/csi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeToken$$' -fuzztime $(FUZZTIME) ./datapath/csi
 

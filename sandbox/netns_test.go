@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 // dialFromNetns reports whether a TCP connection from inside netns to addr succeeds
@@ -21,9 +23,7 @@ func dialFromNetns(netns, addr string) bool {
 }
 
 func TestLink_PartitionAndHeal(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "network namespaces and veth links")
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.1", NodeIP: "10.213.251.2"}
 	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-link", 0)
 	t.Cleanup(func() {
@@ -76,9 +76,7 @@ func TestLink_PartitionAndHeal(t *testing.T) {
 }
 
 func TestStartDetached_InNetns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "network namespaces and veth links")
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.5", NodeIP: "10.213.251.6"}
 	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", 0)
 	t.Cleanup(func() { _ = deleteLink(n) })
