@@ -28,6 +28,7 @@ import (
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/deploy/deploytest"
+	"github.com/vigil-storage/vigil/internal/testenv"
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
@@ -436,12 +437,8 @@ func TestDeploy_SidecarFlags(t *testing.T) {
 				continue
 			}
 			path := filepath.Join(sandbox.BinDir(), bin)
-			if _, err := os.Stat(path); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("%s: %v (make testbin builds it)", path, err)
-				}
-				t.Skipf("%s missing: run make testbin", path)
-			}
+			_, err := os.Stat(path)
+			testenv.Require(t, bin, err == nil, "make testbin builds it into "+sandbox.BinDir())
 			out, _ := exec.Command(path, "--help").CombinedOutput()
 			for _, a := range c.Args {
 				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
