@@ -78,7 +78,7 @@ func runCommand() *cli.Command {
 				Usage: "how long the leader keeps trying to renew before it stops acting; must be less than the lease duration"},
 			&cli.DurationFlag{Name: flagRetryPeriod, Value: 2 * time.Second,
 				Usage: "how often candidates try to acquire or renew the Lease; must be well under the renew deadline"},
-			&cli.IntFlag{Name: flagWorkers, Value: 8, Usage: "reaper workers (pods handled at once)"},
+			&cli.IntFlag{Name: flagWorkers, Value: 32, Usage: "workers of the controllers' queue (pods, nodes and attachments handled at once); each mostly waits on the API server, so many are cheap: 110 pods of a dead node are reaped in parallel"},
 			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
 				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
