@@ -65,7 +65,7 @@ run: build ## for now: show the settings (becomes the sandbox demo)
 	$(BIN)/vigil-manager settings list
 
 bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test)
-	$(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/
+	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
