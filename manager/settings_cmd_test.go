@@ -280,3 +280,57 @@ func TestSettingsCmd_UnknownSubcommand(t *testing.T) {
 		t.Fatalf("settings alone (help) = %v", err)
 	}
 }
+
+// TestSettingsCmd_SettingsInputFromOutside reproduces issue 10 item 6 as a new
+// user tried it: an emptied overlay file, an unknown name in capitals and a
+// 10 KB value.
+func TestSettingsCmd_SettingsInputFromOutside(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	t.Run("EmptyOverlayFile", func(t *testing.T) {
+		mustRun(t, "settings", "set", "node-down-grace-period", "4s")
+		path := filepath.Join(dir, "node-down-grace-period")
+		if err := os.WriteFile(path, nil, 0o644); err != nil { // `: > DIR/node-down-grace-period`
+			t.Fatal(err)
+		}
+		var entries []map[string]string
+		if err := json.Unmarshal([]byte(mustRun(t, "settings", "--settings-dir", dir, "list", "-o", "json")), &entries); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e["name"] == "node-down-grace-period" &&
+				(!strings.Contains(e["problem"], path) || !strings.Contains(e["problem"], `invalid value ""`) || e["managedPath"] != path) {
+				t.Fatalf("entry %v: want the empty file reported as a problem naming %s", e, path)
+			}
+		}
+		table := mustRun(t, "settings", "--settings-dir", dir, "list")
+		if !strings.Contains(table, "! node-down-grace-period: ") {
+			t.Fatalf("table lacks the problem line:\n%s", table)
+		}
+	})
+	t.Run("UnknownNameInCapitals", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"settings", "set", "DRY-RUN", "true"}, {"settings", "get", "DRY-RUN"}, {"settings", "reset", "DRY-RUN"},
+		} {
+			_, err := runSettingsCLI(t, args...)
+			if !errors.Is(err, settings.ErrUnknownSetting) || !strings.Contains(err.Error(), "did you mean dry-run") {
+				t.Errorf("%v = %v, want an unknown setting suggesting dry-run", args, err)
+			}
+		}
+		_, err := runSettingsCLI(t, "settings", "set", "volume-attachment-recovery-policy", "IMMEDIATE")
+		if !errors.Is(err, settings.ErrInvalidValue) || !strings.Contains(err.Error(), "did you mean immediate") {
+			t.Errorf("set IMMEDIATE = %v, want a refusal suggesting immediate", err)
+		}
+	})
+	t.Run("TenKilobyteValue", func(t *testing.T) {
+		long := strings.Repeat("x", 10*1024)
+		_, err := runSettingsCLI(t, "settings", "set", "node-down-grace-period", long)
+		if !errors.Is(err, settings.ErrInvalidValue) {
+			t.Fatalf("set of a 10 KB value = %v", err)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "setting node-down-grace-period: ") || len(msg) > 300 || strings.Contains(msg, "\n") {
+			t.Fatalf("error of %d bytes: %.300q; want one short line that names the setting first", len(msg), msg)
+		}
+	})
+}

@@ -37,7 +37,7 @@ func ExampleSettings_Set_invalid() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// invalid value "delete-everything" for setting node-down-pod-deletion-policy: not a choice; allowed: one of do-nothing, delete-statefulset-pod, delete-deployment-pod, delete-both-statefulset-and-deployment-pod
+	// setting node-down-pod-deletion-policy: invalid value "delete-everything": not a choice; allowed: one of do-nothing, delete-statefulset-pod, delete-deployment-pod, delete-both-statefulset-and-deployment-pod
 }
 
 func ExampleSettings_Subscribe() {
@@ -85,7 +85,7 @@ func ExampleParseValue() {
 	fmt.Println(err)
 	// Output:
 	// ["ebs.csi.aws.com" "pd.csi.storage.gke.io"]
-	// invalid value "0" for setting crash-loop-restart-limit: out of range; allowed: an integer from 1 to 1000
+	// setting crash-loop-restart-limit: invalid value "0": out of range; allowed: an integer from 1 to 1000
 }
 
 func ExampleOpenStore() {

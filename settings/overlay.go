@@ -193,8 +193,8 @@ func (s *Settings) applyOverlayFileLocked(name string, f overlayFile) {
 		err = fmt.Errorf("read %s: %w", f.path, err)
 	}
 	if err != nil {
-		if mk.rejected != raw {
-			mk.rejected = raw
+		if !mk.refused || mk.rejected != raw {
+			mk.refused, mk.rejected = true, raw
 			mk.problem = fmt.Sprintf("overlay file %s refused: %v", f.path, err)
 			s.metrics.overlayRejected.WithLabelValues(name).Inc()
 			s.log.Error("settings overlay value refused; the last good value stays in force",
@@ -203,7 +203,7 @@ func (s *Settings) applyOverlayFileLocked(name string, f overlayFile) {
 		s.publishLocked(name) // the key may have just become managed
 		return
 	}
-	mk.rejected, mk.problem = "", ""
+	mk.refused, mk.rejected, mk.problem = false, "", ""
 	mk.good = &value{text: Format(parsed), parsed: parsed}
 	s.publishLocked(name)
 }

@@ -76,7 +76,8 @@ type value struct {
 type managedKey struct {
 	path     string
 	good     *value // last good value from the file; nil if it never had one
-	rejected string // raw content last refused, to report each bad content once
+	refused  bool   // the content last read was refused
+	rejected string // that content (may be ""), to report each bad content once
 	problem  string
 }
 
