@@ -61,6 +61,7 @@ type Settings struct {
 	defaults      map[string]value
 	stored        map[string]value
 	storeProblem  map[string]string
+	watchedGen    map[string]uint64 // per name: store values taken from the store's read and watch
 	managed       map[string]*managedKey
 	unknownLogged map[string]bool
 	subs          map[*subscriber]struct{}
@@ -125,6 +126,7 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 		defaults: make(map[string]value), stored: make(map[string]value),
 		storeProblem: make(map[string]string), managed: make(map[string]*managedKey),
 		unknownLogged: make(map[string]bool), subs: make(map[*subscriber]struct{}),
+		watchedGen: make(map[string]uint64),
 	}
 	for i := range definitions {
 		d := &definitions[i]
@@ -145,23 +147,27 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 	return s, nil
 }
 
+// start reads the store and the overlay and follows both. The watch starts
+// before the store is read, so no change falls between the two, and its events
+// are taken only after what was read is applied: an event is never older than
+// the read it follows, so the read can never overwrite a newer value.
 func (s *Settings) start(ctx context.Context, overlayDir string) error {
 	events, err := s.store.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("watch the settings store: %w", err)
 	}
-	s.wg.Go(func() {
-		for ev := range events {
-			s.applyStore(ev)
-		}
-	})
 	all, err := s.store.List(ctx)
 	if err != nil {
 		return fmt.Errorf("read the settings store: %w", err)
 	}
 	for name, v := range all {
-		s.applyStore(StoreEvent{Name: name, Value: v})
+		s.applyWatched(StoreEvent{Name: name, Value: v})
 	}
+	s.wg.Go(func() {
+		for ev := range events {
+			s.applyWatched(ev)
+		}
+	})
 	if overlayDir != "" {
 		ow, err := startOverlay(ctx, overlayDir, s.log, s.applyOverlay)
 		if err != nil {
@@ -226,7 +232,8 @@ type subscriber struct{ q *queue[Change] }
 // Set validates value and writes it to the store. It refuses an unknown name
 // (*UnknownSettingError), a bad value (*ValueError) and a managed setting
 // (*ManagedError) without writing anything. The new value is in force when Set
-// returns.
+// returns, unless another writer changed the setting meanwhile: then the value
+// in force is the store's latest, never the older of the two.
 func (s *Settings) Set(ctx context.Context, name, value string) error {
 	d, err := s.writable(name)
 	if err != nil {
@@ -237,10 +244,11 @@ func (s *Settings) Set(ctx context.Context, name, value string) error {
 		return err
 	}
 	text := Format(parsed)
+	gen := s.watchedGeneration(name)
 	if err := s.store.Set(ctx, name, text); err != nil {
 		return fmt.Errorf("set %s in the settings store: %w", name, err)
 	}
-	s.applyStore(StoreEvent{Name: name, Value: text})
+	s.applyOwn(StoreEvent{Name: name, Value: text}, gen)
 	return nil
 }
 
@@ -250,11 +258,43 @@ func (s *Settings) Reset(ctx context.Context, name string) error {
 	if _, err := s.writable(name); err != nil {
 		return err
 	}
+	gen := s.watchedGeneration(name)
 	if err := s.store.Delete(ctx, name); err != nil {
 		return fmt.Errorf("reset %s in the settings store: %w", name, err)
 	}
-	s.applyStore(StoreEvent{Name: name, Deleted: true})
+	s.applyOwn(StoreEvent{Name: name, Deleted: true}, gen)
 	return nil
+}
+
+// watchedGeneration counts the store values of name taken in from the store
+// (its first read and its watch). A writer reads it before writing.
+func (s *Settings) watchedGeneration(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchedGen[name]
+}
+
+// applyOwn puts this process's own write in force at once, without waiting for
+// the watch to report it, unless the watch reported anything about the setting
+// since gen was read: that may be a newer write of another process, which the
+// own value must not overwrite. Skipping is always safe, because the watch
+// reports the write too.
+func (s *Settings) applyOwn(ev StoreEvent, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchedGen[ev.Name] != gen {
+		return
+	}
+	s.applyStoreLocked(ev)
+}
+
+// applyWatched takes a value read from the store (its first read or its watch)
+// into the live view.
+func (s *Settings) applyWatched(ev StoreEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchedGen[ev.Name]++
+	s.applyStoreLocked(ev)
 }
 
 func (s *Settings) writable(name string) (*Definition, error) {
@@ -310,11 +350,9 @@ func (s *Settings) entryLocked(d *Definition) Entry {
 	return e
 }
 
-// applyStore takes a change read from the store into the live view.
-func (s *Settings) applyStore(ev StoreEvent) {
+// applyStoreLocked takes a store value into the live view.
+func (s *Settings) applyStoreLocked(ev StoreEvent) {
 	d, err := Lookup(ev.Name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
