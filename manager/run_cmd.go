@@ -248,7 +248,7 @@ type clients struct {
 
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
 func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
-	set controller.SettingsReader, reg *prometheus.Registry, lis net.Listener) error {
+	set runSettings, reg *prometheus.Registry, lis net.Listener) error {
 	client := cs.api
 	metrics, err := controller.NewMetrics(reg)
 	if err != nil {
@@ -257,6 +257,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
+	go reportActBlocked(ctx, set, broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}), leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
@@ -265,7 +266,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced, set.ActBlocked), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	// The address line tells scripts and tests where to look (with port 0 too).
@@ -275,6 +276,9 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 
 	lead := func(ctx context.Context) {
 		slog.Info("vigil-manager: acting as leader")
+		if !waitActAllowed(ctx, set) { // settings_gate.go
+			return
+		}
 		if err := reaper.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
 			slog.Error("vigil-manager: reaper stopped", "err", err)
 		}
@@ -309,14 +313,19 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 }
 
 // newMux serves the manager's HTTP endpoints. The settings API and the UI join
-// this mux in their own files.
-func newMux(reg *prometheus.Registry, synced func() bool) *http.ServeMux {
+// this mux in their own files. /readyz fails while the informers have not synced
+// and while settings block acting (actBlocked, with its message).
+func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := actBlocked(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !synced() {
 			http.Error(w, "informer caches not synced yet", http.StatusServiceUnavailable)
 			return

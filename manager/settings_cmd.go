@@ -59,7 +59,7 @@ func settingsListCommand() *cli.Command {
 				return err
 			}
 			defer closeAll()
-			return writeEntries(c.App.Writer, format, s.List())
+			return writeEntries(c.App.Writer, format, s.List(), s.Problems()...)
 		},
 	}
 }

@@ -293,14 +293,18 @@ func TestSettingsCmd_SettingsInputFromOutside(t *testing.T) {
 		if err := os.WriteFile(path, nil, 0o644); err != nil { // `: > DIR/node-down-grace-period`
 			t.Fatal(err)
 		}
-		var entries []map[string]string
+		var entries []struct {
+			Name, Problem, ManagedPath string
+			Blocking                   bool
+		}
 		if err := json.Unmarshal([]byte(mustRun(t, "settings", "--settings-dir", dir, "list", "-o", "json")), &entries); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			if e["name"] == "node-down-grace-period" &&
-				(!strings.Contains(e["problem"], path) || !strings.Contains(e["problem"], `invalid value ""`) || e["managedPath"] != path) {
-				t.Fatalf("entry %v: want the empty file reported as a problem naming %s", e, path)
+			// Blocking: a process starting now never saw a good value in the file.
+			if e.Name == "node-down-grace-period" && (!strings.Contains(e.Problem, path) ||
+				!strings.Contains(e.Problem, `invalid value ""`) || e.ManagedPath != path || !e.Blocking) {
+				t.Fatalf("entry %+v: want the empty file reported as a blocking problem naming %s", e, path)
 			}
 		}
 		table := mustRun(t, "settings", "--settings-dir", dir, "list")

@@ -176,6 +176,10 @@ func TestSettings_Overlay_InvalidFromTheStartIsLockedWithStoreValue(t *testing.T
 		e.ManagedPath == "" || !strings.Contains(e.Problem, "never, wait, immediate") {
 		t.Fatalf("entry %+v: want the store's value in force, locked, with the problem", e)
 	}
+	// The store's value is not the one given: acting is blocked until fixed.
+	if err := s.ActBlocked(); !errors.Is(err, settings.ErrActBlocked) || !strings.Contains(err.Error(), `"sometimes"`) {
+		t.Fatalf("ActBlocked = %v, want blocked by the bad managed value", err)
+	}
 	if err := s.Set(context.Background(), "volume-attachment-recovery-policy", "wait"); !errors.Is(err, settings.ErrManaged) {
 		t.Fatalf("Set = %v, want ErrManaged", err)
 	}

@@ -39,7 +39,11 @@ type Entry struct {
 	ManagedPath string `json:"managedPath,omitempty"`
 	// Problem describes the last value refused for this setting (from the overlay
 	// or the store); the value in force is the last good one.
-	Problem    string      `json:"problem,omitempty"`
+	Problem string `json:"problem,omitempty"`
+	// Blocking: the refused value came with no good value from its source since
+	// this process started, so the value in force is not the one given; acting
+	// is blocked (ActBlocked) until it is fixed.
+	Blocking   bool        `json:"blocking,omitempty"`
 	Definition *Definition `json:"-"`
 }
 
@@ -60,11 +64,13 @@ type Settings struct {
 	closed        bool
 	defaults      map[string]value
 	stored        map[string]value
-	storeProblem  map[string]string
-	watchedGen    map[string]uint64 // per name: store values taken from the store's read and watch
+	storeProblem  map[string]*refusal // the store's value refused, by setting
+	watchedGen    map[string]uint64   // per name: store values taken from the store's read and watch
 	managed       map[string]*managedKey
-	unknownLogged map[string]bool
+	unknownFiles  map[string]*refusal // overlay files that name no setting
+	unknownLogged map[string]bool     // unknown names in the store, logged once
 	subs          map[*subscriber]struct{}
+	problemsCh    chan struct{} // closed and replaced when the problems may have changed
 }
 
 // value is a parsed value with its canonical text.
@@ -75,11 +81,9 @@ type value struct {
 
 // managedKey is a setting whose file is present in the overlay directory.
 type managedKey struct {
-	path     string
-	good     *value // last good value from the file; nil if it never had one
-	refused  bool   // the content last read was refused
-	rejected string // that content (may be ""), to report each bad content once
-	problem  string
+	path    string
+	good    *value   // last good value from the file; nil if it never had one
+	refused *refusal // the content last read, when it was refused
 }
 
 // snapshot is the immutable set of values in force, swapped atomically.
@@ -124,9 +128,10 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 	s := &Settings{
 		store: store, log: o.logger, metrics: m,
 		defaults: make(map[string]value), stored: make(map[string]value),
-		storeProblem: make(map[string]string), managed: make(map[string]*managedKey),
-		unknownLogged: make(map[string]bool), subs: make(map[*subscriber]struct{}),
-		watchedGen: make(map[string]uint64),
+		storeProblem: make(map[string]*refusal), managed: make(map[string]*managedKey),
+		unknownFiles: make(map[string]*refusal), unknownLogged: make(map[string]bool),
+		subs: make(map[*subscriber]struct{}), watchedGen: make(map[string]uint64),
+		problemsCh: make(chan struct{}),
 	}
 	for i := range definitions {
 		d := &definitions[i]
@@ -339,12 +344,15 @@ func (s *Settings) entryLocked(d *Definition) Entry {
 	snap := s.snap.Load()
 	e := Entry{
 		Name: d.Name, Value: snap.values[d.Name].text, Default: d.Default,
-		Source: snap.source[d.Name], Problem: s.storeProblem[d.Name], Definition: d,
+		Source: snap.source[d.Name], Definition: d,
+	}
+	if r := s.storeProblem[d.Name]; r != nil {
+		e.Problem, e.Blocking = r.message, s.storeBlockingLocked(d.Name)
 	}
 	if mk, ok := s.managed[d.Name]; ok {
 		e.ManagedPath = mk.path
-		if mk.problem != "" {
-			e.Problem = mk.problem
+		if mk.refused != nil {
+			e.Problem, e.Blocking = mk.refused.message, mk.good == nil
 		}
 	}
 	return e
@@ -363,6 +371,7 @@ func (s *Settings) applyStoreLocked(ev StoreEvent) {
 		}
 		return
 	}
+	defer s.problemsMayHaveChangedLocked()
 	if ev.Deleted {
 		delete(s.stored, ev.Name)
 		delete(s.storeProblem, ev.Name)
@@ -371,10 +380,17 @@ func (s *Settings) applyStoreLocked(ev StoreEvent) {
 	}
 	parsed, err := d.Parse(ev.Value)
 	if err != nil {
-		if s.storeProblem[ev.Name] != err.Error() {
-			s.storeProblem[ev.Name] = err.Error()
+		if old := s.storeProblem[ev.Name]; old == nil || old.raw != ev.Value {
+			s.storeProblem[ev.Name] = &refusal{raw: ev.Value, value: ev.Value, err: err,
+				message: "settings store value refused: " + err.Error()}
 			s.metrics.storeRejected.WithLabelValues(ev.Name).Inc()
-			s.log.Error("settings store value refused; the last good value stays in force", "setting", ev.Name, "error", err)
+			if good, ok := s.stored[ev.Name]; ok {
+				s.log.Error("settings store value refused; the last good value stays in force",
+					"setting", ev.Name, "in_force", good.text, "error", err)
+			} else {
+				s.log.Error("settings store value refused, and this process never saw a good one: "+
+					"ActBlocked reports it until it is fixed or reset", "setting", ev.Name, "error", err)
+			}
 		}
 		return
 	}
