@@ -149,6 +149,11 @@ func (s *Settings) applyOverlay(files map[string]overlayFile) {
 		return
 	}
 	defer s.problemsMayHaveChangedLocked()
+	before, paths := s.snap.Load(), make(map[string]string, len(s.managed))
+	for name, mk := range s.managed {
+		paths[name] = mk.path
+	}
+	defer s.observeOverlayLocked(before, paths)
 	for name, f := range files {
 		if _, err := Lookup(name); err != nil {
 			s.unknownOverlayFileLocked(name, f, err)

@@ -18,14 +18,8 @@ type afterWriteStore struct {
 	hook func()
 }
 
-func (a *afterWriteStore) Set(ctx context.Context, name, value string) error {
-	err := a.Store.Set(ctx, name, value)
-	a.once.Do(a.hook)
-	return err
-}
-
-func (a *afterWriteStore) Delete(ctx context.Context, name string) error {
-	err := a.Store.Delete(ctx, name)
+func (a *afterWriteStore) Update(ctx context.Context, fn settings.UpdateFunc) error {
+	err := a.Store.Update(ctx, fn)
 	a.once.Do(a.hook)
 	return err
 }

@@ -70,7 +70,9 @@ type Settings struct {
 	unknownFiles  map[string]*refusal // overlay files that name no setting
 	unknownLogged map[string]bool     // unknown names in the store, logged once
 	subs          map[*subscriber]struct{}
-	problemsCh    chan struct{} // closed and replaced when the problems may have changed
+	problemsCh    chan struct{}       // closed and replaced when the problems may have changed
+	observed      *queue[observation] // changes to record (WithObservedHistory); nil otherwise
+	overlaySeen   bool                // the overlay was read once
 }
 
 // value is a parsed value with its canonical text.
@@ -98,6 +100,7 @@ type Option func(*options)
 type options struct {
 	registerer prometheus.Registerer
 	logger     *slog.Logger
+	observe    bool
 }
 
 // WithRegisterer registers the settings metrics (vigil_settings_overlay_rejected_total
@@ -144,10 +147,16 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 	s.rebuild()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	if o.observe {
+		s.observed = newQueue[observation](ctx.Done())
+	}
 	if err := s.start(ctx, overlayDir); err != nil {
 		cancel()
 		s.wg.Wait()
 		return nil, err
+	}
+	if s.observed != nil {
+		s.wg.Go(func() { s.recordObserved(ctx) })
 	}
 	return s, nil
 }
@@ -171,6 +180,7 @@ func (s *Settings) start(ctx context.Context, overlayDir string) error {
 	s.wg.Go(func() {
 		for ev := range events {
 			s.applyWatched(ev)
+			s.observeStore(ev.Name)
 		}
 	})
 	if overlayDir != "" {
@@ -234,41 +244,21 @@ func (s *Settings) Subscribe() (changes <-chan Change, cancel func()) {
 
 type subscriber struct{ q *queue[Change] }
 
-// Set validates value and writes it to the store. It refuses an unknown name
+// Set validates value and writes it to the store, recorded in the history as
+// made by ActorUnknown (SetAs says who). It refuses an unknown name
 // (*UnknownSettingError), a bad value (*ValueError) and a managed setting
 // (*ManagedError) without writing anything. The new value is in force when Set
 // returns, unless another writer changed the setting meanwhile: then the value
 // in force is the store's latest, never the older of the two.
 func (s *Settings) Set(ctx context.Context, name, value string) error {
-	d, err := s.writable(name)
-	if err != nil {
-		return err
-	}
-	parsed, err := d.Parse(value)
-	if err != nil {
-		return err
-	}
-	text := Format(parsed)
-	gen := s.watchedGeneration(name)
-	if err := s.store.Set(ctx, name, text); err != nil {
-		return fmt.Errorf("set %s in the settings store: %w", name, err)
-	}
-	s.applyOwn(StoreEvent{Name: name, Value: text}, gen)
-	return nil
+	return s.SetAs(ctx, name, value, Actor{Source: ActorUnknown})
 }
 
 // Reset removes the stored value of name, so its default is in force (unless the
-// overlay manages it, in which case Reset is refused with a *ManagedError).
+// overlay manages it, in which case Reset is refused with a *ManagedError). It
+// is recorded as made by ActorUnknown; ResetAs says who.
 func (s *Settings) Reset(ctx context.Context, name string) error {
-	if _, err := s.writable(name); err != nil {
-		return err
-	}
-	gen := s.watchedGeneration(name)
-	if err := s.store.Delete(ctx, name); err != nil {
-		return fmt.Errorf("reset %s in the settings store: %w", name, err)
-	}
-	s.applyOwn(StoreEvent{Name: name, Deleted: true}, gen)
-	return nil
+	return s.ResetAs(ctx, name, Actor{Source: ActorUnknown})
 }
 
 // watchedGeneration counts the store values of name taken in from the store
@@ -417,10 +407,7 @@ func (s *Settings) effectiveLocked(name string) (value, Source) {
 	if mk, ok := s.managed[name]; ok && mk.good != nil {
 		return *mk.good, SourceManaged
 	}
-	if v, ok := s.stored[name]; ok {
-		return v, SourceStore
-	}
-	return s.defaults[name], SourceDefault
+	return s.belowOverlayLocked(name)
 }
 
 // rebuild swaps in a fresh snapshot of every value in force. Called with mu held
