@@ -224,7 +224,8 @@ func runManager(c *cli.Context) error {
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
-// go to reg, refused values to the log.
+// go to reg, refused values to the log, overlay changes and store edits made
+// outside Vigil to the change history.
 func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registerer) (*settings.Settings, func(), error) {
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
@@ -232,7 +233,7 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg))
+	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg), settings.WithObservedHistory())
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
