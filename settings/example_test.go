@@ -111,3 +111,39 @@ func ExampleMarkdownTable() {
 	fmt.Println(len(settings.MarkdownTable()) > 0)
 	// Output: true
 }
+
+func ExampleSettings_SetMany() {
+	store := settings.NewMemoryStore()
+	s, _ := settings.New(store, "")
+	defer s.Close()
+	ctx := context.Background()
+	who := settings.Actor{Source: settings.ActorAPI, Identity: "ops@example.com"}
+
+	// All or nothing: one bad value and nothing changes.
+	err := s.SetMany(ctx, map[string]string{"dry-run": "true", "crash-loop-restart-limit": "0"}, who)
+	var ve *settings.ValueError
+	fmt.Println(errors.As(err, &ve), ve.Setting, ve.Value, s.DryRun())
+
+	_ = s.SetMany(ctx, map[string]string{"dry-run": "true", "crash-loop-restart-limit": "8"}, who)
+	history, _ := s.History(ctx, 0)
+	for _, r := range history {
+		fmt.Println(r.Setting, r.Old, r.OldSource, "->", r.New, r.NewSource, "by", r.Actor.Source, r.Actor.Identity)
+	}
+	// Output:
+	// true crash-loop-restart-limit 0 false
+	// dry-run false default -> true store by api ops@example.com
+	// crash-loop-restart-limit 5 default -> 8 store by api ops@example.com
+}
+
+func ExampleSettings_ActBlocked() {
+	dir, _ := os.MkdirTemp("", "overlay")
+	defer os.RemoveAll(dir)
+	_ = os.WriteFile(filepath.Join(dir, "dry-run"), []byte("ture"), 0o644) // a typo, at startup
+
+	s, _ := settings.New(settings.NewMemoryStore(), dir)
+	defer s.Close()
+	err := s.ActBlocked()
+	fmt.Println(s.DryRun(), errors.Is(err, settings.ErrActBlocked))
+	// Output:
+	// false true
+}
