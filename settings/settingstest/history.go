@@ -103,7 +103,7 @@ func testUpdateCommits(t *testing.T, open func(t *testing.T) settings.Store) {
 	r := rec("dry-run", "true", "false")
 	mustUpdate(t, s, func(values map[string]string, _ func(func(settings.ChangeRecord) bool) (settings.ChangeRecord, bool)) ([]settings.ChangeRecord, error) {
 		if values["dry-run"] != "true" || values["crash-loop-restart-limit"] != "7" || len(values) != 2 {
-			return nil, fmt.Errorf("Update sees %v, want the two stored values", values)
+			return nil, fmt.Errorf("the Update function sees %v, want the two stored values", values)
 		}
 		values["dry-run"] = "false"
 		delete(values, "crash-loop-restart-limit")
