@@ -275,7 +275,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
-		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries,
+		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {
@@ -291,9 +291,6 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 
 	lead := func(ctx context.Context) {
 		slog.Info("vigil-manager: acting as leader")
-		if !waitActAllowed(ctx, set) { // settings_gate.go
-			return
-		}
 		if err := reaper.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
 			slog.Error("vigil-manager: reaper stopped", "err", err)
 		}

@@ -67,22 +67,6 @@ func reportActBlocked(ctx context.Context, gate settingsGate, rec record.EventRe
 	}
 }
 
-// waitActAllowed returns true once settings do not block acting, false when ctx
-// ends first.
-func waitActAllowed(ctx context.Context, gate settingsGate) bool {
-	for {
-		changed := gate.ProblemsChanged()
-		if gate.ActBlocked() == nil {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		}
-	}
-}
-
 // shorten cuts s to at most n bytes, at a character boundary, marking the cut.
 func shorten(s string, n int) string {
 	if len(s) <= n {

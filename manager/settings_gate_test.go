@@ -92,27 +92,6 @@ func TestReportActBlocked_EventPerChange(t *testing.T) {
 	}
 }
 
-func TestWaitActAllowed(t *testing.T) {
-	gate := newFakeGate(errors.New("blocked"))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if waitActAllowed(ctx, gate) {
-		t.Fatal("waitActAllowed = true while blocked and ctx done")
-	}
-	result := make(chan bool, 1)
-	go func() { result <- waitActAllowed(context.Background(), gate) }()
-	gate.set(errors.New("still blocked"))
-	gate.set(nil)
-	select {
-	case ok := <-result:
-		if !ok {
-			t.Fatal("waitActAllowed = false after unblocking")
-		}
-	case <-time.After(gateTimeout):
-		t.Fatal("waitActAllowed still waiting after unblocking")
-	}
-}
-
 func (f *fakeAPIServer) objectsUnder(prefix string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -166,7 +145,8 @@ func TestRun_BadManagedValueAtStartupBlocksUntilFixed(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, file) || !strings.Contains(body, `"ture"`) {
 		t.Fatalf("/readyz = %d %q, want 503 naming %s and the value", code, body, file)
 	}
-	// Still not ready once synced and leading: the leader waits for the fix.
+	// Still not ready once synced and leading: the controllers do not act
+	// until the fix.
 	const leasePath = "/apis/coordination.k8s.io/v1/namespaces/vigil-system/leases/vigil-manager"
 	for !strings.Contains(api.object(leasePath), `"holderIdentity":"`) {
 		if time.Now().After(deadline) {
