@@ -236,7 +236,8 @@ func runManager(c *cli.Context) error {
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
-// go to reg, refused values to the log.
+// go to reg, refused values to the log, overlay changes and store edits made
+// outside Vigil to the change history.
 func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registerer) (*settings.Settings, func(), error) {
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
@@ -244,7 +245,7 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg))
+	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg), settings.WithObservedHistory())
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
@@ -261,7 +262,7 @@ type clients struct {
 
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
 func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
-	set controller.SettingsReader, reg *prometheus.Registry, lis net.Listener) error {
+	set runSettings, reg *prometheus.Registry, lis net.Listener) error {
 	client := cs.api
 	metrics, err := controller.NewMetrics(reg)
 	if err != nil {
@@ -270,16 +271,17 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
+	go reportActBlocked(ctx, set, broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}), leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
-		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries,
+		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced, set.ActBlocked), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	// The address line tells scripts and tests where to look (with port 0 too).
@@ -323,14 +325,19 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 }
 
 // newMux serves the manager's HTTP endpoints. The settings API and the UI join
-// this mux in their own files.
-func newMux(reg *prometheus.Registry, synced func() bool) *http.ServeMux {
+// this mux in their own files. /readyz fails while the informers have not synced
+// and while settings block acting (actBlocked, with its message).
+func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := actBlocked(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !synced() {
 			http.Error(w, "informer caches not synced yet", http.StatusServiceUnavailable)
 			return

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -270,18 +271,24 @@ func TestCheckLeaseNamespace_MissingNamespaceIsAClearError(t *testing.T) {
 	}
 }
 
-func TestNewMux_ReadyzFollowsSync(t *testing.T) {
-	synced := false
-	mux := newMux(prometheus.NewRegistry(), func() bool { return synced })
+func TestNewMux_ReadyzFollowsSyncAndSettings(t *testing.T) {
+	synced, blocked := false, error(nil)
+	mux := newMux(prometheus.NewRegistry(), func() bool { return synced }, func() error { return blocked })
 	for _, tc := range []struct {
-		synced bool
-		want   int
-	}{{false, http.StatusServiceUnavailable}, {true, http.StatusOK}} {
-		synced = tc.synced
+		synced  bool
+		blocked error
+		want    int
+		body    string
+	}{
+		{false, nil, http.StatusServiceUnavailable, "not synced"},
+		{true, nil, http.StatusOK, "ok"},
+		{true, errors.New("not acting: overlay file /x/dry-run refused"), http.StatusServiceUnavailable, "/x/dry-run"},
+	} {
+		synced, blocked = tc.synced, tc.blocked
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		if rec.Code != tc.want {
-			t.Errorf("synced=%t: /readyz = %d, want %d", tc.synced, rec.Code, tc.want)
+		if rec.Code != tc.want || !strings.Contains(rec.Body.String(), tc.body) {
+			t.Errorf("synced=%t blocked=%v: /readyz = %d %q, want %d with %q", tc.synced, tc.blocked, rec.Code, rec.Body, tc.want, tc.body)
 		}
 	}
 }
