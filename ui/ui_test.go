@@ -56,10 +56,10 @@ func TestUI_SettingsPage_EverySettingWithItsControl(t *testing.T) {
 	}
 	mustContain(t, body,
 		`<select id="in-node-down-pod-deletion-policy"`, // enum: a select
-		`role="switch" id="in-fast-fenced-trigger"`,      // bool: a toggle
+		`role="switch" id="in-fast-fenced-trigger"`,     // bool: a toggle
 		`type="number" id="in-crash-loop-restart-limit" name="crash-loop-restart-limit" value="5" min="1" max="1000"`,
 		`list="examples-node-down-grace-period"`, `<code>500ms</code>`, // duration with examples
-		`<textarea id="in-extra-protected-provisioners"`, // list
+		`<textarea id="in-extra-protected-provisioners"`,                      // list
 		"Force-delete both StatefulSet and Deployment pods on the down node.", // choice descriptions
 		dangerTitle, "Force deletion removes a pod", // the Danger group
 		`class="badge source-managed"`, "Locked by the managed file", // the managed setting
