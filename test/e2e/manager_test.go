@@ -35,6 +35,7 @@ type managerOpts struct {
 	store          string // bolt settings file
 	leaseNamespace string
 	leaseName      string
+	extra          []string // more flags of `run`
 }
 
 // startManager runs bin/vigil-manager run on a free port and waits for its
@@ -51,7 +52,8 @@ func startManager(t *testing.T, name string, o managerOpts) *manager {
 	must(t, err)
 	m.cmd = exec.Command(bin, "run", "--kubeconfig", sb.Kubeconfig(), "--settings-store", "bolt:"+o.store,
 		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", o.leaseNamespace,
-		"--leader-elect-lease-name", o.leaseName, "--resync", "10m")
+		"--leader-elect-lease-name", o.leaseName, "--resync", "10m", "--state-dir", filepath.Join(t.TempDir(), "state"))
+	m.cmd.Args = append(m.cmd.Args, o.extra...)
 	m.cmd.Stderr = logf
 	stdout, err := m.cmd.StdoutPipe()
 	must(t, err)
