@@ -1,8 +1,10 @@
 package ui
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -24,6 +26,9 @@ type field struct {
 	Error   string // the server's refusal, shown next to the control
 	Changed string // another writer changed it meanwhile (a stale save)
 	Locked  bool   // managed: read-only, names its file
+	// HTML is the field already rendered (from the cache) when it shows the value
+	// in force without an error; empty otherwise.
+	HTML template.HTML
 }
 
 // ListLines is a list setting's items one per line (the textarea's content).
@@ -119,8 +124,42 @@ func (u *UI) settingsData(r *http.Request) settingsData {
 	return d
 }
 
+// fieldCacheMax bounds the rendered-field cache; it is emptied when full.
+const fieldCacheMax = 256
+
+// cachedFields fills in the HTML of every field that shows its value in force
+// without an error, from a cache keyed by what the field shows (its ETag and its
+// problem). A field's rendering is most of a page's cost.
+func (u *UI) cachedFields(groups []group) {
+	u.cacheMu.Lock()
+	defer u.cacheMu.Unlock()
+	if u.fieldCache == nil || len(u.fieldCache) > fieldCacheMax {
+		u.fieldCache = make(map[string]template.HTML)
+	}
+	for gi := range groups {
+		for fi := range groups[gi].Fields {
+			f := &groups[gi].Fields[fi]
+			if f.Error != "" || f.Changed != "" || f.Input != f.Value {
+				continue
+			}
+			key := f.ETag + "\x00" + f.Problem
+			h, ok := u.fieldCache[key]
+			if !ok {
+				var buf bytes.Buffer
+				if err := u.pages["settings"].ExecuteTemplate(&buf, "field", *f); err != nil {
+					continue // rendered in the page, where the error is reported
+				}
+				h = template.HTML(buf.String()) // rendered by html/template
+				u.fieldCache[key] = h
+			}
+			f.HTML = h
+		}
+	}
+}
+
 func (u *UI) settingsPage(w http.ResponseWriter, r *http.Request) {
 	d := u.settingsData(r)
+	u.cachedFields(d.Groups)
 	switch r.URL.Query().Get("partial") {
 	case "history":
 		u.renderTemplate(w, http.StatusOK, "settings", "history", d)

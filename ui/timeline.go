@@ -16,8 +16,8 @@ const (
 	tlWidth    = 860
 	tlMarginX  = 70
 	tlStepY    = 58
-	tlBarY     = 128
-	tlBarH     = 14
+	tlBarY     = 150
+	tlBarH     = 18
 	colorDone  = "#1a7f37"
 	colorOpen  = "#8c959f"
 	colorText  = "#1f2328"
@@ -26,7 +26,21 @@ const (
 
 // barColors colour the "where the time went" bar's segments, one per step after
 // detection.
-var barColors = []string{"#cf222e", "#bc4c00", "#9a6700", "#0969da", "#8250df"}
+var barColors = []string{"#b42318", "#b35900", "#7d4e00", "#0b5cad", "#6639ba"}
+
+// barLabels name the bar's segments: what the time before each step was spent on.
+var barLabels = []string{"fencing", "reaping", "freeing", "starting replacements"}
+
+// labelLines splits a long step label over two lines so neighbours never overlap.
+func labelLines(label string) []string {
+	if len(label) <= 12 {
+		return []string{label}
+	}
+	if i := strings.Index(label, " "); i > 0 {
+		return []string{label[:i], label[i+1:]}
+	}
+	return []string{label}
+}
 
 // TimelineSVG draws a recovery as a picture a person understands in seconds: the
 // six steps as a line of dots (filled when done) with the time after detection
@@ -73,14 +87,17 @@ func TimelineSVG(v httpapi.RecoveryView) template.HTML {
 		if s.Count >= 0 && s.At != nil {
 			label += fmt.Sprintf(" (%d)", s.Count)
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="13" font-weight="600" fill="%s">%s</text>`,
-			x(i), tlStepY+28, colorText, html.EscapeString(label))
+		lines := labelLines(label)
+		for j, line := range lines {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="13" font-weight="600" fill="%s">%s</text>`,
+				x(i), tlStepY+28+16*j, colorText, html.EscapeString(line))
+		}
 		when := "pending"
 		if s.AfterSeconds != nil {
 			when = "at +" + short(seconds(*s.AfterSeconds))
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="12" fill="%s">%s</text>`,
-			x(i), tlStepY+45, colorMuted, html.EscapeString(when))
+			x(i), tlStepY+30+16*len(lines), colorMuted, html.EscapeString(when))
 	}
 	drawBar(&b, steps)
 	b.WriteString(`</svg>`)
@@ -112,8 +129,13 @@ func drawBar(b *strings.Builder, steps []httpapi.Step) {
 		}
 		x0 := tlMarginX + width*prev/end
 		w := width * (*s.AfterSeconds - prev) / end
+		part := barLabels[i%len(barLabels)] + " " + short(seconds(*s.AfterSeconds-prev))
 		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`,
-			x0, tlBarY, w, tlBarH, barColors[i%len(barColors)], html.EscapeString(s.Label+": "+short(seconds(*s.AfterSeconds-prev))))
+			x0, tlBarY, w, tlBarH, barColors[i%len(barColors)], html.EscapeString(part))
+		if w >= float64(7*len(part)) {
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="11.5" font-weight="600" fill="#ffffff">%s</text>`,
+				x0+w/2, tlBarY+tlBarH-4, html.EscapeString(part))
+		}
 		prev = *s.AfterSeconds
 	}
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="12" fill="%s">detected</text>`, tlMarginX, tlBarY+tlBarH+16, colorMuted)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/vigil-storage/vigil"
@@ -35,6 +36,9 @@ type UI struct {
 	log   *slog.Logger
 	now   func() time.Time
 	pages map[string]*template.Template
+
+	cacheMu    sync.Mutex
+	fieldCache map[string]template.HTML // see cachedFields
 }
 
 // ErrNoAPI is returned by New without Config.API.

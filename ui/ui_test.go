@@ -190,7 +190,7 @@ func TestUI_RecoveriesPage_RowAndTimeline(t *testing.T) {
 	f := newFixture(t, nil, false)
 	_, body := f.get(t, PathRecoveries)
 	mustContain(t, body, `id="recovery-node-a-20260102-030000"`, "<strong>4.21s</strong>", `<svg xmlns="http://www.w3.org/2000/svg" class="timeline"`,
-		"Recovery of node node-a: recovered in 4.21s", "Fenced (1)", "at +0.35s", "Node back and clean", "at +1m11.2s")
+		"Recovery of node node-a: recovered in 4.21s", "Fenced (1)", "at +0.35s", ">Node<", ">back and clean<", "at +1m11.2s", ">reaping 1.9s<")
 	code, one := f.get(t, PathRecoveries+"/node-a-20260102-030000")
 	if code != http.StatusOK {
 		t.Fatalf("one = %d", code)

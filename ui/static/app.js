@@ -200,6 +200,8 @@
 
     function fail(res, j) {
       var e = (j && j.error) || { message: "HTTP " + res.status };
+      var ok = $("#saved-banner");
+      if (ok) { ok.remove(); }
       errorBanner.textContent = "Nothing was saved: " + e.message;
       errorBanner.hidden = false;
       if (res.status === 401) {
