@@ -91,7 +91,18 @@ func (b *browser) screenshot(t *testing.T, name string) {
 	var png []byte
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+	// The viewport grows to the whole page first, so the sticky save bar sits at
+	// the bottom of the picture instead of over the middle of it.
+	var height int64
+	err := chromedp.Run(ctx,
+		chromedp.Evaluate(`document.documentElement.scrollHeight`, &height),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			return chromedp.EmulateViewport(1360, max(height, 600)).Do(ctx)
+		}),
+		chromedp.Sleep(100*time.Millisecond), // the layout settles
+		chromedp.CaptureScreenshot(&png),
+		chromedp.EmulateViewport(1360, 900))
+	if err != nil {
 		t.Errorf("screenshot %s: %v", name, err)
 		return
 	}

@@ -237,6 +237,7 @@ func TestUI_Browser(t *testing.T) {
 		if a, v := r.getSetting(t, "fast-fenced-trigger"), r.getSetting(t, "volume-attachment-recovery-policy"); a != "true" || v != "immediate" {
 			t.Fatalf("after one save: fast-fenced-trigger=%q volume-attachment-recovery-policy=%q", a, v)
 		}
+		b.screenshot(t, "settings-saved")
 	})
 
 	t.Run("a CLI change appears in the open page", func(t *testing.T) {
