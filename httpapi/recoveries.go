@@ -113,6 +113,12 @@ func Timeline(r *v1alpha1.NodeRecovery) []Step {
 			steps[i].AfterSeconds = &d
 		}
 	}
+	// The record's timestamps travel with whole seconds (metav1.Time); its
+	// RecoverySeconds is exact, so the replacements step uses it when it can.
+	if st.RecoverySeconds != nil && steps[4].At != nil && st.RecoveredAt != nil {
+		d := *st.RecoverySeconds
+		steps[4].AfterSeconds = &d
+	}
 	return steps
 }
 

@@ -63,7 +63,7 @@ func TimelineSVG(v httpapi.RecoveryView) template.HTML {
 	x := func(i int) float64 { return tlMarginX + gap*float64(i) }
 	// Lines between steps, with the time between them.
 	for i := 1; i < n; i++ {
-		done := steps[i].At != nil && steps[i-1].At != nil
+		done := steps[i].AfterSeconds != nil && steps[i-1].AfterSeconds != nil
 		color := colorOpen
 		dash := ` stroke-dasharray="5 5"`
 		if done {
@@ -71,7 +71,7 @@ func TimelineSVG(v httpapi.RecoveryView) template.HTML {
 		}
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="3"%s/>`, x(i-1)+9, tlStepY, x(i)-9, tlStepY, color, dash)
 		if done {
-			if d := steps[i].At.Sub(*steps[i-1].At); d >= 0 {
+			if d := seconds(*steps[i].AfterSeconds - *steps[i-1].AfterSeconds); d >= 0 {
 				fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="12" fill="%s">%s</text>`,
 					(x(i-1)+x(i))/2, tlStepY-10, colorMuted, html.EscapeString("+"+short(d)))
 			}
