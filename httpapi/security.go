@@ -110,3 +110,23 @@ func IsLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// LoopbackHostOnly refuses requests whose Host is not a loopback name or
+// address (421). With reads open on loopback, this keeps a web page elsewhere
+// from reading the API through a DNS name rebound to 127.0.0.1.
+func LoopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			writeError(w, apiError(http.StatusMisdirectedRequest, CodeBadRequest,
+				"Host %q: this manager listens on loopback and answers only to localhost, 127.0.0.1 or [::1]", r.Host))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -59,6 +60,21 @@ func TestIsLoopback(t *testing.T) {
 	for addr, want := range cases {
 		if IsLoopback(addr) != want {
 			t.Errorf("IsLoopback(%q) = %t", addr, !want)
+		}
+	}
+}
+
+func TestLoopbackHostOnly_RefusesOtherHosts(t *testing.T) {
+	h := LoopbackHostOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	cases := map[string]int{"127.0.0.1:9500": 204, "localhost:9500": 204, "[::1]:9500": 204, "127.0.0.1": 204,
+		"evil.example:9500": 421, "evil.example": 421, "10.0.0.1:9500": 421, "": 421}
+	for host, want := range cases {
+		req := httptest.NewRequest(http.MethodGet, "/v1/settings", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %q = %d, want %d", host, rec.Code, want)
 		}
 	}
 }

@@ -209,5 +209,15 @@ func (o apiOptions) scheme() string {
 	return "http"
 }
 
+// handler wraps the mux: security headers always; on loopback, only loopback
+// Host names (reads are open there, so no rebound DNS name may reach them).
+func (o apiOptions) handler(mux http.Handler) http.Handler {
+	h := httpapi.Secure(mux)
+	if o.loopback {
+		h = httpapi.LoopbackHostOnly(h)
+	}
+	return h
+}
+
 // run feeds the event stream until ctx ends.
 func (s *apiServer) run(ctx context.Context) { s.api.Run(ctx) }

@@ -33,7 +33,6 @@ import (
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/httpapi"
 	"github.com/vigil-storage/vigil/settings"
 )
 
@@ -285,7 +284,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	srv := &http.Server{Handler: httpapi.Secure(mux), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: o.api.handler(mux), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- o.api.serve(srv, lis, slog.Default()) }()
 	// The address line tells scripts and tests where to look (with port 0 too).
