@@ -63,6 +63,23 @@
 // always unless the stage carries the epoch of this node's live grant on the
 // datapath (a fresh grant after a fence).
 //
+// # Stopping: planned or not
+//
+// The engine heartbeats to the datapath every --heartbeat-interval; the
+// manager takes a node whose engine stays silent past
+// datapath-connectivity-loss-threshold as cut off from the storage and fails
+// it over. A graceful stop (SIGTERM or SIGINT, as in a DaemonSet rolling
+// update) announces itself: the engine stops heartbeating, then calls the
+// datapath's Leave for --graceful-leave (default 1m, at most 2m), so its
+// silence until the new engine's first heartbeat causes no failover; that
+// heartbeat ends the announcement. A crashed engine (SIGKILL, OOM kill, a
+// panic) announces nothing and does cause a failover, and should: the FUSE
+// server of every staged volume lived in the engine process, so the node's
+// I/O is broken until a new engine serves the volumes again (see "The journal
+// and restarts"). Proven by TestApp_Run_SIGTERMAnnouncesLeaveSIGKILLDoesNot
+// (real engine processes and a real datapath) and
+// TestServeWithHeartbeats_LeavesOnlyWhenToldToStop.
+//
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the
 // controller service to the manager, and the datapath to its server.
