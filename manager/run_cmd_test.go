@@ -29,7 +29,7 @@ var apiKinds = map[string][2]string{
 	"pods": {"v1", "Pod"}, "nodes": {"v1", "Node"}, "persistentvolumeclaims": {"v1", "PersistentVolumeClaim"},
 	"persistentvolumes": {"v1", "PersistentVolume"}, "volumeattachments": {"storage.k8s.io/v1", "VolumeAttachment"},
 	"replicasets": {"apps/v1", "ReplicaSet"}, "leases": {"coordination.k8s.io/v1", "Lease"}, "events": {"v1", "Event"},
-	"namespaces": {"v1", "Namespace"},
+	"namespaces": {"v1", "Namespace"}, "noderecoveries": {"vigil.io/v1alpha1", "NodeRecovery"},
 }
 
 // fakeAPIServer is the smallest API server `run` can start against: empty lists,
