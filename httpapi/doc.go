@@ -28,7 +28,9 @@
 // Node and recovery changes reach the event stream through Hub.Publish, called by
 // whoever watches them; settings changes come from SettingsService.Subscribe.
 //
-// The tests in this package (httptest, a real *settings.Settings on the memory
-// store) cover every endpoint and every refused input; the browser tests in
-// test/e2e drive the pages against the real binary.
+// The tests in this package (httptest, the real *settings.Settings on the memory
+// store, wrapped to record history until package settings records it itself)
+// cover every endpoint and every refused input; BenchmarkAPI_100Clients is the
+// load test; the browser tests in test/e2e drive the pages against the real
+// binary.
 package httpapi
