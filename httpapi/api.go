@@ -39,6 +39,10 @@ type API struct {
 	nodesDirty, recoveriesDirty chan struct{}
 	lastMu                      sync.Mutex
 	lastNodes, lastRecoveries   string
+
+	listMu   sync.Mutex // guards the encoded settings list
+	listETag string
+	listBody []byte
 }
 
 // Errors of New.

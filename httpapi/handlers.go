@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 )
@@ -30,7 +32,7 @@ func (a *API) serveSettings(w http.ResponseWriter, r *http.Request) {
 		if notModified(w, r, list.ETag) {
 			return
 		}
-		writeJSON(w, http.StatusOK, list)
+		a.writeList(w, list)
 	case http.MethodPatch:
 		if !a.authorize(w, r, true) {
 			return
@@ -236,4 +238,32 @@ func notModified(w http.ResponseWriter, r *http.Request, etag string) bool {
 		return true
 	}
 	return false
+}
+
+// writeList writes the settings list, encoded once per ETag (the list is the
+// largest and most read body).
+func (a *API) writeList(w http.ResponseWriter, list SettingsList) {
+	a.listMu.Lock()
+	body := a.listBody
+	if a.listETag != list.ETag {
+		body = nil
+	}
+	a.listMu.Unlock()
+	if body == nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(list); err != nil {
+			writeError(w, err)
+			return
+		}
+		body = buf.Bytes()
+		a.listMu.Lock()
+		a.listETag, a.listBody = list.ETag, body
+		a.listMu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
