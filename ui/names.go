@@ -27,7 +27,7 @@ const (
 		"That is safe only when the old node can no longer write to the pod's volumes. Vigil makes it safe by fencing " +
 		"first: the storage refuses every write from the dead node before any pod is deleted. It is not safe for volumes " +
 		"Vigil cannot fence, and it is never done to DaemonSet, Job or bare pods, or to pods annotated vigil.io/reap: \"false\"."
-	dryRunBanner = "Dry run is on: Vigil decides but does not act. Nothing is fenced or deleted; every decision is logged and recorded as an Event."
+	dryRunBanner = "Vigil decides but does not act: nothing is fenced or deleted, every decision is logged and recorded as an Event."
 )
 
 // Form field names of the settings form.

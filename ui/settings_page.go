@@ -44,6 +44,7 @@ type settingsData struct {
 	layout
 	ETag       string
 	DryRun     bool
+	DryRunText string
 	Groups     []group
 	History    []httpapi.HistoryEntry
 	HistoryErr string
@@ -107,7 +108,7 @@ func slug(s string) string {
 
 func (u *UI) settingsData(r *http.Request) settingsData {
 	list := u.api.Service().Settings()
-	d := settingsData{layout: u.layout(r, "Settings", "settings"), ETag: list.ETag, Groups: groupsOf(list.Settings)}
+	d := settingsData{layout: u.layout(r, "Settings", "settings"), ETag: list.ETag, Groups: groupsOf(list.Settings), DryRunText: dryRunBanner}
 	for _, v := range list.Settings {
 		if v.Name == settings.NameDryRun {
 			d.DryRun = v.Value == "true"

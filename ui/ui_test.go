@@ -63,7 +63,7 @@ func TestUI_SettingsPage_EverySettingWithItsControl(t *testing.T) {
 		"Force-delete both StatefulSet and Deployment pods on the down node.", // choice descriptions
 		dangerTitle, "Force deletion removes a pod", // the Danger group
 		`class="badge source-managed"`, "Locked by the managed file", // the managed setting
-		`id="dry-run-banner" role="status" hidden`, // dry run off: no banner
+		`id="dry-run-banner" role="status" hidden>`, // dry run off: no banner
 		"No change recorded yet.",
 	)
 	if !strings.Contains(body, `id="in-crash-loop-pod-deletion" name="crash-loop-pod-deletion" value="true" checked aria-describedby="desc-crash-loop-pod-deletion help-crash-loop-pod-deletion err-crash-loop-pod-deletion" disabled`) {
@@ -80,7 +80,7 @@ func TestUI_SettingsPage_EverySettingWithItsControl(t *testing.T) {
 func TestUI_SettingsPage_DryRunBannerAndProblem(t *testing.T) {
 	f := newFixture(t, map[string]string{settings.NameDryRun: "true", settings.NameNodeDownGracePeriod: "forever"}, false)
 	_, body := f.get(t, "/")
-	mustContain(t, body, `<div class="banner warn" id="dry-run-banner" role="status"><strong>Dry run.</strong>`,
+	mustContain(t, body, `<div class="banner warn" id="dry-run-banner" role="status"><strong>Dry run.</strong> `+dryRunBanner,
 		"Refused value:", `invalid value &#34;forever&#34; for setting node-down-grace-period`)
 }
 
