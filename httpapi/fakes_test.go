@@ -156,10 +156,10 @@ type fakeRecoveries struct{ err error }
 
 var t0 = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 
-func at(sec float64) metav1.Time {
-	return metav1.NewTime(t0.Add(time.Duration(sec * float64(time.Second))))
+func at(sec float64) metav1.MicroTime {
+	return metav1.NewMicroTime(t0.Add(time.Duration(sec * float64(time.Second))))
 }
-func atp(sec float64) *metav1.Time {
+func atp(sec float64) *metav1.MicroTime {
 	t := at(sec)
 	return &t
 }

@@ -76,7 +76,7 @@ func RecoveryOf(r *v1alpha1.NodeRecovery, withRecord bool) RecoveryView {
 // A step's time is when its last item completed.
 func Timeline(r *v1alpha1.NodeRecovery) []Step {
 	st := &r.Status
-	var pods, freed, running []*metav1.Time
+	var pods, freed, running []*metav1.MicroTime
 	for i := range st.Pods {
 		pods = append(pods, &st.Pods[i].ReapedAt)
 	}
@@ -94,7 +94,7 @@ func Timeline(r *v1alpha1.NodeRecovery) []Step {
 	if replacements == nil && len(running) > 0 && allSet(running) {
 		replacements = latest(running)
 	}
-	var back *metav1.Time
+	var back *metav1.MicroTime
 	if st.Return != nil {
 		back = st.Return.UntaintedAt
 	}
@@ -113,8 +113,8 @@ func Timeline(r *v1alpha1.NodeRecovery) []Step {
 			steps[i].AfterSeconds = &d
 		}
 	}
-	// The record's timestamps travel with whole seconds (metav1.Time); its
-	// RecoverySeconds is exact, so the replacements step uses it when it can.
+	// RecoverySeconds is the controller's own figure for this step: use it, so
+	// the timeline and the time to recover always agree.
 	if st.RecoverySeconds != nil && steps[4].At != nil && st.RecoveredAt != nil {
 		d := *st.RecoverySeconds
 		steps[4].AfterSeconds = &d
@@ -122,7 +122,7 @@ func Timeline(r *v1alpha1.NodeRecovery) []Step {
 	return steps
 }
 
-func allSet(ts []*metav1.Time) bool {
+func allSet(ts []*metav1.MicroTime) bool {
 	for _, t := range ts {
 		if t == nil {
 			return false
@@ -132,8 +132,8 @@ func allSet(ts []*metav1.Time) bool {
 }
 
 // latest is the latest non-nil time, nil when there is none.
-func latest(ts []*metav1.Time) *metav1.Time {
-	var out *metav1.Time
+func latest(ts []*metav1.MicroTime) *metav1.MicroTime {
+	var out *metav1.MicroTime
 	for _, t := range ts {
 		if t != nil && (out == nil || t.After(out.Time)) {
 			out = t
@@ -142,7 +142,7 @@ func latest(ts []*metav1.Time) *metav1.Time {
 	return out
 }
 
-func timeOf(t *metav1.Time) *time.Time {
+func timeOf(t *metav1.MicroTime) *time.Time {
 	if t == nil || t.IsZero() {
 		return nil
 	}

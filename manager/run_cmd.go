@@ -69,7 +69,7 @@ func runCommand() *cli.Command {
 				Usage: "managed overlay directory (a mounted ConfigMap): a file named after a setting overrides the store and locks it"},
 			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for the REST API, the UI, /metrics, /healthz and /readyz (beyond loopback: needs TLS or --" + flagInsecureListen + ", and reads need the token)"},
 			&cli.BoolFlag{Name: flagLeaderElect, Value: true,
-				Usage: "act only while holding the Lease, so one of several replicas acts"},
+				Usage: "act only while holding the Lease, so one of several replicas acts; =false is for a single manager only, and is refused while another manager holds the Lease"},
 			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: vigil.Namespace,
 				Usage: "namespace of the leader-election Lease"},
 			&cli.StringFlag{Name: flagLeaseName, Value: vigil.ManagerLeaseName, Usage: "name of the leader-election Lease"},
@@ -84,7 +84,7 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
 				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
 			&cli.IntFlag{Name: flagAPIBurst, Value: 200, Usage: "client-side API burst"},
-		}, apiFlags()...),
+		}, append(loopFlags(), apiFlags()...)...),
 		Action: runManager,
 	}
 }
@@ -99,6 +99,7 @@ type runOptions struct {
 	resync                                     time.Duration
 	qps                                        float32
 	burst                                      int
+	loop                                       loopOptions
 	api                                        apiOptions
 }
 
@@ -126,10 +127,13 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 	if err := o.lease.validate(); err != nil {
 		return o, err
 	}
+	var err error
+	if o.loop, err = parseLoopOptions(c); err != nil {
+		return o, err
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return o, fmt.Errorf("--%s %q: want HOST:PORT, e.g. %s: %w", flagListen, o.listen, vigil.DefaultAPIAddress, err)
 	}
-	var err error
 	o.api, err = parseAPIOptions(c, o.listen)
 	return o, err
 }
@@ -212,6 +216,8 @@ func runManager(c *cli.Context) error {
 		if err := checkLeaseNamespace(ctx, client, o.leaseNamespace); err != nil {
 			return err
 		}
+	} else if err := checkNoOtherLeader(ctx, client, o.leaseNamespace, o.leaseName, time.Now()); err != nil {
+		return err
 	}
 	recoveries, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
@@ -221,6 +227,11 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	loop, err := wireLoop(ctx, o.loop, cfg)
+	if err != nil {
+		return err
+	}
+	defer loop.close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	set, closeSettings, err := openRunSettings(ctx, o, reg)
@@ -232,7 +243,7 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", flagListen, o.listen, err)
 	}
-	return runWith(ctx, c, o, clients{api: client, events: eventsClient, recoveries: recoveries, token: token}, set, reg, lis)
+	return runWith(ctx, c, o, clients{api: client, events: eventsClient, loop: loop, recoveries: recoveries, token: token}, set, reg, lis)
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
@@ -256,8 +267,9 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 // writes, one for Events.
 type clients struct {
 	api, events kubernetes.Interface
-	recoveries  *v1alpha1.Client
-	token       string // the REST API's bearer token
+	loop        loopWiring
+	recoveries  *v1alpha1.Client // the UI's and the REST API's reads
+	token       string           // the REST API's bearer token
 }
 
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
@@ -274,6 +286,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
+		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {

@@ -248,14 +248,17 @@ func TestRun_BadFlagsAreRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		"listen":         {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
-		"workers":        {[]string{"--workers", "0"}, "--workers"},
-		"qps":            {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
-		"lease":          {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
-		"args":           {[]string{"extra"}, "takes no arguments"},
-		"lease duration": {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
-		"renew vs retry": {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
-		"zero retry":     {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
+		"listen":                 {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
+		"workers":                {[]string{"--workers", "0"}, "--workers"},
+		"qps":                    {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
+		"lease":                  {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
+		"args":                   {[]string{"extra"}, "takes no arguments"},
+		"lease duration":         {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
+		"renew vs retry":         {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
+		"zero retry":             {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
+		"datapath without token": {[]string{"--datapath", "127.0.0.1:9600"}, "needs --datapath-token-file"},
+		"token without datapath": {[]string{"--datapath-token-file", "/tmp/t"}, "without --datapath"},
+		"datapath timeout":       {[]string{"--datapath", "x:1", "--datapath-token-file", "/t", "--datapath-timeout", "0s"}, "--datapath-timeout"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -128,10 +128,10 @@ func (fakeNodes) Nodes(context.Context) ([]httpapi.NodeView, error) {
 
 type fakeRecoveries struct{}
 
-func at(sec float64) metav1.Time {
-	return metav1.NewTime(t0.Add(time.Duration(sec * float64(time.Second))))
+func at(sec float64) metav1.MicroTime {
+	return metav1.NewMicroTime(t0.Add(time.Duration(sec * float64(time.Second))))
 }
-func atp(sec float64) *metav1.Time {
+func atp(sec float64) *metav1.MicroTime {
 	t := at(sec)
 	return &t
 }

@@ -111,8 +111,10 @@ func createRecovery(t *testing.T, name, node string) {
 	must(t, err)
 	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	t0 := time.Now().Add(-2 * time.Minute).Truncate(time.Second)
-	at := func(s float64) metav1.Time { return metav1.NewTime(t0.Add(time.Duration(s * float64(time.Second)))) }
-	atp := func(s float64) *metav1.Time { x := at(s); return &x }
+	at := func(s float64) metav1.MicroTime {
+		return metav1.NewMicroTime(t0.Add(time.Duration(s * float64(time.Second))))
+	}
+	atp := func(s float64) *metav1.MicroTime { x := at(s); return &x }
 	secs := 4.6
 	nr.Status = v1alpha1.NodeRecoveryStatus{
 		Phase: v1alpha1.PhaseNodeReturned, Reason: "ready-unknown", DetectedAt: atp(0), FencedAt: atp(0.31), TaintedAt: atp(0.35),
