@@ -40,7 +40,7 @@ import (
 // (one cycle, a bounded wait).
 const (
 	benchName   = "bench-recovery"
-	benchSubnet = "10.213.192.0/24"
+	benchSubnet = "10.213.208.0/24"
 	benchNS     = "bench"
 	benchSTS    = "bs"
 	benchDeploy = "bd"
@@ -473,7 +473,20 @@ func TestBench_Reap110Pods(t *testing.T) {
 				last = time.Now()
 			}
 		case <-deadline:
-			t.Fatalf("%d of %d pods deleted within 60 s", deleted, pods)
+			_, metrics := mgr.get("/metrics")
+			var decisions []string
+			for _, l := range strings.Split(metrics, "\n") {
+				if strings.HasPrefix(l, "vigil_reaper_decisions_total") || strings.HasPrefix(l, "vigil_nodes_") || strings.HasPrefix(l, "vigil_fences_total") {
+					decisions = append(decisions, l)
+				}
+			}
+			evs, _ := c.CoreV1().Events(benchNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=VigilPodNotReaped"})
+			var why []string
+			for _, ev := range evs.Items {
+				why = append(why, ev.InvolvedObject.Name+": "+ev.Message)
+			}
+			t.Fatalf("%d of %d pods deleted within 60 s\nmanager metrics:\n%s\nnot-reaped Events (%d):\n%s\nmanager log tail:\n%s",
+				deleted, pods, strings.Join(decisions, "\n"), len(why), strings.Join(why, "\n"), mgr.tail())
 		}
 	}
 	rec := e.waitRecovery(t, "node-1", start, v1alpha1.PhaseReaping, 30*time.Second)
