@@ -236,8 +236,7 @@ func (b *benchEnv) cycle(t *testing.T, mode string, n int, bound time.Duration) 
 	b.turn++
 	victims := byNode[victim]
 	for _, p := range victims {
-		must(t, os.WriteFile(filepath.Join(p.target, benchMarker), []byte(fmt.Sprintf("%s cycle %d %s\n", mode, n, p.key)), 0o644))
-		syncPath(t, p.target)
+		writeDurable(t, filepath.Join(p.target, benchMarker), fmt.Sprintf("%s cycle %d %s\n", mode, n, p.key))
 	}
 	start := time.Now()
 	must(t, b.s.Stop(victim))
@@ -299,9 +298,18 @@ func (b *benchEnv) measure(t *testing.T, mode string, n int, victim string, p be
 	return r
 }
 
-func syncPath(t *testing.T, dir string) {
+// writeDurable writes a file through a pod's mount as an application that
+// needs it to survive a power cut does: the file and its directory fsynced.
+func writeDurable(t *testing.T, path, content string) {
 	t.Helper()
-	d, err := os.Open(dir)
+	f, err := os.Create(path)
+	must(t, err)
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+	must(t, f.Sync())
+	must(t, f.Close())
+	d, err := os.Open(filepath.Dir(path))
 	must(t, err)
 	defer d.Close()
 	must(t, d.Sync())
