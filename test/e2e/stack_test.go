@@ -199,4 +199,3 @@ func waitVolumesAttached(t *testing.T, ctx context.Context, s *sandbox.Sandbox, 
 		return false, fmt.Sprintf("%v", n.Status.VolumesAttached), nil
 	}, describeStack(s)))
 }
-
