@@ -65,11 +65,23 @@ func TestLoop(t *testing.T) {
 	}
 }
 
+// loopSpec names a closed-loop sandbox and adds flags to its manager.
+type loopSpec struct {
+	name, subnet, workDir string
+	managerArgs           []string
+}
+
 // upLoop brings up the loop sandbox: 3 nodes, the stack, the CRDs, and the
 // manager with delete-both, the fast trigger and immediate attachment recovery.
 func upLoop(t *testing.T) *loopEnv {
+	return upLoopWith(t, loopSpec{name: loopName, subnet: loopSubnet, workDir: "vigil-e2e-loop"})
+}
+
+// upLoopWith is upLoop for the sandbox spec names (a name, subnet and work
+// directory of its own, so it never meets another's leftovers).
+func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	t.Helper()
-	workDir := filepath.Join(os.TempDir(), "vigil-e2e-loop")
+	workDir := filepath.Join(os.TempDir(), spec.workDir)
 	must(t, sandbox.DownWorkDir(workDir))
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -82,8 +94,8 @@ func upLoop(t *testing.T) *loopEnv {
 			t.Errorf("after sandbox down, loop devices backed under %s: %v", workDir, loops)
 		}
 	})
-	cfg := sandbox.Config{Name: loopName, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
-		DefaultTolerationSeconds: tolerationSeconds, Subnet: loopSubnet}
+	cfg := sandbox.Config{Name: spec.name, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: spec.subnet}
 	cfg.Logf = t.Logf
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -122,7 +134,7 @@ func upLoop(t *testing.T) *loopEnv {
 	must(t, err)
 	t.Cleanup(func() { _ = e.dp.Close() })
 	e.mgr = startManager(t, "loop", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
-		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
+		kubeconfig: s.Kubeconfig(), extra: append([]string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}, spec.managerArgs...)})
 	return e
 }
 
