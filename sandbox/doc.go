@@ -76,7 +76,8 @@
 // on /run/netns itself is undone once no namespace is left there.
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
-// end-to-end tests in test/e2e use both.
+// end-to-end tests in test/e2e use both. RunOnHost runs another host process
+// (the demo's manager) that Down removes with the rest.
 //
 // # Identities
 //

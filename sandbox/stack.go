@@ -287,12 +287,17 @@ func (s *Sandbox) startHost(stk *Stack, spec ProcessSpec) error {
 }
 
 func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
+	return startHostIn(st, stk.Dir, spec)
+}
+
+// startHostIn starts spec on the host with its log in dir and records it.
+func startHostIn(st *state, dir string, spec ProcessSpec) error {
 	for _, p := range st.Host {
 		if p.Name == spec.Name && p.alive() {
-			return fmt.Errorf("%w: host process %s already runs (pid %d): the stack is started", ErrAlreadyUp, spec.Name, p.PID)
+			return fmt.Errorf("%w: host process %s already runs (pid %d)", ErrAlreadyUp, spec.Name, p.PID)
 		}
 	}
-	p := &proc{ProcessSpec: spec, Log: filepath.Join(stk.Dir, spec.Name+".log")}
+	p := &proc{ProcessSpec: spec, Log: filepath.Join(dir, spec.Name+".log")}
 	var err error
 	p.PID, p.StartTime, err = startDetached("", spec.Args, spec.Env, p.Log)
 	if p.PID != 0 {
