@@ -31,6 +31,9 @@ const (
 	loopSubnet = "10.213.176.0/24"
 	loopNS     = "loop"
 	loopNodes  = 3
+	// loopSettings is the manager's settings ConfigMap, as in deploy/: the
+	// manager reads and watches it; a person (the test, as admin) writes it.
+	loopSettings = "vigil-settings"
 )
 
 // loopEnv is the closed-loop sandbox: the stack, the manager, and clients.
@@ -38,7 +41,7 @@ type loopEnv struct {
 	s     *sandbox.Sandbox
 	stk   *sandbox.Stack
 	mgr   *manager
-	store string // the manager's bolt settings file
+	store string // the manager's settings store: the ConfigMap of deploy/
 	dp    *dpclient.Client
 	rc    *v1alpha1.Client
 }
@@ -83,7 +86,7 @@ func upLoop(t *testing.T) *loopEnv {
 		}
 	})
 	cfg := sandbox.Config{Name: loopName, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
-		DefaultTolerationSeconds: tolerationSeconds, Subnet: loopSubnet}
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: loopSubnet, AuditLog: true}
 	cfg.Logf = t.Logf
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -100,6 +103,11 @@ func upLoop(t *testing.T) *loopEnv {
 	if err != nil {
 		t.Fatalf("sandbox up: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := collectAudit(s, "loop"); err != nil {
+			t.Error(err)
+		}
+	})
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
 	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin})
@@ -110,7 +118,7 @@ func upLoop(t *testing.T) *loopEnv {
 	for _, ns := range []string{vigil.Namespace, loopNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
 	}
-	e := &loopEnv{s: s, stk: stk, store: filepath.Join(t.TempDir(), "settings.db")}
+	e := &loopEnv{s: s, stk: stk, store: "configmap:" + vigil.Namespace + "/" + loopSettings}
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
 	e.set(t, settings.NameVolumeAttachmentRecoveryPolicy, string(settings.RecoveryImmediate))
@@ -121,17 +129,20 @@ func upLoop(t *testing.T) *loopEnv {
 	e.dp, err = dpclient.Dial(ctx, stk.DatapathAddr, tok)
 	must(t, err)
 	t.Cleanup(func() { _ = e.dp.Close() })
-	e.mgr = startManager(t, "loop", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
-		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
+	kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
+	must(t, err)
+	e.mgr = startManager(t, "loop", managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+		kubeconfig: kubeconfig, extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
 	return e
 }
 
-// set changes a setting of the running manager the way an operator would.
+// set changes a setting of the running manager the way an operator would:
+// `vigil-manager settings set` on the ConfigMap, with the admin's kubeconfig.
 func (e *loopEnv) set(t *testing.T, name, value string) {
 	t.Helper()
 	bin, err := filepath.Abs(managerBin)
 	must(t, err)
-	out, err := exec.Command(bin, "settings", "set", "--store", "bolt:"+e.store, name, value).CombinedOutput()
+	out, err := exec.Command(bin, "settings", "set", "--store", e.store, "--kubeconfig", e.s.Kubeconfig(), name, value).CombinedOutput()
 	if err != nil {
 		t.Fatalf("settings set %s %s: %v: %s", name, value, err, out)
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/controller"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/settings"
@@ -119,10 +120,10 @@ func runReapCase(t *testing.T, ctx context.Context, rc reapCase) {
 	r.acting.waitMetric(t, "vigil_nodes_down", 0, 10*time.Second)
 }
 
-// startManagers starts one manager, or two for the failover case, on a Lease of
-// the case's namespace.
+// startManagers starts one manager, or two for the failover case, under the
+// manager's identity of deploy/, which may hold only its own Lease.
 func (r *caseRun) startManagers(t *testing.T) {
-	o := managerOpts{store: r.store, leaseNamespace: r.ns, leaseName: "vigil-manager"}
+	o := managerOpts{store: r.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName}
 	n := 1
 	if r.variant == "failover" {
 		n = 2
@@ -309,9 +310,9 @@ func (r *caseRun) waitLeader(t *testing.T, not string, timeout time.Duration) *m
 	t.Helper()
 	var leader *manager
 	c := sb.Client()
-	must(t, sandbox.Poll(context.Background(), timeout, "a leader of Lease "+r.ns+"/vigil-manager",
+	must(t, sandbox.Poll(context.Background(), timeout, "a leader of Lease "+vigil.Namespace+"/"+vigil.ManagerLeaseName,
 		func(ctx context.Context) (bool, string, error) {
-			l, err := c.CoordinationV1().Leases(r.ns).Get(ctx, "vigil-manager", metav1.GetOptions{})
+			l, err := c.CoordinationV1().Leases(vigil.Namespace).Get(ctx, vigil.ManagerLeaseName, metav1.GetOptions{})
 			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.HolderIdentity == not {
 				return false, fmt.Sprintf("lease: %v", err), nil
 			}
@@ -347,7 +348,7 @@ func (r *caseRun) failover(t *testing.T, ctx context.Context) map[string]deletio
 	if standby.hasSeries(t, "vigil_reaper_decisions_total{") {
 		t.Errorf("standby %s made reaper decisions before it leads", standby.name)
 	}
-	l, err := sb.Client().CoordinationV1().Leases(r.ns).Get(ctx, "vigil-manager", metav1.GetOptions{})
+	l, err := sb.Client().CoordinationV1().Leases(vigil.Namespace).Get(ctx, vigil.ManagerLeaseName, metav1.GetOptions{})
 	must(t, err)
 	holder := *l.Spec.HolderIdentity
 	r.leader.kill(t)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -145,6 +147,32 @@ func TestStack_PowerCutFenceCleanup(t *testing.T) {
 		stackNodeA, boot.Sub(start).Seconds()-tl.at[evFenced].Seconds())))
 	t.Logf("figures: epoch %s %d, fence %d, %s %d; replacement staged %.1fs after the power cut; taint removed %.1fs after %s started",
 		stackNodeA, epochA, fenceEpoch, stackNodeB, epochB, tl.at[evReplStaged].Seconds(), tb.at[evUntainted].Seconds(), stackNodeA)
+	deleteClaim(t, ctx, s, stk, pv.Name, volID)
+}
+
+// deleteClaim deletes the StatefulSet and its claim: the pod goes, the
+// kubelet stand-in unpublishes and unstages, the attachment is detached, and
+// the external-provisioner deletes the volume (DeleteVolume at the datapath)
+// and its PersistentVolume, as a cluster's user would see it.
+func deleteClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, pv, volID string) {
+	t.Helper()
+	c := s.Client()
+	t0 := time.Now()
+	must(t, c.AppsV1().StatefulSets(stackNS).Delete(ctx, stackApp, metav1.DeleteOptions{}))
+	must(t, c.CoreV1().PersistentVolumeClaims(stackNS).Delete(ctx, stackClaim, metav1.DeleteOptions{}))
+	must(t, sandbox.Poll(ctx, 90*time.Second, "PersistentVolume "+pv+" deleted", func(ctx context.Context) (bool, string, error) {
+		_, err := c.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	}, describeStack(s)))
+	tok, err := datapath.ReadTokenFile(stk.TokenFile)
+	must(t, err)
+	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, tok)
+	must(t, err)
+	defer dp.Close()
+	if v, err := dp.GetVolume(ctx, volID); !errors.Is(err, datapath.ErrNotFound) {
+		t.Errorf("datapath volume %s after its claim was deleted: %+v, %v; want ErrNotFound", volID, v, err)
+	}
+	t.Logf("claim deleted: PersistentVolume %s and datapath volume %s gone %.1fs later", pv, volID, time.Since(t0).Seconds())
 }
 
 // upStack brings up the test's own 2-node sandbox with the Vigil stack; the
@@ -166,7 +194,7 @@ func upStack(t *testing.T) (*sandbox.Sandbox, *sandbox.Stack) {
 		}
 	})
 	cfg := sandbox.Config{Name: stackName, WorkDir: workDir, Nodes: 2, NodeMonitorGracePeriod: nodeMonitorGrace,
-		DefaultTolerationSeconds: tolerationSeconds, Subnet: stackSubnet}
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: stackSubnet, AuditLog: true}
 	cfg.Logf = t.Logf
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -183,6 +211,11 @@ func upStack(t *testing.T) (*sandbox.Sandbox, *sandbox.Stack) {
 	if err != nil {
 		t.Fatalf("sandbox up: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := collectAudit(s, "stack"); err != nil {
+			t.Error(err)
+		}
+	})
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
