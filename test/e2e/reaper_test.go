@@ -158,7 +158,6 @@ func (r *caseRun) run(t *testing.T, ctx context.Context, initial controller.PodD
 		for _, role := range r.coveredRoles() {
 			p := r.pods.all()[role]
 			waitEvent(t, ctx, p, controller.EventWouldForceDelete, "dry run", string(r.policy), string(controller.ReasonPastDeadline))
-			waitEvent(t, ctx, p, controller.EventWouldDeleteVolumeAttachment, "dry run", string(r.policy))
 		}
 		if v := r.acting.metricValue(t, podsDeletedSample(controller.OwnerStatefulSet, string(r.policy))); v != 0 {
 			t.Errorf("dry run: pods_deleted_total = %v, want 0", v)
@@ -225,8 +224,9 @@ func (r *caseRun) logLatency(t *testing.T, what string, from time.Time, covered 
 	}
 }
 
-// checkReaped checks each reaped pod: attachments first, a replacement on
-// another node, Events on the pod and the node naming the policy, the metric.
+// checkReaped checks each reaped pod: its attachments left to Kubernetes, a
+// replacement on another node, Events on the pod and the node naming the
+// policy, the metric.
 func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[string]deletion) {
 	owners := map[string]controller.OwnerKind{"web": controller.OwnerStatefulSet, "app": controller.OwnerDeployment}
 	for role, d := range covered {
@@ -238,7 +238,6 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 		checkOrder(t, r.rec, r.pods, p, d)
 		waitReplacement(t, ctx, p)
 		waitEvent(t, ctx, p, controller.EventPodForceDeleted, "policy "+string(r.policy), string(controller.ReasonPastDeadline))
-		waitEvent(t, ctx, p, controller.EventVolumeAttachmentDeleted, "policy "+string(r.policy))
 	}
 	// Other tests' pods on the shared sandbox may be on the victim too, and the
 	// reaper rightly reaps those as well: the counters must match the Events the
@@ -248,7 +247,13 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 		r.matchEvents(t, ctx, podsDeletedSample(owner, policy), 1, controller.EventPodForceDeleted,
 			"(owner "+string(owner)+")", "policy "+policy)
 	}
-	r.matchEvents(t, ctx, "vigil_reaper_volumeattachments_deleted_total", len(covered), controller.EventVolumeAttachmentDeleted)
+	// No datapath here: nothing is proven fenced, so Vigil frees no attachment
+	// (decision table row 5: only volume-attachment-recovery-policy immediate
+	// with a proof deletes them first; TestLoop covers that).
+	if v := r.acting.metricValue(t, "vigil_reaper_volumeattachments_deleted_total"); v != 0 ||
+		nodeEventCount(t, ctx, controller.EventVolumeAttachmentDeleted, r.started) != 0 {
+		t.Errorf("manager %s deleted %v VolumeAttachments without a proof of fencing; want none", r.acting.name, v)
+	}
 	for _, m := range r.managers {
 		if m == r.acting || m.exited() {
 			continue
