@@ -49,7 +49,7 @@ func run(m *testing.M) int {
 	// the shared one: VIGIL_E2E_SHARED=0 skips it (a test that reads sb then fails).
 	if os.Getenv("VIGIL_E2E_SHARED") == "0" {
 		fmt.Println("e2e: VIGIL_E2E_SHARED=0: no shared sandbox; only tests with sandboxes of their own can run")
-		return m.Run()
+		return judgeRBAC(m.Run(), false)
 	}
 	workDir := filepath.Join(os.TempDir(), "vigil-e2e")
 	// One run at a time on a machine: a second run waits here instead of tearing
@@ -112,7 +112,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	problems, report := checkRBACCoverage(wholeSuite())
+	return judgeRBAC(code, wholeSuite())
+}
+
+// judgeRBAC prints the RBAC coverage of the run (rbac_coverage_test.go) and
+// turns a passing run's code into 1 if it found a problem.
+func judgeRBAC(code int, whole bool) int {
+	problems, report := checkRBACCoverage(whole)
 	fmt.Println(report)
 	for _, p := range problems {
 		fmt.Println("FAIL: RBAC:", p)

@@ -35,7 +35,16 @@ var rbacUnexercised = map[string]string{
 	"vigil-system/vigil-csi-controller update persistentvolumeclaims": "external-provisioner updates a claim only to drop the " +
 		"scheduler's selected-node annotation after provisioning failed on that node (StorageClasses with volumeBindingMode " +
 		"WaitForFirstConsumer); the sandbox's StorageClass binds at once and its provisioning does not fail",
+	"vigil-system/vigil-csi-controller patch events": eventRepeats,
+	"vigil-system/vigil-manager patch events":        eventRepeats,
+	"vigil-system/vigil-manager get noderecoveries.vigil.io": "the recorder reads a NodeRecovery again only when its create " +
+		"finds one of that name or its status update conflicts, that is when another writer changed it; in the suite the " +
+		"leader is its only writer",
 }
+
+// eventRepeats: why an Event patch is not exercised.
+const eventRepeats = "client-go's recorder patches an Event only when the same one repeats within its aggregation " +
+	"window (its count goes up); the suite's calls succeed the first time, so their Events do not repeat"
 
 // sidecarLeases: why the CSI sidecars' leader election is not exercised.
 const sidecarLeases = "the sandbox runs one external-provisioner and one external-attacher without leader election: with it " +
