@@ -15,6 +15,7 @@ import (
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/settings"
+	"github.com/vigil-storage/vigil/ui"
 )
 
 // The demo's names.
@@ -211,8 +212,9 @@ func (d *demo) startManager(ctx context.Context, bin string) error {
 	if err := writeSettings(ctx, store); err != nil {
 		return err
 	}
+	// --state-dir: the manager generates its API token there (TokenFile).
 	err = d.s.RunOnHost(sandbox.ProcessSpec{Name: ManagerProcess, Args: []string{filepath.Join(bin, sandbox.BinVigilManager), "run",
-		"--kubeconfig", kubeconfig, "--settings-store", store, "--listen", d.cfg.Listen,
+		"--kubeconfig", kubeconfig, "--settings-store", store, "--listen", d.cfg.Listen, "--state-dir", dir,
 		"--datapath", d.stk.DatapathAddr, "--datapath-token-file", d.stk.TokenFile}})
 	if err != nil {
 		return err
@@ -220,6 +222,9 @@ func (d *demo) startManager(ctx context.Context, bin string) error {
 	d.manager, err = waitManager(ctx, d.s.HostLog(ManagerProcess), 30*time.Second)
 	return err
 }
+
+// tokenFile is where the manager generated its API token (--state-dir).
+func (d *demo) tokenFile() string { return filepath.Join(d.cfg.WorkDir, "manager", "api-token") }
 
 // writeSettings sets the demo's policies in the store, validated.
 func writeSettings(ctx context.Context, spec string) error {
@@ -306,8 +311,11 @@ Vigil runs. %s-0 runs on %s, and its writer appends to its volume. Try, in anoth
   %s node start %s           # the node returns: its engine cleans up and removes vigil.io/fenced
   %s node partition %s       # or cut its network instead (--from apiserver: a zombie)
 
-The manager serves http://%s/ (metrics at /metrics); its log: %s
+Vigil's UI: http://%[11]s%[12]s (settings), http://%[11]s%[13]s, http://%[11]s%[14]s; the REST API under
+http://%[11]s/v1/ and the metrics at http://%[11]s/metrics. Changing a setting asks for the API token,
+in %[15]s. The manager's log: %[16]s
 Press Ctrl-C to stop: the sandbox is removed and nothing is left behind.
 
-`, App, node, kc, Namespace, cli, node, cli, node, cli, node, d.manager, d.s.HostLog(ManagerProcess))
+`, App, node, kc, Namespace, cli, node, cli, node, cli, node, d.manager, ui.PathSettings, ui.PathNodes, ui.PathRecoveries,
+		d.tokenFile(), d.s.HostLog(ManagerProcess))
 }
