@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/vigil-storage/vigil/deploy"
@@ -51,4 +52,24 @@ func TestIdentities_SameAsKustomize(t *testing.T) {
 	if len(got) < 12 {
 		t.Errorf("%d objects, want the 4 ServiceAccounts, their roles and bindings and the policy", len(got))
 	}
+}
+
+// The ServiceAccounts of deploy/, for a program that runs the components
+// under them.
+func ExampleIdentities() {
+	objs, err := deploy.Identities()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ServiceAccount" {
+			fmt.Println(o.GetNamespace() + "/" + o.GetName())
+		}
+	}
+	// Output:
+	// vigil-system/vigil-csi-controller
+	// vigil-system/vigil-datapath
+	// vigil-system/vigil-engine-node
+	// vigil-system/vigil-manager
 }

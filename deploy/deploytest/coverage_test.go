@@ -1,6 +1,7 @@
 package deploytest_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -84,4 +85,24 @@ func TestProblems_EachDisagreement(t *testing.T) {
 			t.Errorf("%s: problems %q, want one saying %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+// Which permissions of deploy/ a run used, from its calls (the API server's
+// audit log in the end-to-end suite).
+func ExampleUnused() {
+	objs, err := deploytest.Build(deploytest.Dir())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	grants, _ := deploytest.Grants(objs)
+	calls := []deploytest.Call{{ServiceAccount: "vigil-system/vigil-datapath", Authorized: true, Code: 201,
+		Request: deploytest.Request{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}}}
+	for _, p := range deploytest.Unused(grants, calls) {
+		if p.ServiceAccount == "vigil-system/vigil-datapath" {
+			fmt.Println("unused:", p)
+		}
+	}
+	fmt.Println(len(deploytest.Problems(grants, calls)), "problems")
+	// Output: 0 problems
 }
