@@ -146,10 +146,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if errors.Is(err, sandbox.ErrAlreadyUp) {
 		return fmt.Errorf("%w: `%s down` removes it (the demo never removes a sandbox it did not start)", err, cfg.CLI)
 	}
+	if err != nil && ctx.Err() != nil && !cfg.Auto {
+		return nil // Ctrl-C during the start: Up removed what it had created
+	}
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, d.teardown()) }()
+	err = d.run(ctx)
+	if ctx.Err() != nil {
+		// Ctrl-C: the way to end the interactive demo; the auto mode did not finish.
+		fmt.Fprintln(cfg.Out, "\nvigil demo: stopping")
+		err = nil
+		if cfg.Auto {
+			err = ErrInterrupted
+		}
+	}
+	return errors.Join(err, d.teardown())
+}
+
+// ErrInterrupted: the auto mode was stopped (Ctrl-C) before it showed a recovery.
+var ErrInterrupted = errors.New("demo interrupted before the recovery was shown")
+
+// run is the demo once the sandbox is up.
+func (d *demo) run(ctx context.Context) error {
 	if err := d.setUp(ctx); err != nil {
 		return err
 	}
@@ -158,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	d.step(6, "ready in %.1fs", time.Since(d.start).Seconds())
-	if cfg.Auto {
+	if d.cfg.Auto {
 		return d.auto(ctx, f)
 	}
 	d.printTry(f.podNode())

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,5 +66,99 @@ func TestDemo_Auto(t *testing.T) {
 	must(t, err)
 	if len(left) > 0 {
 		t.Errorf("after the demo, left behind: %v", left)
+	}
+}
+
+// TestDemo_Interactive is `make run` as a person uses it: the demo runs until
+// Ctrl-C; meanwhile the node-stop command it prints, run from another
+// process, cuts the pod's node, and the demo shows the recovery and the data
+// check; SIGINT then ends it with exit status 0 and nothing left behind.
+func TestDemo_Interactive(t *testing.T) {
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", sandbox.BinVigilSandbox))
+	must(t, err)
+	name := demoName + "-i"
+	workDir := sandbox.DefaultWorkDir(name)
+	must(t, sandbox.DownWorkDir(workDir))
+	t.Cleanup(func() { _ = sandbox.DownWorkDir(workDir) })
+	cmd := exec.Command(bin, "--name", name, "demo", "--subnet", demoSubnetInteractive, "--listen", "127.0.0.1:0")
+	out := &lines{}
+	cmd.Stdout, cmd.Stderr = out, out
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		t.Logf("demo output:\n%s", out)
+	})
+	stop := out.wait(t, done, regexp.MustCompile(`(\S+ --name \S+) node stop (node-\d+)`), 3*time.Minute)
+	if stop == nil {
+		return
+	}
+	if b, err := exec.Command(bin, "--name", name, "node", "stop", stop[2]).CombinedOutput(); err != nil {
+		t.Fatalf("the printed command %s node stop %s: %v\n%s", stop[1], stop[2], err, b)
+	}
+	if out.wait(t, done, regexp.MustCompile(`data check on node-\d+: all \d+ records`), 2*time.Minute) == nil {
+		return
+	}
+	must(t, cmd.Process.Signal(os.Interrupt))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("demo after Ctrl-C: %v, want exit status 0", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the demo did not end within 2 minutes of Ctrl-C")
+	}
+	if !strings.Contains(out.String(), "nothing is left behind") {
+		t.Errorf("the demo did not report its teardown")
+	}
+	left, err := sandbox.Leftovers(name, workDir)
+	must(t, err)
+	if len(left) > 0 {
+		t.Errorf("after Ctrl-C, left behind: %v", left)
+	}
+}
+
+// demoSubnetInteractive keeps the interactive demo's links apart from the
+// auto mode's.
+const demoSubnetInteractive = "10.213.188.0/24"
+
+// lines collects a process's output, safe for concurrent use.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// wait waits until the output matches re and returns the submatches; nil
+// (the test failed) if the process ended or timeout passed first.
+func (l *lines) wait(t *testing.T, done <-chan error, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if m := re.FindStringSubmatch(l.String()); m != nil {
+			return m
+		}
+		select {
+		case err := <-done:
+			t.Errorf("the demo ended (%v) before printing %q", err, re)
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the demo did not print %q within %s", re, timeout)
+			return nil
+		}
 	}
 }
