@@ -31,10 +31,10 @@ var ErrDataLost = errors.New("data check failed")
 
 // writer is one writer the demo started, for one pod.
 type writer struct {
-	pod            string
-	uid            types.UID
-	node, ledger   string
-	checked, wrote bool
+	pod          string
+	uid          types.UID
+	node, ledger string
+	checked      bool
 }
 
 // follower watches the demo workload and the recovery records, prints what
