@@ -76,7 +76,26 @@
 // on /run/netns itself is undone once no namespace is left there.
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
-// end-to-end tests in test/e2e use both.
+// end-to-end tests in test/e2e use both. RunOnHost runs another host process
+// (the demo's manager) that Down removes with the rest.
+//
+// # Identities
+//
+// Vigil's components never run with the admin's credential. ApplyDeployRBAC
+// applies deploy/'s ServiceAccounts, roles, bindings and the engine's
+// admission policy (deploy.Identities, byte for byte what kustomize builds);
+// ComponentKubeconfig writes a kubeconfig for one of those ServiceAccounts
+// with a TokenRequest token (valid IdentityTokenLifetime), bound to a Node and
+// reaching the API server over that node's link when a node is given, as the
+// engine's. NodeKubeconfig writes a node's own kubelet identity, a client
+// certificate of system:node:NAME (group system:nodes) signed by the cluster's
+// CA; the API server runs the NodeRestriction admission plugin, so it may
+// change its own Node only, and KubeletRole adds the list and watch of claims,
+// volumes and attachments that the kubelet stand-in's informers need. StartStack
+// uses them all: the CSI controller and its sidecars run as vigil-csi-controller,
+// each engine as vigil-engine-node bound to its Node, each kubelet stand-in as
+// its node. kwok, the rest of each node's kubelet, keeps the admin's kubeconfig:
+// it is Kubernetes' stand-in, not Vigil's code.
 //
 // # The audit log
 //

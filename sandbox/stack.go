@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	vigil "github.com/vigil-storage/vigil"
 )
 
 // Vigil's binaries the stack runs, from `make build` (StackConfig.VigilBinDir).
@@ -69,6 +71,9 @@ type Stack struct {
 	TokenFile string `json:"tokenFile"`
 	// ControllerEndpoint is Vigil's CSI controller socket (unix://...).
 	ControllerEndpoint string `json:"controllerEndpoint"`
+	// ControllerKubeconfig is the identity of the CSI controller and its
+	// sidecars: the ServiceAccount vigil-csi-controller of deploy/.
+	ControllerKubeconfig string `json:"controllerKubeconfig"`
 	// StorageClass is the StorageClass of driver.vigil.io.
 	StorageClass string `json:"storageClass"`
 	// Dir holds the stack's files and the logs of its host processes.
@@ -122,6 +127,12 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 // API, the CSIDriver driver.vigil.io (attachRequired, podInfoOnMount), a CSINode
 // per node and a StorageClass. It returns once every socket answers. Down kills
 // all of it and unmounts whatever the engines left.
+//
+// Each component runs under its identity of deploy/ (ApplyDeployRBAC, then
+// ComponentKubeconfig), never the admin's: the CSI controller and its sidecars
+// as vigil-csi-controller, each engine as vigil-engine-node with a token bound
+// to its Node. Each kubelet stand-in writes its Node's status as a kubelet
+// does, as system:node:NAME (NodeKubeconfig).
 func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	st0, err := loadState(s.workDir)
 	if err != nil {
@@ -140,6 +151,9 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
 		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "datapath.token"),
 		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir}
+	if err := s.stackIdentities(ctx, stk, st0); err != nil {
+		return nil, err
+	}
 	if err := writeStackFiles(stk); err != nil {
 		return nil, err
 	}
@@ -196,12 +210,34 @@ func writeStackFiles(stk *Stack) error {
 	return nil
 }
 
+// stackIdentities applies deploy/'s RBAC and writes the kubeconfigs of the
+// stack's components: the CSI controller's, and per node the engine's and
+// the kubelet stand-in's.
+func (s *Sandbox) stackIdentities(ctx context.Context, stk *Stack, st *state) error {
+	if err := s.ApplyDeployRBAC(ctx); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	var err error
+	if stk.ControllerKubeconfig, err = s.ComponentKubeconfig(ctx, vigil.CSIControllerServiceAccount, ""); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	for _, n := range st.Nodes {
+		if _, err := s.ComponentKubeconfig(ctx, vigil.EngineServiceAccount, n.Name); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		if _, err := s.NodeKubeconfig(n.Name); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+	}
+	return nil
+}
+
 // startStackHost starts the host processes in order, each once the one it
 // needs answers: datapath and its forwarders, CSI controller, sidecars.
 func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack) error {
 	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
 	sock := filepath.Join(stk.Dir, "csi.sock")
-	kubeconfig := s.Kubeconfig()
+	kubeconfig := stk.ControllerKubeconfig
 	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: []string{mgr, "datapath", "serve",
 		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath"), "--token-file", stk.TokenFile}})
 	if err != nil {
@@ -251,12 +287,17 @@ func (s *Sandbox) startHost(stk *Stack, spec ProcessSpec) error {
 }
 
 func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
+	return startHostIn(st, stk.Dir, spec)
+}
+
+// startHostIn starts spec on the host with its log in dir and records it.
+func startHostIn(st *state, dir string, spec ProcessSpec) error {
 	for _, p := range st.Host {
 		if p.Name == spec.Name && p.alive() {
-			return fmt.Errorf("%w: host process %s already runs (pid %d): the stack is started", ErrAlreadyUp, spec.Name, p.PID)
+			return fmt.Errorf("%w: host process %s already runs (pid %d)", ErrAlreadyUp, spec.Name, p.PID)
 		}
 	}
-	p := &proc{ProcessSpec: spec, Log: filepath.Join(stk.Dir, spec.Name+".log")}
+	p := &proc{ProcessSpec: spec, Log: filepath.Join(dir, spec.Name+".log")}
 	var err error
 	p.PID, p.StartTime, err = startDetached("", spec.Args, spec.Env, p.Log)
 	if p.PID != 0 {
@@ -272,13 +313,13 @@ func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
 func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 	endpoint := NodeCSIEndpoint("$VIGIL_NODE_DIR")
 	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
-		"--node-name", "$VIGIL_NODE", "--kubeconfig", "$VIGIL_KUBECONFIG",
+		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
 		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
 		"--datapath-token-file", stk.TokenFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
 		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
 		"--heartbeat-interval", cfg.HeartbeatInterval.String()}}
 	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",
-		"--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
+		"--kubeconfig", identityKubeconfig(s.workDir, "kubelet", "$VIGIL_NODE"), "--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
 	if err := s.AddProcess("", engine); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}

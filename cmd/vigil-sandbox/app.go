@@ -31,7 +31,7 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "workdir", EnvVars: []string{"VIGIL_SANDBOX_DIR"},
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
-		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(),
+		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(), demoCommand(),
 			kubelet.Command(), ledger.Command()},
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/deploy"
 	"github.com/vigil-storage/vigil/httpapi"
@@ -42,11 +42,6 @@ const uiToken = "e2e-ui-token-0123456789abcdef"
 
 func startUIManager(t *testing.T) *uiRun {
 	t.Helper()
-	ctx := context.Background()
-	ns := "ui-e2e"
-	if _, err := sb.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	r := &uiRun{store: filepath.Join(dir, "settings.db"), token: uiToken, overlay: filepath.Join(dir, "overlay")}
 	must(t, os.MkdirAll(r.overlay, 0o755))
@@ -54,7 +49,8 @@ func startUIManager(t *testing.T) *uiRun {
 	tokenFile := filepath.Join(dir, "token")
 	must(t, os.WriteFile(tokenFile, []byte(r.token+"\n"), 0o600))
 	setSetting(t, r.store, "dry-run", "true")
-	r.m = startManager(t, "ui", managerOpts{store: r.store, leaseNamespace: ns, leaseName: "vigil-manager-ui",
+	// Under the manager's identity of deploy/, which may hold only its own Lease.
+	r.m = startManager(t, "ui", managerOpts{store: r.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		extra: []string{"--api-token-file", tokenFile, "--settings-dir", r.overlay}})
 	r.base = "http://" + r.m.addr
 	return r
