@@ -58,3 +58,22 @@ const (
 	// ManagerComponent is the source component of the manager's Events.
 	ManagerComponent = "vigil-manager"
 )
+
+// The datapath's Kubernetes identities: ServiceAccount tokens for this
+// audience, checked with a TokenReview; the names are those of deploy/.
+const (
+	// DatapathTokenAudience is the audience of the projected ServiceAccount
+	// tokens callers present to the datapath.
+	DatapathTokenAudience = "vigil-datapath"
+	// NodeNameTokenExtra is the TokenReview user extra in which the API
+	// server names the node a ServiceAccount token is bound to (through its
+	// pod, or a TokenRequest bound to the Node itself).
+	NodeNameTokenExtra = "authentication.kubernetes.io/node-name"
+	// ManagerServiceAccount, CSIControllerServiceAccount and
+	// EngineServiceAccount are the ServiceAccounts (in Namespace) of the
+	// manager and the CSI controller (the datapath's controller role) and of
+	// the engines (the engine role, each as the node its token is bound to).
+	ManagerServiceAccount       = "vigil-manager"
+	CSIControllerServiceAccount = "vigil-csi-controller"
+	EngineServiceAccount        = "vigil-engine-node"
+)
