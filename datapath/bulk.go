@@ -131,7 +131,8 @@ const spliceMin = 64 << 10
 // bulkReauth is how often a bulk connection's token is taken to the
 // authenticator again: an identity proved at the hello does not outlive its
 // token (a TokenReview result is cached for a bounded time, so this is cheap).
-const bulkReauth = 10 * time.Second
+// A variable for tests.
+var bulkReauth = 10 * time.Second
 
 // bulkSession is the server's state for one bulk connection.
 type bulkSession struct {

@@ -100,7 +100,8 @@ func bulkTLS(cfg *tls.Config) *tls.Config {
 // tokenSource is the caller's token: fixed, or a file read again when it
 // changes.
 type tokenSource struct {
-	path    string // "" : fixed
+	path    string        // "" : fixed
+	recheck time.Duration // TokenFileRecheck; shorter in tests
 	mu      sync.Mutex
 	token   string
 	mtime   time.Time
@@ -112,7 +113,7 @@ func newTokenSource(token, path string) (*tokenSource, error) {
 	case token != "" && path != "":
 		return nil, fmt.Errorf("%w: dial datapath: a token and a token file given; give one", datapath.ErrInvalidArgument)
 	case path != "":
-		ts := &tokenSource{path: path}
+		ts := &tokenSource{path: path, recheck: TokenFileRecheck}
 		if err := ts.read(); err != nil {
 			return nil, err
 		}
@@ -142,7 +143,7 @@ func (ts *tokenSource) read() error {
 func (ts *tokenSource) get() string {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.path == "" || time.Since(ts.checked) < TokenFileRecheck {
+	if ts.path == "" || time.Since(ts.checked) < ts.recheck {
 		return ts.token
 	}
 	ts.checked = time.Now()
