@@ -134,16 +134,16 @@ func New(cfg Config) (*Authenticator, error) {
 // Authenticate implements datapath.Authenticator.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (datapath.Identity, error) {
 	now := a.cfg.Now()
-	exp := tokenExpiry(token)
-	if !exp.IsZero() && !now.Before(exp) {
-		return datapath.Identity{}, fmt.Errorf("%w: the token expired at %s", datapath.ErrUnauthenticated, exp.UTC().Format(time.RFC3339))
-	}
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
 	e := a.cache[key]
 	a.mu.Unlock()
 	if e != nil && now.Before(e.fresh) {
-		return e.id, e.err
+		return e.id, e.err // fresh is never past the token's expiry
+	}
+	exp := tokenExpiry(token)
+	if !exp.IsZero() && !now.Before(exp) {
+		return datapath.Identity{}, fmt.Errorf("%w: the token expired at %s", datapath.ErrUnauthenticated, exp.UTC().Format(time.RFC3339))
 	}
 	v, err, _ := a.flight.Do(hex.EncodeToString(key[:]), func() (any, error) {
 		a.mu.Lock()
