@@ -65,3 +65,25 @@ func TestCleanupMounts_Nested(t *testing.T) {
 		t.Errorf("after cleanupMounts: %+v still mounted", mps)
 	}
 }
+
+func TestStackConfig_WithDefaults_Auth(t *testing.T) {
+	bin := t.TempDir()
+	for _, b := range []string{BinVigilManager, BinVigilEngineNode, BinVigilSandbox, BinCSIProvisioner, BinCSIAttacher} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := (StackConfig{VigilBinDir: bin}).withDefaults(bin)
+	if err != nil || c.Auth != StackAuthTokenReview {
+		t.Fatalf("default Auth = %q, %v; want %q", c.Auth, err, StackAuthTokenReview)
+	}
+	if _, err := (StackConfig{VigilBinDir: bin, Auth: "shared"}).withDefaults(bin); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Auth shared: err %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestNodeTokenFile_UnderNodeDir(t *testing.T) {
+	if got, want := NodeTokenFile("/w/nodes/node-1"), "/w/nodes/node-1/datapath.token"; got != want {
+		t.Errorf("NodeTokenFile = %q, want %q", got, want)
+	}
+}

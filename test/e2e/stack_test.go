@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -81,6 +82,7 @@ func TestStack_PowerCutFenceCleanup(t *testing.T) {
 	}
 	volID := pv.Spec.CSI.VolumeHandle
 	t.Logf("claim %s bound to %s (datapath volume %s), provisioned in %.1fs", stackClaim, pv.Name, volID, time.Since(t0).Seconds())
+	checkStackIdentities(t, ctx, s, stk, volID)
 
 	grace := int64(podGraceSeconds)
 	w := sandbox.Workload{Namespace: stackNS, Name: stackApp, Prefer: []string{stackNodeA}, Claims: []string{stackClaim},
@@ -357,10 +359,7 @@ func writePayload(t *testing.T, target string) []byte {
 // vigil.io/fenced:NoSchedule, as the manager will; it returns the fence's epoch.
 func fenceNode(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, volID, node string) uint64 {
 	t.Helper()
-	tok, err := datapath.ReadTokenFile(stk.TokenFile)
-	must(t, err)
-	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, tok)
-	must(t, err)
+	dp := dialStack(t, ctx, stk, stk.TokenFile)
 	defer dp.Close()
 	epoch, err := dp.Fence(ctx, volID, node)
 	if err != nil {
@@ -504,10 +503,7 @@ func waitVolumesAttached(t *testing.T, ctx context.Context, s *sandbox.Sandbox, 
 // its epoch; node A's grant is gone (fenced, then released).
 func checkGrants(t *testing.T, ctx context.Context, stk *sandbox.Stack, volID string, epochB uint64) {
 	t.Helper()
-	tok, err := datapath.ReadTokenFile(stk.TokenFile)
-	must(t, err)
-	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, tok)
-	must(t, err)
+	dp := dialStack(t, ctx, stk, stk.TokenFile)
 	defer dp.Close()
 	atts, err := dp.Attachments(ctx, volID)
 	must(t, err)
@@ -542,3 +538,45 @@ func engineLogSince(t *testing.T, s *sandbox.Sandbox, node string, t0 time.Time)
 	}
 	return lastN(string(bytes.Join(out, []byte("\n"))), 25)
 }
+
+// dialStack connects to the stack's datapath over TLS with the token in
+// tokenFile (read again when it changes).
+func dialStack(t *testing.T, ctx context.Context, stk *sandbox.Stack, tokenFile string) *dpclient.Client {
+	t.Helper()
+	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, "", dpclient.WithTokenFile(tokenFile), dpclient.WithCAFile(stk.CAFile))
+	must(t, err)
+	return dp
+}
+
+// checkStackIdentities: on the running stack, node A's engine credentials
+// (a ServiceAccount token bound to node A, checked by TokenReview) heartbeat
+// as node A but cannot heartbeat, write or fence as node B nor grant; a
+// client without the CA is refused.
+func checkStackIdentities(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, volID string) {
+	t.Helper()
+	a := dialStack(t, ctx, stk, sandbox.NodeTokenFile(nodeDir(s, stackNodeA)))
+	defer a.Close()
+	if err := a.Heartbeat(ctx, stackNodeA); err != nil {
+		t.Fatalf("%s's engine credentials heartbeat as %s: %v", stackNodeA, stackNodeA, err)
+	}
+	for what, err := range map[string]error{
+		"heartbeat as " + stackNodeB: a.Heartbeat(ctx, stackNodeB),
+		"write as " + stackNodeB:     a.WriteAt(ctx, volID, stackNodeB, 1, 0, []byte("x")),
+		"fence " + stackNodeB:        second(a.Fence(ctx, volID, stackNodeB)),
+		"grant itself":               second(a.Grant(ctx, volID, stackNodeA)),
+	} {
+		if !errors.Is(err, datapath.ErrPermissionDenied) {
+			t.Errorf("%s's engine credentials %s: %v; want ErrPermissionDenied", stackNodeA, what, err)
+		}
+	}
+	tok, err := datapath.ReadTokenFile(stk.TokenFile)
+	must(t, err)
+	plain, err := dpclient.Dial(ctx, stk.DatapathAddr, tok, dpclient.WithRetries(0), dpclient.WithTimeout(3*time.Second))
+	must(t, err)
+	defer plain.Close()
+	if _, err := plain.ListVolumes(ctx); err == nil {
+		t.Error("a plaintext client got an answer from the stack's TLS datapath")
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
