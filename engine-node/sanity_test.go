@@ -32,8 +32,17 @@ const sanityNode = "sanity-node"
 // the controller.
 func startRealDatapath(t testing.TB) *datapathtest.Roles {
 	t.Helper()
+	c, _ := startRealDatapathServer(t)
+	return c
+}
+
+// startRealDatapathServer starts a datapath server and returns a client for
+// it (calls as production makes them: I/O as the node's engine, the rest as
+// the controller) and the server, whose Store shows what reached its disk.
+func startRealDatapathServer(t testing.TB) (*datapathtest.Roles, *datapathtest.Server) {
+	t.Helper()
 	srv := datapathtest.Start(t, datapath.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	return srv.DialRoles(t)
+	return srv.DialRoles(t), srv
 }
 
 // serveCSI serves identity, the real controller and this node service on a

@@ -31,36 +31,61 @@ func datapathTLSFlags(prefix string) []cli.Flag {
 	}
 }
 
-// dialDatapath connects to the datapath at addr as the controller, with the
-// token file (read again when it changes: a projected token rotates) and the
-// TLS flags under prefix; opts come after.
-func dialDatapath(ctx context.Context, c *cli.Context, prefix, addr string, opts ...client.Option) (*client.Client, error) {
-	tokenFile := c.String(prefix + flagSuffixTokenFile)
-	if tokenFile == "" {
-		return nil, fmt.Errorf("--%s%s: no file given; it must hold this caller's datapath token", prefix, flagSuffixTokenFile)
-	}
-	all := []client.Option{client.WithTokenFile(tokenFile)}
-	ca, insecure := c.String(prefix+flagSuffixCAFile), c.Bool(prefix+flagSuffixInsecure)
+// datapathDial is how a manager command reaches the datapath as the
+// controller: checked from the flags first, dialed later.
+type datapathDial struct {
+	addr, tokenFile, caFile, prefix string
+	insecure                        bool
+}
+
+// parseDatapathDial reads the token, CA and plaintext flags under prefix for
+// the datapath at addr and refuses contradictions and plaintext off loopback,
+// naming the flags; it reads no file (dial does).
+func parseDatapathDial(c *cli.Context, prefix, addr string) (datapathDial, error) {
+	d := datapathDial{addr: addr, tokenFile: c.String(prefix + flagSuffixTokenFile), caFile: c.String(prefix + flagSuffixCAFile),
+		insecure: c.Bool(prefix + flagSuffixInsecure), prefix: prefix}
+	host, _, err := net.SplitHostPort(addr)
 	switch {
-	case ca != "" && insecure:
-		return nil, fmt.Errorf("--%s%s and --%s%s contradict each other: give the CA to verify the datapath over TLS, or --%s%s for plaintext, not both",
+	case err != nil:
+		return d, fmt.Errorf("datapath address %q: want host:port: %v", addr, err)
+	case d.tokenFile == "":
+		return d, fmt.Errorf("--%s%s: no file given; it must hold this caller's datapath token", prefix, flagSuffixTokenFile)
+	case d.caFile != "" && d.insecure:
+		return d, fmt.Errorf("--%s%s and --%s%s contradict each other: give the CA to verify the datapath over TLS, or --%s%s for plaintext, not both",
 			prefix, flagSuffixCAFile, prefix, flagSuffixInsecure, prefix, flagSuffixInsecure)
-	case ca != "":
-		all = append(all, client.WithCAFile(ca))
-	case insecure:
+	case d.caFile == "" && !d.insecure && !datapath.IsLoopback(host):
+		return d, fmt.Errorf("datapath %s is not on loopback: give --%s%s (the CA that signed the datapath's certificate) to reach it over TLS, or --%s%s for plaintext",
+			addr, prefix, flagSuffixCAFile, prefix, flagSuffixInsecure)
+	}
+	return d, nil
+}
+
+// dial connects with the token file (read again when it changes: a projected
+// token rotates) and TLS as the flags said; opts come after.
+func (d datapathDial) dial(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	all := []client.Option{client.WithTokenFile(d.tokenFile)}
+	switch {
+	case d.caFile != "":
+		all = append(all, client.WithCAFile(d.caFile))
+	case d.insecure:
 		all = append(all, client.WithInsecure())
-		if host, _, err := net.SplitHostPort(addr); err == nil && !datapath.IsLoopback(host) {
-			slog.Warn("datapath client: plaintext to an address off loopback (--"+prefix+flagSuffixInsecure+"): tokens and data cross the network in the clear", "datapath", addr)
-		}
-	default:
-		if host, _, err := net.SplitHostPort(addr); err == nil && !datapath.IsLoopback(host) {
-			return nil, fmt.Errorf("datapath %s is not on loopback: give --%s%s (the CA that signed the datapath's certificate) to reach it over TLS, or --%s%s for plaintext",
-				addr, prefix, flagSuffixCAFile, prefix, flagSuffixInsecure)
+		if host, _, _ := net.SplitHostPort(d.addr); !datapath.IsLoopback(host) {
+			slog.Warn("datapath client: plaintext to an address off loopback (--"+d.prefix+flagSuffixInsecure+"): tokens and data cross the network in the clear",
+				"datapath", d.addr)
 		}
 	}
-	dp, err := client.Dial(ctx, addr, "", append(all, opts...)...)
+	dp, err := client.Dial(ctx, d.addr, "", append(all, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("datapath %s: %w", addr, err)
+		return nil, fmt.Errorf("datapath %s: %w", d.addr, err)
 	}
 	return dp, nil
+}
+
+// dialDatapath is parseDatapathDial then dial.
+func dialDatapath(ctx context.Context, c *cli.Context, prefix, addr string, opts ...client.Option) (*client.Client, error) {
+	d, err := parseDatapathDial(c, prefix, addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.dial(ctx, opts...)
 }

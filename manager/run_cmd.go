@@ -59,7 +59,7 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the controllers (node health, pod reaper) with leader election, and serve /metrics, /healthz and /readyz",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: flagKubeconfig, TakesFile: true,
 				Usage: "kubeconfig of the cluster to manage (default: the in-cluster service account)"},
 			&cli.StringFlag{Name: flagSettingsStore, EnvVars: []string{settings.StoreEnv}, Value: settings.DefaultStoreSpec(),
@@ -68,7 +68,7 @@ func runCommand() *cli.Command {
 				Usage: "managed overlay directory (a mounted ConfigMap): a file named after a setting overrides the store and locks it"},
 			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for /metrics, /healthz and /readyz"},
 			&cli.BoolFlag{Name: flagLeaderElect, Value: true,
-				Usage: "act only while holding the Lease, so one of several replicas acts"},
+				Usage: "act only while holding the Lease, so one of several replicas acts; =false is for a single manager only, and is refused while another manager holds the Lease"},
 			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: vigil.Namespace,
 				Usage: "namespace of the leader-election Lease"},
 			&cli.StringFlag{Name: flagLeaseName, Value: vigil.ManagerLeaseName, Usage: "name of the leader-election Lease"},
@@ -83,7 +83,7 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
 				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
 			&cli.IntFlag{Name: flagAPIBurst, Value: 200, Usage: "client-side API burst"},
-		},
+		}, loopFlags()...),
 		Action: runManager,
 	}
 }
@@ -98,6 +98,7 @@ type runOptions struct {
 	resync                                     time.Duration
 	qps                                        float32
 	burst                                      int
+	loop                                       loopOptions
 }
 
 func parseRunOptions(c *cli.Context) (runOptions, error) {
@@ -122,6 +123,10 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 		return o, fmt.Errorf("--%s needs --%s and --%s (got %q and %q)", flagLeaderElect, flagLeaseNamespace, flagLeaseName, o.leaseNamespace, o.leaseName)
 	}
 	if err := o.lease.validate(); err != nil {
+		return o, err
+	}
+	var err error
+	if o.loop, err = parseLoopOptions(c); err != nil {
 		return o, err
 	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
@@ -208,7 +213,14 @@ func runManager(c *cli.Context) error {
 		if err := checkLeaseNamespace(ctx, client, o.leaseNamespace); err != nil {
 			return err
 		}
+	} else if err := checkNoOtherLeader(ctx, client, o.leaseNamespace, o.leaseName, time.Now()); err != nil {
+		return err
 	}
+	loop, err := wireLoop(ctx, o.loop, cfg)
+	if err != nil {
+		return err
+	}
+	defer loop.close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	set, closeSettings, err := openRunSettings(ctx, o, reg)
@@ -220,7 +232,7 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", flagListen, o.listen, err)
 	}
-	return runWith(ctx, c, o, clients{api: client, events: eventsClient}, set, reg, lis)
+	return runWith(ctx, c, o, clients{api: client, events: eventsClient, loop: loop}, set, reg, lis)
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
@@ -244,6 +256,7 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 // writes, one for Events.
 type clients struct {
 	api, events kubernetes.Interface
+	loop        loopWiring
 }
 
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
@@ -260,6 +273,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
+		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {

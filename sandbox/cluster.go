@@ -80,7 +80,7 @@ func preflight(cfg Config) error {
 	}
 	for _, tool := range []string{"ip", "socat"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install iproute2 socat)", tool)
+			return fmt.Errorf("%w: %s not found in PATH: install it (Debian: apt-get install iproute2 socat)", ErrToolMissing, tool)
 		}
 	}
 	if cfg.APIServerPort != 0 {
@@ -108,6 +108,9 @@ func preflight(cfg Config) error {
 func newState(cfg Config) (*state, error) {
 	st := &state{Name: cfg.Name, WorkDir: cfg.WorkDir, BinDir: cfg.BinDir, Subnet: cfg.Subnet,
 		LeaseSeconds: cfg.NodeLeaseDurationSeconds, Kubeconfig: filepath.Join(cfg.WorkDir, "kubeconfig")}
+	if cfg.AuditLog {
+		st.AuditLog = filepath.Join(cfg.WorkDir, "audit.log")
+	}
 	for i := 0; i < cfg.Nodes; i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
@@ -198,7 +201,11 @@ func lastLines(s string, n int) string {
 
 // kwokctlConfig is the KwokctlConfiguration: everything binds to 127.0.0.1, the
 // API server's certificate also names each host end of the node links, and the
-// node-monitor timings and default tolerations are the configured ones.
+// node-monitor timings and default tolerations are the configured ones. The
+// controller-manager and the scheduler run without leader election: each is
+// alone, and with it they exit when the API server is away longer than their
+// renew deadline (10 s), where a kubelet would restart them; nothing restarts
+// them here.
 func kwokctlConfig(cfg Config, st *state) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
@@ -209,15 +216,25 @@ func kwokctlConfig(cfg Config, st *state) string {
 	b.WriteString("componentsPatches:\n- name: kube-controller-manager\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: node-monitor-grace-period, value: %q}\n", cfg.NodeMonitorGracePeriod.String())
 	fmt.Fprintf(&b, "  - {key: node-monitor-period, value: %q}\n", cfg.NodeMonitorPeriod.String())
+	b.WriteString("  - {key: leader-elect, value: \"false\"}\n")
+	b.WriteString("- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n")
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: advertise-address, value: %q}\n", st.Nodes[0].HostIP)
+	if st.AuditLog != "" {
+		fmt.Fprintf(&b, "  - {key: audit-policy-file, value: %q}\n", auditPolicyPath(st))
+		fmt.Fprintf(&b, "  - {key: audit-log-path, value: %q}\n", st.AuditLog)
+		b.WriteString("  - {key: audit-log-format, value: json}\n  - {key: audit-log-mode, value: blocking}\n")
+	}
 	return b.String()
 }
 
 func createCluster(ctx context.Context, cfg Config, st *state) error {
 	confPath := filepath.Join(st.WorkDir, "kwokctl.yaml")
+	if err := writeAuditPolicy(st); err != nil {
+		return err
+	}
 	if err := os.WriteFile(confPath, []byte(kwokctlConfig(cfg, st)), 0o644); err != nil {
 		return fmt.Errorf("write kwokctl config: %w", err)
 	}

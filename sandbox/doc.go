@@ -37,16 +37,31 @@
 //     of every registered process, all sent before any is awaited.
 //   - Start(node) boots the node again: a new boot id (VIGIL_BOOT_ID and
 //     VIGIL_NODE_DIR/boot_id), then kwok and the registered processes.
-//   - Partition(node) sets the host end of the node's veth down: the node's processes
-//     keep running but nothing crosses the link either way, so its kwok can no
-//     longer renew its lease and the node goes NotReady. Heal(node) sets it up again.
+//   - Partition(node, target) cuts the node off while its processes keep running:
+//     from the API server only (PartitionAPIServer: kwok can no longer renew the
+//     lease, the node goes NotReady, but its engine still reaches the datapath, a
+//     zombie), from the datapath only (PartitionDatapath: the engine's heartbeats
+//     and I/O time out while Kubernetes keeps the node Ready), or from everything
+//     (PartitionAll). A new Partition replaces the node's cut; Heal(node) removes it.
+//
+// A cut is an nftables table (inet vigil_partition) in the node's own network
+// namespace whose rules drop, in the output and input hooks, the packets to and
+// from the host end's forwarder port of the target (the API server's, the
+// datapath's) or, for PartitionAll, every IP packet over the node's veth. Packets
+// are dropped silently, as by a real cut: nothing is refused or reset, a new
+// connection times out, and a connection opened before the cut stalls and resumes
+// if it outlives the cut. Stopping a forwarder instead would refuse new
+// connections and reset open ones at once, which no real network failure does;
+// setting the link down would also lose the neighbour entries and end in "no route
+// to host". The link and ARP stay up. nftables (the nft command) must be
+// installed; the table goes with the namespace.
 //
 // Limits of the partition: it cuts IP traffic over the node's link only. Processes
 // of a node still share the host's filesystem, unix sockets, /proc and clock, and
 // can talk to each other over the namespace's own loopback; a partitioned node's
 // process that uses a unix socket or a file shared with the host is not cut off.
-// A datapath that must be partitioned too has to be reached over the node's link.
-// Packets in flight are dropped, not refused, so clients see timeouts.
+// A datapath that must be partitioned too has to be reached over the node's link
+// (the stack's engines reach it on VIGIL_HOST_IP).
 //
 // # State and cleanup
 //
@@ -62,6 +77,15 @@
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
 // end-to-end tests in test/e2e use both.
+//
+// # The audit log
+//
+// With Config.AuditLog the API server records, at metadata level, every request
+// made by a ServiceAccount of vigil-system (Vigil's components under the
+// identities of deploy/) in WorkDir/audit.log, before it answers (blocking mode);
+// AuditEvents returns them (who, verb, resource, name, status code, and the
+// user's extra attributes such as the node a token is bound to), so a test can
+// match each call to the RBAC rules that allowed or refused it.
 //
 // # Workloads
 //

@@ -45,7 +45,7 @@ func teardown(st *state, logf func(string, ...any)) error {
 	var ps []*proc
 	for _, n := range st.Nodes {
 		n.Powered = false
-		ps = append(ps, n.procs()...)
+		ps = append(append(ps, n.procs()...), n.Once...)
 	}
 	if err := killAll(append(ps, st.Host...), 5*time.Second); err != nil {
 		errs = append(errs, err)

@@ -18,6 +18,14 @@ var (
 	ErrPortInUse = errors.New("port in use")
 	// ErrSubnetInUse: an address of the sandbox's subnet is already on this host.
 	ErrSubnetInUse = errors.New("sandbox subnet in use")
+	// ErrInvalidPartitionTarget: a partition target other than apiserver, datapath or all.
+	ErrInvalidPartitionTarget = errors.New("invalid partition target")
+	// ErrToolMissing: a command the sandbox runs (nft, socat, ip) is not installed.
+	ErrToolMissing = errors.New("sandbox tool missing")
+	// ErrUnknownProcess: no process of that name on the node (or the host).
+	ErrUnknownProcess = errors.New("unknown sandbox process")
+	// ErrNodeOff: the node is powered off (Stop); Start it first.
+	ErrNodeOff = errors.New("sandbox node powered off")
 	// ErrNotRoot: network namespaces need root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
 	ErrNotRoot = errors.New("sandbox needs root")
 )

@@ -82,16 +82,6 @@ func deleteLink(n *nodeState) error {
 	return errors.Join(errs...)
 }
 
-// setLink brings the host end of node n's link up or down. Down is the partition:
-// the node end loses carrier, and nothing crosses the link in either direction.
-func setLink(n *nodeState, up bool) error {
-	state := "down"
-	if up {
-		state = "up"
-	}
-	return ip("link", "set", n.HostVeth, state)
-}
-
 // hostHasAddr reports whether addr is assigned to an interface of the host.
 func hostHasAddr(addr string) bool {
 	out, err := exec.Command("ip", "-o", "addr", "show", "to", addr+"/32").Output()

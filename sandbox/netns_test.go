@@ -1,84 +1,16 @@
 package sandbox
 
 import (
-	"context"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
-// dialFromNetns reports whether a TCP connection from inside netns to addr succeeds
-// within 2 s (bash's /dev/tcp).
-func dialFromNetns(netns, addr string) bool {
-	host, port, _ := net.SplitHostPort(addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return exec.CommandContext(ctx, "ip", "netns", "exec", netns, "bash", "-c",
-		"exec 3<>/dev/tcp/"+host+"/"+port).Run() == nil
-}
-
-func TestLink_PartitionAndHeal(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	n := &nodeState{Name: "node-1", HostIP: "10.213.251.1", NodeIP: "10.213.251.2"}
-	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-link", 0)
-	t.Cleanup(func() {
-		if err := deleteLink(n); err != nil {
-			t.Error(err)
-		}
-		if netnsExists(n.NetNS) || linkExists(n.HostVeth) {
-			t.Errorf("netns %s or veth %s left behind", n.NetNS, n.HostVeth)
-		}
-	})
-	if err := createLink(n); err != nil {
-		t.Fatal(err)
-	}
-	if err := createLink(n); err == nil {
-		t.Error("second createLink of the same node succeeded, want an error")
-	}
-	l, err := net.Listen("tcp", n.HostIP+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	if !dialFromNetns(n.NetNS, l.Addr().String()) {
-		t.Fatal("node cannot reach the host end of its link")
-	}
-	if err := setLink(n, false); err != nil {
-		t.Fatal(err)
-	}
-	if dialFromNetns(n.NetNS, l.Addr().String()) {
-		t.Error("partitioned node still reaches the host")
-	}
-	if err := setLink(n, true); err != nil {
-		t.Fatal(err)
-	}
-	ok := false
-	for i := 0; i < 20 && !ok; i++ {
-		ok = dialFromNetns(n.NetNS, l.Addr().String())
-	}
-	if !ok {
-		t.Error("healed node cannot reach the host")
-	}
-}
-
 func TestStartDetached_InNetns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "network namespaces and veth links")
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.5", NodeIP: "10.213.251.6"}
 	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", 0)
 	t.Cleanup(func() { _ = deleteLink(n) })

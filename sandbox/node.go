@@ -105,8 +105,8 @@ func (s *Sandbox) withState(f func(st *state) error) error {
 	return ferr
 }
 
-// Stop cuts node's power: its kwok and every registered process get SIGKILL at
-// once. Stopping a stopped node does nothing.
+// Stop cuts node's power: its kwok, every registered process and every one-off
+// process (RunOnNode) get SIGKILL at once. Stopping a stopped node does nothing.
 func (s *Sandbox) Stop(node string) error {
 	return s.withState(func(st *state) error {
 		n, err := st.node(node)
@@ -114,9 +114,11 @@ func (s *Sandbox) Stop(node string) error {
 			return err
 		}
 		n.Powered = false
-		if err := killAll(n.procs(), 5*time.Second); err != nil {
+		err = killAll(append(n.procs(), n.Once...), 5*time.Second)
+		if err != nil {
 			return fmt.Errorf("stop %s: %w", node, err)
 		}
+		n.Once = nil
 		return nil
 	})
 }
@@ -140,27 +142,43 @@ func (s *Sandbox) Start(node string) error {
 	})
 }
 
-// Partition cuts node's link: its processes keep running but reach neither the
-// API server nor anything else outside the node. Idempotent.
-func (s *Sandbox) Partition(node string) error {
-	return s.setPartitioned(node, true)
-}
-
-// Heal restores node's link. Idempotent.
-func (s *Sandbox) Heal(node string) error {
-	return s.setPartitioned(node, false)
-}
-
-func (s *Sandbox) setPartitioned(node string, cut bool) error {
+// Partition cuts node off from target (PartitionAll, PartitionAPIServer or
+// PartitionDatapath), replacing any cut the node already has: its processes keep
+// running, and packets between them and what target names are dropped silently in
+// both directions, like a real cut. PartitionDatapath needs the Vigil stack
+// (StartStack). A bad target or node changes nothing. Idempotent.
+func (s *Sandbox) Partition(node string, target PartitionTarget) error {
+	if err := target.Validate(); err != nil {
+		return fmt.Errorf("partition %s: %w", node, err)
+	}
 	return s.withState(func(st *state) error {
 		n, err := st.node(node)
 		if err != nil {
 			return err
 		}
-		if err := setLink(n, !cut); err != nil {
-			return fmt.Errorf("partition %s: %w", node, err)
+		if target == PartitionDatapath && st.DatapathPort == 0 {
+			return fmt.Errorf("%w: partition of %s from the datapath: no Vigil stack runs in this sandbox (StartStack, or `vigil-sandbox up --stack`)",
+				ErrNotUp, node)
 		}
-		n.Partitioned = cut
+		if err := applyPartition(n, target, st.APIServerPort, st.DatapathPort); err != nil {
+			return fmt.Errorf("partition %s from %s: %w", node, target, err)
+		}
+		n.Partition = target
+		return nil
+	})
+}
+
+// Heal removes every cut of node. Idempotent.
+func (s *Sandbox) Heal(node string) error {
+	return s.withState(func(st *state) error {
+		n, err := st.node(node)
+		if err != nil {
+			return err
+		}
+		if err := applyPartition(n, "", 0, 0); err != nil {
+			return fmt.Errorf("heal %s: %w", node, err)
+		}
+		n.Partition = ""
 		return nil
 	})
 }

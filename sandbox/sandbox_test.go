@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 func TestConfig_Validate_Defaults(t *testing.T) {
@@ -77,7 +79,8 @@ func TestKwokctlConfig_Flags(t *testing.T) {
 	}
 	y := kwokctlConfig(cfg, st)
 	for _, want := range []string{`value: "7s"`, `value: "1s"`, `default-unreachable-toleration-seconds, value: "15"`,
-		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1"} {
+		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1", "- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}",
+		"node-monitor-period, value: \"1s\"}\n  - {key: leader-elect, value: \"false\"}"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, y)
 		}
@@ -124,9 +127,7 @@ func TestDownWorkDir_NotUp(t *testing.T) {
 }
 
 func TestKillAll_ProcessGroup(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
+	testenv.RequireTool(t, "sh", "dash or bash")
 	log := filepath.Join(t.TempDir(), "p.log")
 	// A shell with a child: the child dies with the group.
 	pid, start, err := startDetached("", []string{"sh", "-c", "sleep 60 & echo $! > " + log + ".child; wait"}, nil, log)
@@ -173,7 +174,7 @@ func TestNodeStatus_State(t *testing.T) {
 		n    NodeStatus
 		want string
 	}{{NodeStatus{Powered: true}, "running"}, {NodeStatus{}, "stopped"},
-		{NodeStatus{Powered: true, Partitioned: true}, "running,partitioned"}} {
+		{NodeStatus{Powered: true, Partitioned: true, Partition: PartitionAPIServer}, "running,partitioned(apiserver)"}} {
 		if got := c.n.State(); got != c.want {
 			t.Errorf("%+v.State() = %q, want %q", c.n, got, c.want)
 		}
@@ -211,9 +212,10 @@ func atoiOrZero(s string) int {
 }
 
 func TestBinDir_MatchesTestbinScript(t *testing.T) {
+	testenv.RequireTool(t, "bash", "bash")
 	out, err := exec.Command("bash", "tools/testbin.sh", "--dir").Output()
 	if err != nil {
-		t.Skipf("bash tools/testbin.sh --dir: %v", err)
+		t.Fatalf("bash tools/testbin.sh --dir: %v", err)
 	}
 	if got := strings.TrimSpace(string(out)); got != BinDir() {
 		t.Errorf("testbin.sh --dir = %s, BinDir() = %s: the two must agree", got, BinDir())

@@ -228,6 +228,7 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 		return err
 	}
 	err = s.withState(func(st *state) error {
+		st.DatapathPort = stk.DatapathPort
 		for _, n := range st.Nodes {
 			spec := ProcessSpec{Name: "forward-datapath-" + n.Name, Args: []string{"socat",
 				fmt.Sprintf("TCP-LISTEN:%d,bind=%s,fork,reuseaddr", stk.DatapathPort, n.HostIP),

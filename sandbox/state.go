@@ -14,15 +14,20 @@ import (
 // it is written to WorkDir/state.json before each resource is created, so that Down
 // finds even what a failed Up left behind.
 type state struct {
-	Name          string  `json:"name"`
-	WorkDir       string  `json:"workDir"`
-	BinDir        string  `json:"binDir"`
-	Subnet        string  `json:"subnet"`
-	LeaseSeconds  int     `json:"leaseSeconds"`
-	Kubeconfig    string  `json:"kubeconfig"`
-	APIServerPort int     `json:"apiServerPort"`
-	ClusterUp     bool    `json:"clusterUp"`
-	Forwarders    []*proc `json:"forwarders,omitempty"`
+	Name          string `json:"name"`
+	WorkDir       string `json:"workDir"`
+	BinDir        string `json:"binDir"`
+	Subnet        string `json:"subnet"`
+	LeaseSeconds  int    `json:"leaseSeconds"`
+	Kubeconfig    string `json:"kubeconfig"`
+	APIServerPort int    `json:"apiServerPort"`
+	ClusterUp     bool   `json:"clusterUp"`
+	// DatapathPort is the Vigil stack's datapath port (its forwarders listen on
+	// it on the host end of every node link); 0 while no stack runs.
+	DatapathPort int `json:"datapathPort,omitempty"`
+	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
+	AuditLog   string  `json:"auditLog,omitempty"`
+	Forwarders []*proc `json:"forwarders,omitempty"`
 	// Host is the processes of the Vigil stack that run on the host (StartStack).
 	Host  []*proc      `json:"host,omitempty"`
 	Nodes []*nodeState `json:"nodes"`
@@ -30,24 +35,29 @@ type state struct {
 
 // nodeState is one simulated node: its network namespace, its link and its processes.
 type nodeState struct {
-	Name        string  `json:"name"`
-	Index       int     `json:"index"`
-	NetNS       string  `json:"netns"`
-	HostVeth    string  `json:"hostVeth"`
-	NodeVeth    string  `json:"nodeVeth"`
-	HostIP      string  `json:"hostIP"`
-	NodeIP      string  `json:"nodeIP"`
-	Kubeconfig  string  `json:"kubeconfig"`
-	BootID      string  `json:"bootID"`
-	Powered     bool    `json:"powered"`
-	Partitioned bool    `json:"partitioned"`
-	Kwok        *proc   `json:"kwok,omitempty"`
-	Hooks       []*proc `json:"hooks,omitempty"`
+	Name       string `json:"name"`
+	Index      int    `json:"index"`
+	NetNS      string `json:"netns"`
+	HostVeth   string `json:"hostVeth"`
+	NodeVeth   string `json:"nodeVeth"`
+	HostIP     string `json:"hostIP"`
+	NodeIP     string `json:"nodeIP"`
+	Kubeconfig string `json:"kubeconfig"`
+	BootID     string `json:"bootID"`
+	Powered    bool   `json:"powered"`
+	// Partition is the node's current cut; "" when none.
+	Partition PartitionTarget `json:"partition,omitempty"`
+	Kwok      *proc           `json:"kwok,omitempty"`
+	Hooks     []*proc         `json:"hooks,omitempty"`
+	// Once is the one-off processes of RunOnNode: killed by a power cut, never
+	// started at a boot.
+	Once []*proc `json:"once,omitempty"`
 }
 
 func (n *nodeState) dir(workDir string) string { return filepath.Join(workDir, "nodes", n.Name) }
 
-// procs is every process of the node, its kwok first.
+// procs is every process the node starts at a boot, its kwok first (not the
+// one-off processes of Once).
 func (n *nodeState) procs() []*proc {
 	var out []*proc
 	if n.Kwok != nil {

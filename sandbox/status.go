@@ -19,15 +19,19 @@ type Status struct {
 	// APIError is set when the API server could not be asked about the nodes.
 	APIError string
 	Nodes    []NodeStatus
+	// Host is the stack's processes on the host (StartStack), if any.
+	Host []ProcessStatus
 }
 
 // NodeStatus is one node as the sandbox and the API server see it.
 type NodeStatus struct {
-	Name        string
-	NetNS       string
-	NodeIP      string
-	Powered     bool
+	Name    string
+	NetNS   string
+	NodeIP  string
+	Powered bool
+	// Partitioned is true while the node has any cut; Partition says which.
 	Partitioned bool
+	Partition   PartitionTarget
 	BootID      string
 	// Ready is the Node's Ready condition status (True, False, Unknown) or "" if
 	// the API server did not answer.
@@ -46,15 +50,16 @@ type ProcessStatus struct {
 	Command string
 }
 
-// State is the sandbox's power and network state of the node: "running",
-// "stopped", "partitioned" or "stopped,partitioned".
+// State is the sandbox's power and network state of the node: "running" or
+// "stopped", followed by ",partitioned(TARGET)" while it has a cut, e.g.
+// "running,partitioned(apiserver)".
 func (n NodeStatus) State() string {
 	s := "stopped"
 	if n.Powered {
 		s = "running"
 	}
 	if n.Partitioned {
-		s += ",partitioned"
+		s += ",partitioned(" + string(n.Partition) + ")"
 	}
 	return s
 }
@@ -80,18 +85,22 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	}
 	for _, n := range st.Nodes {
 		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
-			Partitioned: n.Partitioned, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
+			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
 		if node, ok := api[n.Name]; ok {
 			ns.Ready = string(NodeReadyStatus(&node))
 			for _, t := range node.Spec.Taints {
 				ns.Taints = append(ns.Taints, t.Key+":"+string(t.Effect))
 			}
 		}
-		for _, p := range n.procs() {
+		for _, p := range append(n.procs(), n.Once...) {
 			ns.Processes = append(ns.Processes, ProcessStatus{Name: p.Name, PID: p.PID,
 				Running: p.alive(), Log: p.Log, Command: strings.Join(p.Args, " ")})
 		}
 		out.Nodes = append(out.Nodes, ns)
+	}
+	for _, p := range st.Host {
+		out.Host = append(out.Host, ProcessStatus{Name: p.Name, PID: p.PID, Running: p.alive(), Log: p.Log,
+			Command: strings.Join(p.Args, " ")})
 	}
 	return out, nil
 }

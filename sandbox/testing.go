@@ -1,7 +1,11 @@
 package sandbox
 
 import (
+	"github.com/vigil-storage/vigil/internal/testenv"
+
 	"context"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -29,4 +33,23 @@ func UpForTest(t testing.TB, cfg Config) *Sandbox {
 		t.Fatalf("sandbox up: %v", err)
 	}
 	return s
+}
+
+// RequirePrerequisite stops a test whose prerequisite is missing (ok false;
+// what says which and how to get it): under CI=true it fails, so that a CI
+// machine lacking it cannot pass quietly; elsewhere it skips.
+func RequirePrerequisite(t testing.TB, ok bool, what string) {
+	t.Helper()
+	testenv.Require(t, what, ok, "the sandbox needs it")
+}
+
+// RequireRoot is RequirePrerequisite for root (network namespaces, nftables,
+// mounts), and for the commands the sandbox runs as root: ip, nft and socat.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	RequirePrerequisite(t, os.Geteuid() == 0, "root (network namespaces, nftables, mounts)")
+	for _, tool := range []string{"ip", "nft", "socat"} {
+		_, err := exec.LookPath(tool)
+		RequirePrerequisite(t, err == nil, tool+" in PATH (Debian: apt-get install iproute2 nftables socat)")
+	}
 }

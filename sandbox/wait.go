@@ -51,7 +51,8 @@ func Poll(ctx context.Context, timeout time.Duration, what string, cond func(ctx
 	}
 }
 
-// WaitNodesReady waits until every sandbox node whose power is on is Ready.
+// WaitNodesReady waits until every sandbox node whose power is on and that is not
+// cut off from the API server is Ready.
 func (s *Sandbox) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
 	st, err := loadState(s.workDir)
 	if err != nil {
@@ -59,7 +60,7 @@ func (s *Sandbox) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 	}
 	var names []string
 	for _, n := range st.Nodes {
-		if n.Powered && !n.Partitioned {
+		if n.Powered && !n.Partition.cutsAPIServer() {
 			names = append(names, n.Name)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/kubelet"
+	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
 func app() *cli.App {
@@ -31,7 +32,7 @@ func app() *cli.App {
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
 		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(),
-			kubelet.Command()},
+			kubelet.Command(), ledger.Command()},
 	}
 }
 
@@ -189,10 +190,61 @@ func nodeCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			op("stop", "power cut: SIGKILL the node's kwok and every process of the node at once", (*sandbox.Sandbox).Stop),
 			op("start", "boot the node again (new boot id)", (*sandbox.Sandbox).Start),
-			op("partition", "cut the node's link; its processes keep running", (*sandbox.Sandbox).Partition),
-			op("heal", "restore the node's link", (*sandbox.Sandbox).Heal),
+			partitionCommand(),
+			op("heal", "remove every cut of the node", (*sandbox.Sandbox).Heal),
 		},
 	}
+}
+
+// partitionCommand is `node partition NAME [--from apiserver|datapath|all]`; the
+// flag may also come after NAME.
+func partitionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "partition",
+		ArgsUsage: "NODE [--from apiserver|datapath|all]",
+		Usage: "cut the node off (packets dropped silently); its processes keep running. " +
+			"--from apiserver: a zombie that still reaches the datapath; datapath: storage-isolated, still Ready; all (default): both",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "from", Value: string(sandbox.PartitionAll),
+			Usage: "what to cut the node off from: apiserver, datapath or all"}},
+		Action: func(c *cli.Context) error {
+			node, from, err := partitionArgs(c.Args().Slice(), c.String("from"))
+			if err != nil {
+				return err
+			}
+			target, err := sandbox.ParsePartitionTarget(from)
+			if err != nil {
+				return fmt.Errorf("--from: %w", err)
+			}
+			s, err := open(c)
+			if err != nil {
+				return err
+			}
+			if err := s.Partition(node, target); err != nil {
+				return err
+			}
+			fmt.Printf("node %s: cut off from %s\n", node, target)
+			return nil
+		},
+	}
+}
+
+// partitionArgs takes the node name and a --from given after it (urfave/cli
+// stops parsing flags at the first argument): NAME, NAME --from X, NAME --from=X.
+func partitionArgs(args []string, from string) (node, target string, err error) {
+	if len(args) == 0 {
+		return "", "", fmt.Errorf("node partition takes one node name, got none")
+	}
+	node, rest := args[0], args[1:]
+	switch {
+	case len(rest) == 0:
+	case len(rest) == 2 && rest[0] == "--from":
+		from = rest[1]
+	case len(rest) == 1 && strings.HasPrefix(rest[0], "--from="):
+		from = strings.TrimPrefix(rest[0], "--from=")
+	default:
+		return "", "", fmt.Errorf("node partition takes one node name and an optional --from apiserver|datapath|all, got %q", args)
+	}
+	return node, from, nil
 }
 
 func kubeconfigCommand() *cli.Command {

@@ -64,3 +64,41 @@ func TestApp_Up_BadDatapathAuth(t *testing.T) {
 		t.Errorf("a refused up left a sandbox behind: %v", err)
 	}
 }
+
+func TestApp_NodePartition_BadTarget(t *testing.T) {
+	for _, args := range [][]string{{"--from", "both", "node-1"}, {"node-1", "--from", "both"}, {"node-1", "--from=kubelet"}} {
+		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, args...)...)
+		if !errors.Is(err, sandbox.ErrInvalidPartitionTarget) || !strings.Contains(err.Error(), "apiserver, datapath, all") {
+			t.Errorf("node partition %q = %v, want ErrInvalidPartitionTarget naming the targets", args, err)
+		}
+	}
+}
+
+func TestApp_NodePartition_BadArgs(t *testing.T) {
+	for _, args := range [][]string{{}, {"node-1", "node-2"}, {"node-1", "--from"}, {"node-1", "--to", "all"}} {
+		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "node name") {
+			t.Errorf("node partition %q = %v, want an error asking for one node name and an optional --from", args, err)
+		}
+	}
+}
+
+func TestPartitionArgs_FlagAfterName(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		node, from string
+	}{{[]string{"node-2"}, "node-2", "all"}, {[]string{"node-2", "--from", "datapath"}, "node-2", "datapath"},
+		{[]string{"node-2", "--from=apiserver"}, "node-2", "apiserver"}} {
+		node, from, err := partitionArgs(c.args, "all")
+		if err != nil || node != c.node || from != c.from {
+			t.Errorf("partitionArgs(%q) = %q, %q, %v; want %q, %q", c.args, node, from, err, c.node, c.from)
+		}
+	}
+}
+
+func TestApp_NodePartition_NotUp(t *testing.T) {
+	err := run("--workdir", t.TempDir(), "node", "partition", "node-1", "--from", "apiserver")
+	if !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("node partition without a sandbox = %v, want ErrNotUp", err)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,10 +13,17 @@ import (
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
-// TestNodePartition_NotReadyThenReady cuts a node's link: the node goes NotReady
-// with the unreachable taint while its processes keep running; healed, it is Ready
-// again, with the same processes.
+// TestNodePartition_NotReadyThenReady cuts a node off, from everything and then
+// from the API server only: each time the node goes NotReady with the unreachable
+// taint while its processes keep running; healed, it is Ready again, with the same
+// processes.
 func TestNodePartition_NotReadyThenReady(t *testing.T) {
+	for _, target := range []sandbox.PartitionTarget{sandbox.PartitionAll, sandbox.PartitionAPIServer} {
+		t.Run(string(target), func(t *testing.T) { partitionNotReadyThenReady(t, target) })
+	}
+}
+
+func partitionNotReadyThenReady(t *testing.T, target sandbox.PartitionTarget) {
 	ctx := context.Background()
 	const node = "node-3"
 	before := nodeStatus(t, node)
@@ -27,8 +35,11 @@ func TestNodePartition_NotReadyThenReady(t *testing.T) {
 
 	start := time.Now()
 	tl := newTimeline(start)
-	must(t, sb.Partition(node))
-	tl.mark("link cut", time.Now())
+	must(t, sb.Partition(node, target))
+	tl.mark("cut from "+string(target), time.Now())
+	if got := nodeStatus(t, node); got.Partition != target || got.State() != "running,partitioned("+string(target)+")" {
+		t.Errorf("status of %s after the cut: partition %q, state %q", node, got.Partition, got.State())
+	}
 	must(t, sb.WaitNodeReady(ctx, nodeMonitorGrace+10*time.Second, corev1.ConditionUnknown, node))
 	tl.mark("node Ready=Unknown (NotReady)", time.Now())
 	must(t, waitTaint(ctx, node, true))
@@ -36,13 +47,26 @@ func TestNodePartition_NotReadyThenReady(t *testing.T) {
 	checkSameProcesses(t, before, nodeStatus(t, node))
 
 	must(t, sb.Heal(node))
-	tl.mark("link restored", time.Now())
+	tl.mark("healed", time.Now())
 	must(t, sb.WaitNodeReady(ctx, 60*time.Second, corev1.ConditionTrue, node))
 	tl.mark("node Ready=True", time.Now())
 	must(t, waitTaint(ctx, node, false))
 	tl.mark("unreachable taints removed", time.Now())
 	checkSameProcesses(t, before, nodeStatus(t, node))
-	t.Log(tl.table(fmt.Sprintf("Partition of %s (node-monitor-grace-period %s)", node, nodeMonitorGrace)))
+	t.Log(tl.table(fmt.Sprintf("Partition of %s from %s (node-monitor-grace-period %s)", node, target, nodeMonitorGrace)))
+}
+
+// TestNodePartition_DatapathWithoutStack: the shared sandbox runs no Vigil
+// stack, so a cut from the datapath is refused and changes nothing.
+func TestNodePartition_DatapathWithoutStack(t *testing.T) {
+	const node = "node-3"
+	err := sb.Partition(node, sandbox.PartitionDatapath)
+	if !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("Partition(%s, datapath) without a stack = %v, want ErrNotUp", node, err)
+	}
+	if got := nodeStatus(t, node); got.Partitioned {
+		t.Errorf("%s is %s after a refused partition, want no cut", node, got.State())
+	}
 }
 
 // waitTaint waits until node carries an unreachable taint (present) or none.

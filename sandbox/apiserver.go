@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// apiServerPIDFile is where kwokctl's binary runtime keeps the API server's PID
+// (no trailing newline); `kwokctl delete cluster` and Down read it.
+func apiServerPIDFile(st *state) string {
+	return filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "pids", BinKubeAPIServer+".pid")
+}
+
+// RestartAPIServer restarts the sandbox's kube-apiserver as an operator's
+// restart would: SIGTERM (SIGKILL after 15 s), then the same command line,
+// environment and working directory again, its output appended to kwokctl's
+// log of it, its PID written where kwokctl keeps it (so Down still finds it);
+// it returns once /readyz answers, or after timeout. etcd and the other
+// components keep running.
+func (s *Sandbox) RestartAPIServer(ctx context.Context, timeout time.Duration) error {
+	err := s.withState(func(st *state) error {
+		pidFile := apiServerPIDFile(st)
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return fmt.Errorf("restart API server: %w", err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("restart API server: %s: %w", pidFile, err)
+		}
+		args, env, dir, err := procCommand(pid, st.BinDir)
+		if err != nil {
+			return fmt.Errorf("restart API server (pid %d): %w", pid, err)
+		}
+		start, err := procStartTime(pid)
+		if err != nil {
+			return fmt.Errorf("restart API server (pid %d): %w", pid, err)
+		}
+		p := &proc{ProcessSpec: ProcessSpec{Name: BinKubeAPIServer}, PID: pid, StartTime: start}
+		if err := terminate(p, 15*time.Second); err != nil {
+			return fmt.Errorf("restart API server: %w", err)
+		}
+		log := filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "logs", BinKubeAPIServer+".log")
+		npid, err := startWith(args, env, dir, log)
+		if err != nil {
+			return fmt.Errorf("restart API server: %w", err)
+		}
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(npid)), 0o644); err != nil {
+			return fmt.Errorf("restart API server: record pid %d: %w", npid, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.waitAPIReady(ctx, timeout)
+}
+
+// procCommand reads the command line, environment and working directory of
+// pid, which must run a binary of binDir (never an unrelated process that
+// reused the PID).
+func procCommand(pid int, binDir string) (args, env []string, dir string, err error) {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if !strings.HasPrefix(exe, filepath.Clean(binDir)+"/") {
+		return nil, nil, "", fmt.Errorf("runs %s, not a binary of %s", exe, binDir)
+	}
+	split := func(name string) ([]string, error) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, name))
+		if err != nil {
+			return nil, err
+		}
+		return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+	}
+	if args, err = split("cmdline"); err != nil {
+		return nil, nil, "", err
+	}
+	if env, err = split("environ"); err != nil {
+		return nil, nil, "", err
+	}
+	if dir, err = os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil {
+		return nil, nil, "", err
+	}
+	args[0] = exe
+	return args, env, dir, nil
+}
+
+// terminate sends SIGTERM to p and waits for it to exit, SIGKILL after grace.
+func terminate(p *proc, grace time.Duration) error {
+	if !p.alive() {
+		return nil
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for p.alive() {
+		if time.Now().After(deadline) {
+			return killAll([]*proc{p}, 5*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// startWith starts args with exactly env in dir, in a session of its own,
+// output appended to logPath.
+func startWith(args, env []string, dir, logPath string) (int, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("open log: %w", err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "==== %s restart by the sandbox: %s\n", time.Now().UTC().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env, cmd.Dir = env, dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd.Process.Pid, nil
+}
