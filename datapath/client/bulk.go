@@ -256,7 +256,7 @@ func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
 		}
 		b.retire()
 	}
-	b, err := dialBulk(ctx, c.addr, token, c.tls)
+	b, err := dialBulk(ctx, c.addr, token, c.bulkTLS)
 	if errors.Is(err, errBulkUnsupported) {
 		c.bulkRetryAt = time.Now().Add(bulkRetryAfter)
 	}

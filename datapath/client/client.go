@@ -56,11 +56,11 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client talks to one datapath server. It is safe for concurrent use.
 type Client struct {
-	conn  *grpc.ClientConn
-	addr  string
-	token *tokenSource
-	tls   *tls.Config // nil: plaintext
-	opts  options
+	conn    *grpc.ClientConn
+	addr    string
+	token   *tokenSource
+	bulkTLS *tls.Config // the bulk channel's (ALPN vigil-bulk/1); nil: plaintext
+	opts    options
 
 	bulkMu   sync.Mutex
 	bulk     [bulkConns]*bulkConn
@@ -116,7 +116,7 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
-	return &Client{conn: conn, addr: addr, token: ts, tls: tlsCfg, opts: o, bulkOff: o.noBulk}, nil
+	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), opts: o, bulkOff: o.noBulk}, nil
 }
 
 // Close closes the connections.
