@@ -15,7 +15,7 @@ FUZZTIME  ?= 5s
 IMAGE     ?= vigil-storage/vigil:$(VERSION)
 CONTAINER_ENGINE ?= docker
 
-.PHONY: all build test unit fuzz lint run bench clean testbin e2e image
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image
 
 all: build
 
@@ -63,6 +63,9 @@ image: ## build the container image IMAGE from the Dockerfile (needs a running c
 
 run: build ## for now: show the settings (becomes the sandbox demo)
 	$(BIN)/vigil-manager settings list
+
+bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test)
+	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)

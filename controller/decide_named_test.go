@@ -11,13 +11,10 @@ import (
 	"github.com/vigil-storage/vigil"
 )
 
-// namedSnapshot builds the snapshot of one pod on node-1 from objs. With a
-// proven function the node counts as fenced by Vigil (the datapath's driver) and
-// the function says which volumes the back end proves fenced.
-func namedSnapshot(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, objs ...runtime.Object) *Snapshot {
-	return snapshotOf(pod, set, proven, t0.Add(-time.Minute), objs...)
-}
-
+// namedSnapshotSeen builds the snapshot of one pod on node-1 from objs, the
+// manager having first seen the node not Ready seenAgo ago (default a minute).
+// With a proven function the node counts as fenced by Vigil (the datapath's
+// driver) and the function says which volumes the back end proves fenced.
 func namedSnapshotSeen(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, seenAgo time.Duration, objs ...runtime.Object) *Snapshot {
 	if seenAgo == 0 {
 		seenAgo = time.Minute

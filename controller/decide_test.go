@@ -20,7 +20,6 @@ type (
 	podDim    int
 	volumeDim int
 	fastDim   int
-	attachDim int
 )
 
 const (

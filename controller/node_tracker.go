@@ -165,17 +165,6 @@ func (t *nodeTracker) record(name string, v NodeVerdict) (changed bool) {
 	return changed
 }
 
-// state returns the node's last verdict state and whether it was down.
-func (t *nodeTracker) state(name string) (NodeState, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.nodes[name]
-	if r == nil {
-		return NodeReady, false
-	}
-	return r.state, r.down
-}
-
 // forget drops a node that came back as a new object or whose pods are all gone.
 func (t *nodeTracker) forget(name string) {
 	t.mu.Lock()

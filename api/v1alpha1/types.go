@@ -94,7 +94,7 @@ type NodeRecoveryStatus struct {
 	// DetectedAt is when the manager judged the node down; Reason says why
 	// (ready-unknown, not-ready, deleted, out-of-service, storage-isolated).
 	DetectedAt *metav1.MicroTime `json:"detectedAt,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
 	// Message is a human sentence about the current state or the last problem.
 	Message string `json:"message,omitempty"`
 	// FencedAt is when every volume of the node was fenced and TaintedAt when the
@@ -112,7 +112,7 @@ type NodeRecoveryStatus struct {
 	// RecoveredAt is when the last covered pod's replacement was Running;
 	// RecoverySeconds is RecoveredAt - DetectedAt.
 	RecoveredAt     *metav1.MicroTime `json:"recoveredAt,omitempty"`
-	RecoverySeconds *float64     `json:"recoverySeconds,omitempty"`
+	RecoverySeconds *float64          `json:"recoverySeconds,omitempty"`
 	// TimeToRecover is RecoverySeconds for people ("4.21s"), a printer column.
 	TimeToRecover string `json:"timeToRecover,omitempty"`
 	// Return is the node's way back.
@@ -123,27 +123,27 @@ type NodeRecoveryStatus struct {
 
 // FencedVolume is one volume fenced on the node.
 type FencedVolume struct {
-	Handle   string      `json:"handle"`
-	PVName   string      `json:"pvName,omitempty"`
-	Epoch    uint64      `json:"epoch"`
+	Handle   string           `json:"handle"`
+	PVName   string           `json:"pvName,omitempty"`
+	Epoch    uint64           `json:"epoch"`
 	FencedAt metav1.MicroTime `json:"fencedAt"`
 }
 
 // ReapedPod is one pod force-deleted from the node.
 type ReapedPod struct {
-	Namespace string      `json:"namespace"`
-	Name      string      `json:"name"`
-	UID       types.UID   `json:"uid"`
-	Owner     string      `json:"owner,omitempty"`
-	Trigger   string      `json:"trigger,omitempty"`
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	UID       types.UID        `json:"uid"`
+	Owner     string           `json:"owner,omitempty"`
+	Trigger   string           `json:"trigger,omitempty"`
 	ReapedAt  metav1.MicroTime `json:"reapedAt"`
 }
 
 // FreedAttachment is one VolumeAttachment of the node freed for another node.
 type FreedAttachment struct {
-	Name    string      `json:"name"`
-	PVName  string      `json:"pvName,omitempty"`
-	Action  string      `json:"action"`
+	Name    string           `json:"name"`
+	PVName  string           `json:"pvName,omitempty"`
+	Action  string           `json:"action"`
 	FreedAt metav1.MicroTime `json:"freedAt"`
 }
 
@@ -153,8 +153,8 @@ type Replacement struct {
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid"`
 	// Replaces is the UID of the reaped pod this one took over from.
-	Replaces    types.UID    `json:"replaces,omitempty"`
-	NodeName    string       `json:"nodeName,omitempty"`
+	Replaces    types.UID         `json:"replaces,omitempty"`
+	NodeName    string            `json:"nodeName,omitempty"`
 	ScheduledAt *metav1.MicroTime `json:"scheduledAt,omitempty"`
 	RunningAt   *metav1.MicroTime `json:"runningAt,omitempty"`
 }

@@ -118,6 +118,7 @@ func upLoop(t *testing.T) *loopEnv {
 	must(t, err)
 	e.dp = dialStack(t, ctx, stk, stk.TokenFile)
 	t.Cleanup(func() { _ = e.dp.Close() })
+	checkStackIdentities(t, ctx, s, stk, e.dp)
 	e.mgr = startManager(t, "loop", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
 			"--datapath-ca-file", stk.CAFile}})

@@ -40,6 +40,12 @@ func run(m *testing.M) int {
 		fmt.Sprintf("running as uid %d; the sandbox needs root (network namespaces, mounts)", os.Geteuid())); !ok {
 		return code
 	}
+	// Tests with sandboxes of their own (TestLoop, the benchmarks) can run without
+	// the shared one: VIGIL_E2E_SHARED=0 skips it (a test that reads sb then fails).
+	if os.Getenv("VIGIL_E2E_SHARED") == "0" {
+		fmt.Println("e2e: VIGIL_E2E_SHARED=0: no shared sandbox; only tests with sandboxes of their own can run")
+		return m.Run()
+	}
 	workDir := filepath.Join(os.TempDir(), "vigil-e2e")
 	// One run at a time on a machine: a second run waits here instead of tearing
 	// down the first one's sandbox as a leftover.

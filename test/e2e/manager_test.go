@@ -57,7 +57,7 @@ func startManager(t *testing.T, name string, o managerOpts) *manager {
 	}
 	m.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:"+o.store,
 		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", o.leaseNamespace,
-		"--leader-elect-lease-name", o.leaseName, "--resync", "10m")
+		"--leader-elect-lease-name", o.leaseName, "--resync", "10m", "--state-dir", filepath.Join(t.TempDir(), "state"))
 	m.cmd.Args = append(m.cmd.Args, o.extra...)
 	m.cmd.Stderr = logf
 	stdout, err := m.cmd.StdoutPipe()
