@@ -186,3 +186,17 @@ func TestReaper_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
 	}
 	f.reaper.queue.ShutDown()
 }
+
+func TestReaper_NodeStatuses_ReportsTheTracker(t *testing.T) {
+	f := fencedFixture(t, corev1.ConditionTrue)
+	f.start()
+	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.reaper.syncNode(context.Background(), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	st := f.reaper.NodeStatuses()
+	if len(st) != 1 || st[0].Name != "node-1" || st[0].State != NodeDownStorageIsolated || !st[0].Down || !st[0].Isolated ||
+		st[0].FencedAt.IsZero() || !st[0].SilentSince.Equal(t0.Add(-4*time.Second)) {
+		t.Fatalf("statuses %+v", st)
+	}
+}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"sort"
 	"sync"
 	"time"
 
@@ -212,4 +213,36 @@ func (t *nodeTracker) deletedAt(name string) time.Time {
 		return r.deletedAt
 	}
 	return time.Time{}
+}
+
+// NodeStatus is the controllers' view of one node, for the UI and the API. Only
+// the leader judges nodes: on a standby the list is empty.
+type NodeStatus struct {
+	Name  string
+	State NodeState
+	// Down mirrors State.Down(); NotReadySince is when the manager first saw the
+	// node not Ready in this episode (zero while Ready).
+	Down          bool
+	NotReadySince time.Time
+	// Isolated: the engine has been silent at the datapath since SilentSince.
+	Isolated    bool
+	SilentSince time.Time
+	// FencedAt is when Vigil fenced and tainted the node in this episode.
+	FencedAt time.Time
+}
+
+// NodeStatuses lists the nodes the controllers have an opinion on (down,
+// debouncing, isolated, fenced), sorted by name; a node absent from the list is
+// Ready as far as they know.
+func (r *Reaper) NodeStatuses() []NodeStatus {
+	t := r.nodes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]NodeStatus, 0, len(t.nodes))
+	for name, rec := range t.nodes {
+		out = append(out, NodeStatus{Name: name, State: rec.state, Down: rec.down, NotReadySince: rec.notReadySince,
+			Isolated: rec.isolated, SilentSince: rec.silentSince, FencedAt: rec.fencedAt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

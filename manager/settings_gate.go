@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/controller"
 )
 
 // settingsGate is what run needs from settings besides the controllers'
@@ -18,12 +17,6 @@ import (
 type settingsGate interface {
 	ActBlocked() error
 	ProblemsChanged() <-chan struct{}
-}
-
-// runSettings is the settings run wires: read by the controllers, gated here.
-type runSettings interface {
-	controller.SettingsReader
-	settingsGate
 }
 
 // maxEventMessage bounds an Event's message (the API server's limit for the

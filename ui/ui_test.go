@@ -81,7 +81,7 @@ func TestUI_SettingsPage_DryRunBannerAndProblem(t *testing.T) {
 	f := newFixture(t, map[string]string{settings.NameDryRun: "true", settings.NameNodeDownGracePeriod: "forever"}, false)
 	_, body := f.get(t, "/")
 	mustContain(t, body, `<div class="banner warn" id="dry-run-banner" role="status"><strong>Dry run.</strong> `+dryRunBanner,
-		"Refused value:", `invalid value &#34;forever&#34; for setting node-down-grace-period`)
+		"Refused value:", `setting node-down-grace-period: invalid value &#34;forever&#34;`)
 }
 
 func formOf(t *testing.T, f *fixture, changes map[string]string) url.Values {
@@ -131,7 +131,7 @@ func TestUI_SaveSettings_InvalidDurationInlineAndNothingChanged(t *testing.T) {
 	if code != http.StatusBadRequest {
 		t.Fatalf("POST = %d", code)
 	}
-	mustContain(t, body, `id="err-node-down-grace-period" data-role="error">invalid value &#34;5 minutes&#34;`,
+	mustContain(t, body, `id="err-node-down-grace-period" data-role="error">setting node-down-grace-period: invalid value &#34;5 minutes&#34;`,
 		`value="5 minutes"`, "Nothing was saved")
 	if f.set.DryRun() || f.set.Values()[settings.NameNodeDownGracePeriod] != before[settings.NameNodeDownGracePeriod] {
 		t.Fatal("a refused form changed something")
