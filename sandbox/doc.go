@@ -76,7 +76,13 @@
 // on /run/netns itself is undone once no namespace is left there.
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
-// end-to-end tests in test/e2e use both.
+// end-to-end tests in test/e2e use both. Its datapath serves TLS with a
+// certificate from a CA made for the stack, and every caller has an identity
+// of its own (stack_auth.go): by default ServiceAccount tokens of vigil-system
+// minted with TokenRequest, each engine's bound to its Node and checked by the
+// datapath with TokenReview against the sandbox's API server; or, with
+// StackAuthStatic, a tokens file with a random token per role and per node.
+// An engine's process gets only its node's token (NodeTokenFile).
 //
 // # The audit log
 //
