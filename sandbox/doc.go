@@ -77,7 +77,14 @@
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
 // end-to-end tests in test/e2e use both. RunOnHost runs another host process
-// (the demo's manager) that Down removes with the rest.
+// (the demo's manager) that Down removes with the rest. The stack's datapath
+// serves TLS with a certificate from a CA made for the stack, and every caller
+// has an identity of its own (stack_auth.go): by default ServiceAccount tokens
+// of vigil-system minted with TokenRequest, each engine's bound to its Node and
+// checked by the datapath, as vigil-datapath, with TokenReview against the
+// sandbox's API server; or, with
+// StackAuthStatic, a tokens file with a random token per role and per node.
+// An engine's process gets only its node's token (NodeTokenFile).
 //
 // # Identities
 //

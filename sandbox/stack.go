@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +54,9 @@ type StackConfig struct {
 	// KubeletPollInterval bounds the time between two syncs of each node's
 	// kubelet stand-in; default 1s.
 	KubeletPollInterval time.Duration
+	// Auth is how callers prove who they are to the datapath; default
+	// StackAuthTokenReview. The datapath serves TLS either way.
+	Auth StackAuth
 }
 
 // Stack is a running Vigil volume stack: where its parts listen. It is also
@@ -67,8 +68,16 @@ type Stack struct {
 	DatapathAddr string `json:"datapathAddr"`
 	// DatapathPort is the port of DatapathAddr.
 	DatapathPort int `json:"datapathPort"`
-	// TokenFile holds the datapath's shared token.
+	// TokenFile holds the manager's datapath token (the controller role):
+	// for `vigil-manager run` and `datapath status`. Each engine has only its
+	// node's (NodeTokenFile), the CSI controller its own (CSITokenFile).
 	TokenFile string `json:"tokenFile"`
+	// CSITokenFile holds the CSI controller's datapath token.
+	CSITokenFile string `json:"csiTokenFile"`
+	// CAFile verifies the datapath's TLS certificate (--datapath-ca-file).
+	CAFile string `json:"caFile"`
+	// Auth is how callers prove who they are (StackConfig.Auth).
+	Auth StackAuth `json:"auth"`
 	// ControllerEndpoint is Vigil's CSI controller socket (unix://...).
 	ControllerEndpoint string `json:"controllerEndpoint"`
 	// ControllerKubeconfig is the identity of the CSI controller and its
@@ -102,6 +111,13 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 	if c.KubeletPollInterval == 0 {
 		c.KubeletPollInterval = time.Second
 	}
+	if c.Auth == "" {
+		c.Auth = StackAuthTokenReview
+	}
+	if c.Auth != StackAuthTokenReview && c.Auth != StackAuthStatic {
+		return c, fmt.Errorf("%w: Auth %q: want %q (ServiceAccount tokens, TokenReview) or %q (a tokens file)",
+			ErrInvalidConfig, c.Auth, StackAuthTokenReview, StackAuthStatic)
+	}
 	if c.DatapathPort < 0 || c.DatapathPort > 65535 {
 		return c, fmt.Errorf("%w: DatapathPort %d: want 0 (any free port) to 65535", ErrInvalidConfig, c.DatapathPort)
 	}
@@ -133,6 +149,14 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 // as vigil-csi-controller, each engine as vigil-engine-node with a token bound
 // to its Node. Each kubelet stand-in writes its Node's status as a kubelet
 // does, as system:node:NAME (NodeKubeconfig).
+//
+// The datapath serves TLS with a certificate from a CA made here (Stack.CAFile;
+// it names 127.0.0.1 and every node link's host end), and every caller has its
+// own identity (cfg.Auth): the manager's token (Stack.TokenFile) and the CSI
+// controller's (Stack.CSITokenFile) have the controller role, and each engine
+// gets only its node's token (NodeTokenFile), by default a ServiceAccount
+// token that TokenRequest bound to its Node, checked by the datapath with
+// TokenReview against the sandbox's API server.
 func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	st0, err := loadState(s.workDir)
 	if err != nil {
@@ -149,15 +173,22 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	}
 	dir := filepath.Join(s.workDir, "stack")
 	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
-		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "datapath.token"),
-		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir}
+		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "manager.token"), CSITokenFile: filepath.Join(dir, "csi-controller.token"),
+		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir, Auth: cfg.Auth}
+	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
+		return nil, fmt.Errorf("create stack dir: %w", err)
+	}
 	if err := s.stackIdentities(ctx, stk, st0); err != nil {
+		return nil, err
+	}
+	security, err := s.stackSecurity(ctx, cfg, stk, st0)
+	if err != nil {
 		return nil, err
 	}
 	if err := writeStackFiles(stk); err != nil {
 		return nil, err
 	}
-	if err := s.startStackHost(ctx, cfg, stk); err != nil {
+	if err := s.startStackHost(ctx, cfg, stk, security); err != nil {
 		return nil, err
 	}
 	if err := s.createStackObjects(ctx, stk, st0); err != nil {
@@ -190,19 +221,8 @@ func (s *Sandbox) Stack() (*Stack, error) {
 	return &stk, nil
 }
 
-// writeStackFiles creates the stack's directory, a random datapath token and
-// stack.json.
+// writeStackFiles writes stack.json.
 func writeStackFiles(stk *Stack) error {
-	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
-		return fmt.Errorf("create stack dir: %w", err)
-	}
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
-		return fmt.Errorf("datapath token: %w", err)
-	}
-	if err := os.WriteFile(stk.TokenFile, []byte(hex.EncodeToString(tok)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write datapath token: %w", err)
-	}
 	b, _ := json.MarshalIndent(stk, "", "  ")
 	if err := os.WriteFile(filepath.Join(stk.Dir, "stack.json"), b, 0o644); err != nil {
 		return fmt.Errorf("write stack.json: %w", err)
@@ -234,12 +254,12 @@ func (s *Sandbox) stackIdentities(ctx context.Context, stk *Stack, st *state) er
 
 // startStackHost starts the host processes in order, each once the one it
 // needs answers: datapath and its forwarders, CSI controller, sidecars.
-func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack) error {
+func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack, security []string) error {
 	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
 	sock := filepath.Join(stk.Dir, "csi.sock")
 	kubeconfig := stk.ControllerKubeconfig
-	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: []string{mgr, "datapath", "serve",
-		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath"), "--token-file", stk.TokenFile}})
+	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{mgr, "datapath", "serve",
+		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, security...)})
 	if err != nil {
 		return err
 	}
@@ -263,7 +283,7 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	}
 	err = s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
 		"--csi-endpoint", stk.ControllerEndpoint, "--datapath", stk.DatapathAddr,
-		"--datapath-token-file", stk.TokenFile, "--kubeconfig", kubeconfig}})
+		"--datapath-token-file", stk.CSITokenFile, "--datapath-ca-file", stk.CAFile, "--kubeconfig", kubeconfig}})
 	if err != nil {
 		return err
 	}
@@ -315,7 +335,7 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
 		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
 		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
-		"--datapath-token-file", stk.TokenFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
+		"--datapath-token-file", NodeTokenFile("$VIGIL_NODE_DIR"), "--datapath-ca-file", stk.CAFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
 		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
 		"--heartbeat-interval", cfg.HeartbeatInterval.String()}}
 	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",

@@ -46,6 +46,25 @@ func TestApp_Node_ArgCount(t *testing.T) {
 	}
 }
 
+func TestApp_Up_BadDatapathAuth(t *testing.T) {
+	dir := t.TempDir()
+	for args, mention := range map[string]string{
+		"--stack --datapath-auth shared":   `--datapath-auth "shared": want tokenreview or static`,
+		"--datapath-auth static":           "give --stack too",
+		"--stack --datapath-auth=":         `--datapath-auth ""`,
+		"--stack --datapath-auth STATIC":   `"STATIC"`,
+		"--stack --datapath-auth=tokenrev": `"tokenrev"`,
+	} {
+		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("up %s = %v, want an error mentioning %q", args, err, mention)
+		}
+	}
+	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("a refused up left a sandbox behind: %v", err)
+	}
+}
+
 func TestApp_NodePartition_BadTarget(t *testing.T) {
 	for _, args := range [][]string{{"--from", "both", "node-1"}, {"node-1", "--from", "both"}, {"node-1", "--from=kubelet"}} {
 		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, args...)...)

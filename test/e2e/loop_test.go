@@ -142,18 +142,16 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	e.set(t, settings.NameVolumeAttachmentRecoveryPolicy, string(settings.RecoveryImmediate))
 	e.rc, err = v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
-	tok, err := datapath.ReadTokenFile(stk.TokenFile)
-	must(t, err)
-	e.dp, err = dpclient.Dial(ctx, stk.DatapathAddr, tok)
-	must(t, err)
+	e.dp = dialStack(t, ctx, stk, stk.TokenFile)
 	t.Cleanup(func() { _ = e.dp.Close() })
+	checkStackIdentities(t, ctx, s, stk, e.dp)
 	kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
 	must(t, err)
 	tokenFile := filepath.Join(t.TempDir(), "api-token")
 	must(t, os.WriteFile(tokenFile, []byte(loopAPIToken+"\n"), 0o600))
 	e.mgr = startManager(t, "loop", managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: kubeconfig, extra: append([]string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
-			"--api-token-file", tokenFile}, spec.managerArgs...)})
+			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, spec.managerArgs...)})
 	return e
 }
 
