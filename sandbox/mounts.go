@@ -16,6 +16,7 @@ import (
 type mountPoint struct {
 	path   string
 	fstype string
+	dev    string // major:minor; for FUSE the minor names its connection
 }
 
 // mountsUnder lists the mount points strictly under dir, deepest first.
@@ -34,7 +35,7 @@ func mountsUnder(dir string) ([]mountPoint, error) {
 		}
 		p := unescapeMountPath(f[4])
 		if strings.HasPrefix(p, prefix) {
-			out = append(out, mountPoint{path: p, fstype: g[0]})
+			out = append(out, mountPoint{path: p, fstype: g[0], dev: f[2]})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -86,6 +87,7 @@ func loopsBackedUnder(dir string) []string {
 // mount namespace, so nothing else would ever unmount them.
 func cleanupMounts(workDir string) error {
 	var errs []error
+	abortFUSEUnder(workDir)
 	for round := 0; round < 5; round++ {
 		mps, err := mountsUnder(workDir)
 		if err != nil {
@@ -117,6 +119,30 @@ func cleanupMounts(workDir string) error {
 	}
 	return nil
 }
+
+// abortFUSEUnder aborts the kernel connections of the FUSE mounts under dir,
+// so that nothing waits on them any more. Called once their servers (the
+// engines) were killed: an engine killed while one of its own threads was
+// unmounting the filesystem that sits on its FUSE disk can never finish dying
+// (the unmount waits for I/O only the dying process would serve), and it would
+// hold whatever it inherited, and its mounts, for good. An aborted connection
+// fails that I/O, and the process exits.
+func abortFUSEUnder(dir string) {
+	mps, err := mountsUnder(dir)
+	if err != nil {
+		return
+	}
+	for _, m := range mps {
+		if _, minor, ok := strings.Cut(m.dev, ":"); ok && isFUSE(m.fstype) {
+			if _, err := strconv.Atoi(minor); err == nil {
+				_ = os.WriteFile(filepath.Join(fuseConnections, minor, "abort"), []byte("1"), 0)
+			}
+		}
+	}
+}
+
+// fuseConnections is where the kernel lists FUSE connections (fusectl).
+const fuseConnections = "/sys/fs/fuse/connections"
 
 // unmount unmounts path, lazily if it is busy; a path no longer mounted is fine.
 func unmount(path string) error {
