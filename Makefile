@@ -36,7 +36,7 @@ testbin: ## build the sandbox's control plane once into a per-version cache (san
 	GO=$(GO) sandbox/tools/testbin.sh
 
 e2e: testbin build ## end-to-end tests against the sandbox (needs root)
-	$(GO) test -count=1 -v -timeout 20m ./test/e2e/
+	$(GO) test -count=1 -v -timeout 40m ./test/e2e/
 
 fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings
