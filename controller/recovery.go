@@ -202,6 +202,17 @@ func (rs *recoveries) tainted(node string, at time.Time) {
 	})
 }
 
+// ownerOf names a pod's controller as Kind/name (StatefulSet/db,
+// ReplicaSet/web-7f9c4), "" for none.
+func ownerOf(refs []metav1.OwnerReference) string {
+	for i := range refs {
+		if refs[i].Controller != nil && *refs[i].Controller {
+			return refs[i].Kind + "/" + refs[i].Name
+		}
+	}
+	return ""
+}
+
 // podReaped records a force-deleted pod and the pods its owner had then.
 func (rs *recoveries) podReaped(node string, pod *corev1.Pod, owner OwnerKind, ownerKey, trigger string, at time.Time) {
 	var pre []types.UID
@@ -215,7 +226,7 @@ func (rs *recoveries) podReaped(node string, pod *corev1.Pod, owner OwnerKind, o
 			}
 		}
 		s.Pods = append(s.Pods, v1alpha1.ReapedPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
-			Owner: string(owner), Trigger: trigger, ReapedAt: metav1.NewMicroTime(at)})
+			Owner: ownerOf(pod.OwnerReferences), Trigger: trigger, ReapedAt: metav1.NewMicroTime(at)})
 		s.PodCount = len(s.Pods)
 		set := map[types.UID]bool{pod.UID: true}
 		for _, u := range pre {
@@ -271,7 +282,7 @@ func (rs *recoveries) matchReplacement(st *recoveryState, p *cachedPod, ownerKey
 	if idx < 0 && p.DeletionTimestamp == nil {
 		for _, reaped := range s.Pods {
 			if st.ownerKeys[reaped.UID] != ownerKey || st.preexisting[reaped.UID][p.UID] || reaped.Namespace != p.Namespace ||
-				(reaped.Owner == string(OwnerStatefulSet) && reaped.Name != p.Name) {
+				(strings.HasPrefix(reaped.Owner, string(OwnerStatefulSet)+"/") && reaped.Name != p.Name) {
 				continue
 			}
 			r := v1alpha1.Replacement{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Replaces: reaped.UID}

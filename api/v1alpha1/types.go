@@ -131,12 +131,14 @@ type FencedVolume struct {
 
 // ReapedPod is one pod force-deleted from the node.
 type ReapedPod struct {
-	Namespace string           `json:"namespace"`
-	Name      string           `json:"name"`
-	UID       types.UID        `json:"uid"`
-	Owner     string           `json:"owner,omitempty"`
-	Trigger   string           `json:"trigger,omitempty"`
-	ReapedAt  metav1.MicroTime `json:"reapedAt"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	// Owner is the pod's controller as Kind/name (StatefulSet/db,
+	// ReplicaSet/web-7f9c4).
+	Owner    string           `json:"owner,omitempty"`
+	Trigger  string           `json:"trigger,omitempty"`
+	ReapedAt metav1.MicroTime `json:"reapedAt"`
 }
 
 // FreedAttachment is one VolumeAttachment of the node freed for another node.

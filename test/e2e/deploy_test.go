@@ -174,7 +174,16 @@ func checkNodeRecoveryColumns(ctx context.Context, t *testing.T, s *sandbox.Sand
 		"metadata": map[string]any{"name": "node-1-e2e"},
 		"spec":     map[string]any{"nodeName": "node-1"},
 	}}
-	ri, err := a.resource(nr)
+	// Established comes before the API server's discovery lists the kind.
+	var ri dynamic.ResourceInterface
+	err := sandbox.Poll(ctx, 30*time.Second, "vigil.io/v1alpha1 in discovery", func(context.Context) (bool, string, error) {
+		var err error
+		if ri, err = a.resource(nr); err != nil {
+			a.mapper.Reset()
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,10 @@ func TestUI_BrowserRecovery(t *testing.T) {
 	t.Run("the nodes page shows the node down, fenced and tainted", func(t *testing.T) {
 		var verdict, fenced, heartbeat, vols string
 		b.run(t, "load /nodes", chromedp.Navigate(base+"/nodes"),
-			chromedp.Poll(fmt.Sprintf(`document.querySelector(%q)?.textContent.includes("vigil.io/fenced") === true`, row), nil,
+			// The taint and the volume's fenced grant arrive in separate
+			// live updates; wait for both.
+			chromedp.Poll(fmt.Sprintf(`document.querySelector(%q)?.textContent.includes("vigil.io/fenced") === true && `+
+				`document.querySelector(%q)?.textContent.includes("fenced") === true`, row, row+" .vols"), nil,
 				chromedp.WithPollingTimeout(30*time.Second)),
 			textOf(row+" [data-role=verdict]", &verdict), textOf(row+" [data-role=fenced]", &fenced),
 			textOf(row+" [data-role=heartbeat]", &heartbeat), textOf(row+" .vols", &vols))

@@ -195,7 +195,7 @@ func TestUI_Browser(t *testing.T) {
 			textOf("#err-node-down-grace-period", &inline),
 			chromedp.Click("#save", chromedp.ByQuery),
 			chromedp.WaitVisible("#error-banner", chromedp.ByQuery), textOf("#error-banner", &banner))
-		if !strings.Contains(inline, `invalid value "5 minutes" for setting node-down-grace-period`) || !strings.Contains(inline, "allowed: a duration") {
+		if !strings.Contains(inline, `setting node-down-grace-period: invalid value "5 minutes"`) || !strings.Contains(inline, "allowed: a duration") {
 			t.Errorf("inline error %q", inline)
 		}
 		if !strings.Contains(banner, "Nothing was saved") {
