@@ -90,7 +90,7 @@ func preflight(cfg Config) error {
 		}
 		l.Close()
 	}
-	for i := 0; i < cfg.Nodes; i++ {
+	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
 			return err
@@ -108,13 +108,19 @@ func preflight(cfg Config) error {
 func newState(cfg Config) (*state, error) {
 	st := &state{Name: cfg.Name, WorkDir: cfg.WorkDir, BinDir: cfg.BinDir, Subnet: cfg.Subnet,
 		LeaseSeconds: cfg.NodeLeaseDurationSeconds, Kubeconfig: filepath.Join(cfg.WorkDir, "kubeconfig")}
-	for i := 0; i < cfg.Nodes; i++ {
+	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
 			return nil, err
 		}
 		n := &nodeState{Name: NodeName(i), Index: i, HostIP: host.String(), NodeIP: node.String()}
-		n.NetNS, n.HostVeth, n.NodeVeth = linkNames(cfg.Name, i)
+		if cfg.Racks > 0 {
+			n.Name = RackName(i)
+			for j := range cfg.RackSize {
+				n.Members = append(n.Members, RackNodeName(i, j))
+			}
+		}
+		n.NetNS, n.HostVeth, n.NodeVeth = linkNames(cfg.Name, n.Name, i)
 		n.Kubeconfig = filepath.Join(n.dir(cfg.WorkDir), "kubeconfig")
 		st.Nodes = append(st.Nodes, n)
 	}
@@ -160,7 +166,7 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 	}
 	s.logf("sandbox: API server ready (%.1fs)", time.Since(t0).Seconds())
 	for _, n := range st.Nodes {
-		if err := s.createNode(ctx, n); err != nil {
+		if err := s.createNodes(ctx, n); err != nil {
 			return err
 		}
 		if err := bootNode(st, n); err != nil {
@@ -173,7 +179,7 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 	if err := s.WaitNodesReady(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	s.logf("sandbox: %d nodes Ready (%.1fs)", len(st.Nodes), time.Since(t0).Seconds())
+	s.logf("sandbox: %d nodes Ready (%.1fs)", len(st.k8sNodes()), time.Since(t0).Seconds())
 	return nil
 }
 

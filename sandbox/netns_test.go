@@ -10,7 +10,7 @@ import (
 func TestStartDetached_InNetns(t *testing.T) {
 	RequireRoot(t)
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.5", NodeIP: "10.213.251.6"}
-	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", 0)
+	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", NodeName(0), 0)
 	t.Cleanup(func() { _ = deleteLink(n) })
 	if err := createLink(n); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,8 @@ import (
 //	VIGIL_KUBECONFIG  a kubeconfig that reaches the API server over the node's link
 //	VIGIL_NODE_IP     the node's address on its link
 //	VIGIL_HOST_IP     the host's address on the node's link
+//	VIGIL_NODES       the Kubernetes nodes it runs, comma-separated: the node
+//	                  itself, or every node of a rack (scale sandbox)
 //
 // e.g. Args: []string{"bin/vigil-engine-node", "--node", "$VIGIL_NODE"}.
 type ProcessSpec struct {

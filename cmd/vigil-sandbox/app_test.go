@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 )
 
 func run(args ...string) error {
@@ -81,5 +82,24 @@ func TestApp_NodePartition_NotUp(t *testing.T) {
 	err := run("--workdir", t.TempDir(), "node", "partition", "node-1", "--from", "apiserver")
 	if !errors.Is(err, sandbox.ErrNotUp) {
 		t.Errorf("node partition without a sandbox = %v, want ErrNotUp", err)
+	}
+}
+
+func TestApp_Up_BadRacks(t *testing.T) {
+	for _, args := range [][]string{{"--racks", "21"}, {"--racks", "2", "--rack-size", "0"}, {"--racks", "2", "--nodes", "3"}, {"--racks", "-1"}} {
+		err := run(append([]string{"--workdir", t.TempDir(), "up"}, args...)...)
+		if !errors.Is(err, sandbox.ErrInvalidConfig) {
+			t.Errorf("up %q = %v, want ErrInvalidConfig", args, err)
+		}
+	}
+}
+
+func TestApp_Heartbeat_BadFlags(t *testing.T) {
+	for _, args := range [][]string{{}, {"--datapath", "127.0.0.1:1"}, {"--datapath", "127.0.0.1:1", "--token-file", "t"},
+		{"--datapath", "127.0.0.1:1", "--token-file", "t", "--nodes", "a,,b"}} {
+		err := run(append([]string{"heartbeat"}, args...)...)
+		if !errors.Is(err, heartbeat.ErrBadConfig) {
+			t.Errorf("heartbeat %q = %v, want heartbeat.ErrBadConfig", args, err)
+		}
 	}
 }
