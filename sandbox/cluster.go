@@ -220,13 +220,24 @@ func kwokctlConfig(cfg Config, st *state) string {
 	fmt.Fprintf(&b, "  - {key: node-monitor-grace-period, value: %q}\n", cfg.NodeMonitorGracePeriod.String())
 	fmt.Fprintf(&b, "  - {key: node-monitor-period, value: %q}\n", cfg.NodeMonitorPeriod.String())
 	b.WriteString("  - {key: leader-elect, value: \"false\"}\n")
+	if cfg.Racks > 0 {
+		b.WriteString(scaleQPS)
+	}
 	b.WriteString("- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n")
+	if cfg.Racks > 0 {
+		b.WriteString(scaleQPS)
+	}
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: advertise-address, value: %q}\n", st.Nodes[0].HostIP)
 	return b.String()
 }
+
+// scaleQPS lifts the client rate limits of the controller-manager (20/s by
+// default) and the scheduler (50/s) for a scale sandbox, whose StatefulSet and
+// ReplicaSet controllers and scheduler handle tens of thousands of pods.
+const scaleQPS = "  - {key: kube-api-qps, value: \"500\"}\n  - {key: kube-api-burst, value: \"1000\"}\n"
 
 func createCluster(ctx context.Context, cfg Config, st *state) error {
 	confPath := filepath.Join(st.WorkDir, "kwokctl.yaml")

@@ -245,6 +245,12 @@ func TestNewState_Racks(t *testing.T) {
 	if env := strings.Join(nodeEnv(st, st.Nodes[0]), " "); !strings.Contains(env, "VIGIL_NODES=rack-1-node-1,rack-1-node-2,rack-1-node-3") {
 		t.Errorf("rack env %s lacks VIGIL_NODES", env)
 	}
+	if y := kwokctlConfig(cfg, st); strings.Count(y, "kube-api-qps, value: \"500\"") != 2 {
+		t.Errorf("scale sandbox config does not lift kcm's and the scheduler's QPS:\n%s", y)
+	}
+	if y := kwokctlConfig(Config{Nodes: 1}.withDefaults(), st); strings.Contains(y, "kube-api-qps") {
+		t.Errorf("a node sandbox changes the QPS:\n%s", y)
+	}
 	if (Config{Racks: 10}).Validate() != nil {
 		t.Error("10 racks of the default 50 refused")
 	}
