@@ -60,3 +60,18 @@ const (
 	// ManagerComponent is the source component of the manager's Events.
 	ManagerComponent = "vigil-manager"
 )
+
+// Kubernetes Event reasons vigil-manager run records on its leader-election
+// Lease (namespace --leader-elect-lease-namespace, name --leader-elect-lease-name)
+// about its settings; `kubectl get events -n vigil-system
+// --field-selector involvedObject.kind=Lease` lists them.
+const (
+	// EventReasonSettingsBlocked (Warning): a refused settings value leaves a
+	// value in force that is not the one given (a bad managed file at startup, a
+	// file that names no setting); the manager does not act until it is fixed. The
+	// message names the file or store, the value and what is allowed.
+	EventReasonSettingsBlocked = "VigilSettingsBlocked"
+	// EventReasonSettingsUnblocked (Normal): every blocking settings value was
+	// fixed or removed; the manager may act again.
+	EventReasonSettingsUnblocked = "VigilSettingsUnblocked"
+)

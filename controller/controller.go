@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -22,15 +24,23 @@ import (
 var ErrCacheSync = errors.New("controller: informer caches did not sync")
 
 // Config is what NewReaper needs. Client, Informers, Settings, Recorder and
-// Metrics are required; Prover and Now are optional.
+// Metrics are required; Fencer, Recoveries, ActBlocked and Now are optional.
 type Config struct {
 	Client    kubernetes.Interface
 	Informers informers.SharedInformerFactory
 	Settings  SettingsReader
-	// Prover proves volumes fenced for the fast trigger; nil: no datapath proof.
-	Prover   FenceProver
-	Recorder record.EventRecorder
-	Metrics  *Metrics
+	// Fencer is the fencing back end (the datapath). nil: nothing is fenced by
+	// Vigil, storage isolation is not judged, and the fast trigger fires only on
+	// the proofs Kubernetes gives (a deleted node, the out-of-service taint).
+	Fencer Fencer
+	// Recoveries writes NodeRecovery records; nil: none are written.
+	Recoveries RecoveryClient
+	// ActBlocked, when it returns an error, keeps the controllers from acting
+	// (a bad managed setting at startup); they judge and report, and act once it
+	// returns nil.
+	ActBlocked func() error
+	Recorder   record.EventRecorder
+	Metrics    *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -39,30 +49,39 @@ type Config struct {
 type keyKind uint8
 
 const (
-	keyPod keyKind = iota + 1
-	keyNode
+	keyPod         keyKind = iota + 1 // a pod: the reaper or crash-loop handling
+	keyNode                           // a node: health, fencing, its recovery
+	keyAttachments                    // a down node's attachments: attachment recovery
 )
 
-// queueKey is one item of the workqueue: a pod (namespace/name) or a node (name).
+// queueKey is one item of the workqueue.
 type queueKey struct {
 	kind      keyKind
 	namespace string
 	name      string
 }
 
-// Reaper is node health and the pod reaper: it watches nodes and pods, judges
-// nodes, and force-deletes the pods that DESIGN.md's decision table allows.
+// Reaper runs Vigil's reconcilers on one queue: node health and the fence
+// coordinator (node_sync.go, fence.go, storage_watch.go), the pod reaper
+// (pod_reaper.go), attachment recovery (attachment_recovery.go) and crash-loop
+// handling (crash_loop.go), and records each recovery (recovery.go).
 type Reaper struct {
-	client   kubernetes.Interface
-	settings SettingsReader
-	prover   FenceProver
-	metrics  *Metrics
-	events   *events
-	now      func() time.Time
+	client     kubernetes.Interface
+	settings   SettingsReader
+	fencer     Fencer
+	proofs     *proofs
+	recoveries *recoveries
+	actBlocked func() error
+	metrics    *Metrics
+	events     *events
+	now        func() time.Time
 
 	listers
-	podsByNode cache.Indexer // cachedPods, indexed by node
+	podsByNode cache.Indexer // cachedPods, indexed by node, claim and owner
+	vaIndex    cache.Indexer // VolumeAttachments, indexed by PV and node
+	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
+	crash      *crashLoops
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 }
@@ -85,40 +104,65 @@ func NewReaper(cfg Config) (*Reaper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller: pod cache: %w", err)
 	}
-	if err := vaInf.Informer().AddIndexers(cache.Indexers{attachmentByPVIndex: attachmentPV}); err != nil {
-		return nil, fmt.Errorf("controller: index volume attachments by PV: %w", err)
+	if err := vaInf.Informer().AddIndexers(cache.Indexers{attachmentByPVIndex: attachmentPV, attachmentByNodeIndex: attachmentNode}); err != nil {
+		return nil, fmt.Errorf("controller: index volume attachments: %w", err)
+	}
+	if err := pvInf.Informer().AddIndexers(cache.Indexers{pvByHandleIndex: pvHandle}); err != nil {
+		return nil, fmt.Errorf("controller: index persistent volumes: %w", err)
 	}
 	r := &Reaper{
-		client: cfg.Client, settings: cfg.Settings, prover: cfg.Prover, metrics: cfg.Metrics,
+		client: cfg.Client, settings: cfg.Settings, fencer: cfg.Fencer, actBlocked: cfg.ActBlocked, metrics: cfg.Metrics,
 		events: newEvents(cfg.Recorder, now), now: now,
 		listers: listers{
 			nodes: nodeInf.Lister(), pvcs: pvcInf.Lister(), pvs: pvInf.Lister(),
 			replicaSets: rsInf.Lister(), attachmentsByPV: vaInf.Informer().GetIndexer(),
 		},
 		podsByNode: podInf.GetIndexer(),
+		vaIndex:    vaInf.Informer().GetIndexer(),
+		pvIndex:    pvInf.Informer().GetIndexer(),
 		nodes:      newNodeTracker(),
+		crash:      newCrashLoops(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "vigil-reaper"}),
 	}
+	if cfg.Fencer != nil {
+		r.proofs = newProofs(cfg.Fencer, r.nodes, now)
+	}
+	r.recoveries = newRecoveries(cfg.Recoveries, cfg.Metrics, r.ownerPodUIDs)
 	r.synced = []cache.InformerSynced{
 		podInf.HasSynced, nodeInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
 		pvInf.Informer().HasSynced, vaInf.Informer().HasSynced, rsInf.Informer().HasSynced,
 	}
+	if err := r.addHandlers(podInf, nodeInf.Informer(), vaInf.Informer()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Reaper) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) error {
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onPod,
 		UpdateFunc: func(_, obj any) { r.onPod(obj) },
+		DeleteFunc: r.onPodDelete,
 	}); err != nil {
-		return nil, fmt.Errorf("controller: pod handler: %w", err)
+		return fmt.Errorf("controller: pod handler: %w", err)
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onNode,
 		UpdateFunc: r.onNodeUpdate,
 		DeleteFunc: r.onNode,
 	}); err != nil {
-		return nil, fmt.Errorf("controller: node handler: %w", err)
+		return fmt.Errorf("controller: node handler: %w", err)
 	}
-	return r, nil
+	if _, err := vaInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onAttachment,
+		UpdateFunc: func(_, obj any) { r.onAttachment(obj) },
+		DeleteFunc: r.onAttachment,
+	}); err != nil {
+		return fmt.Errorf("controller: volume attachment handler: %w", err)
+	}
+	return nil
 }
 
 // HasSynced reports whether every informer the reaper reads has synced.
@@ -131,18 +175,32 @@ func (r *Reaper) HasSynced() bool {
 	return true
 }
 
-// Run waits for the caches, then runs workers until ctx ends. Only the leader
+// Run waits for the caches, then runs the workers, the storage watch and the
+// recovery writer until ctx ends, and returns only after every one of them has
+// stopped: nothing acts once Run has returned (leadership lost). Only the leader
 // calls Run; every replica may run the informers.
 func (r *Reaper) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
-	defer r.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
+		r.queue.ShutDown()
 		return ErrCacheSync
 	}
+	if err := r.recoveries.load(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "open NodeRecoveries not loaded; new records will be written")
+	}
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		r.queue.ShutDown()
+		wg.Wait()
+	}()
 	r.enqueueAllNodes()
-	go r.watchSettings(ctx)
+	for _, f := range []func(context.Context){r.watchSettings, r.watchStorage, r.recoveries.run} {
+		wg.Go(func() { f(wctx) })
+	}
 	for range workers {
-		go wait.UntilWithContext(ctx, r.runWorker, time.Second)
+		wg.Go(func() { wait.UntilWithContext(wctx, r.runWorker, time.Second) })
 	}
 	<-ctx.Done()
 	return nil
@@ -158,6 +216,9 @@ func (r *Reaper) enqueueAllNodes() {
 		}
 	}
 	for _, n := range r.podsByNode.ListIndexFuncValues(nodeIndex) {
+		names[n] = struct{}{}
+	}
+	for _, n := range r.vaIndex.ListIndexFuncValues(attachmentByNodeIndex) {
 		names[n] = struct{}{}
 	}
 	for n := range names {
@@ -178,24 +239,32 @@ func (r *Reaper) watchSettings(ctx context.Context) {
 			if !ok {
 				return
 			}
-			r.requeueDownNodes()
+			r.requeueAfterSettingsChange()
 		}
 	}
 }
 
-// requeueDownNodes queues the pods of every node judged down and every node that
-// is not Ready (a changed debounce can make it down).
-func (r *Reaper) requeueDownNodes() {
+// requeueAfterSettingsChange queues every node that is down or not Ready (a
+// changed debounce can make it down), their pods and attachments, and every pod
+// that looked crash-looping.
+func (r *Reaper) requeueAfterSettingsChange() {
 	for _, n := range r.nodes.downNodes() {
 		r.enqueuePodsOn(n)
+		r.queue.Add(queueKey{kind: keyAttachments, name: n})
 	}
-	nodes, err := r.listers.nodes.List(everything)
-	if err != nil {
-		return
+	if nodes, err := r.listers.nodes.List(everything); err == nil {
+		for _, n := range nodes {
+			if !isNodeReady(n) || outOfServiceTaint(n) != nil {
+				r.queue.Add(queueKey{kind: keyNode, name: n.Name})
+			}
+		}
 	}
-	for _, n := range nodes {
-		if !isNodeReady(n) || outOfServiceTaint(n) != nil {
-			r.queue.Add(queueKey{kind: keyNode, name: n.Name})
+	for name := range r.nodes.isolatedNodes() {
+		r.queue.Add(queueKey{kind: keyNode, name: name})
+	}
+	for _, o := range r.podsByNode.List() {
+		if p, ok := o.(*cachedPod); ok && p.CrashLoopRestarts > 0 {
+			r.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
 		}
 	}
 }
@@ -212,19 +281,71 @@ func (r *Reaper) enqueuePodsOn(node string) {
 	}
 }
 
-// onPod queues a pod that is terminating or whose node is not healthy.
+// onPod queues a pod that is terminating, crash-looping or on an unhealthy node;
+// tells the recovery records about it (it may be a replacement); and queues the
+// attachments of down nodes holding one of its volumes (it may be the
+// replacement waiting for them).
 func (r *Reaper) onPod(obj any) {
 	pod, ok := obj.(*cachedPod)
-	if !ok || pod.NodeName == "" {
+	if !ok {
 		return
 	}
-	if pod.DeletionTimestamp == nil {
+	r.recoveries.observePod(pod, ownerKeyOf(pod.Namespace, pod.OwnerReferences), r.now())
+	r.queueAttachmentsOfClaims(pod)
+	if pod.NodeName == "" {
+		return
+	}
+	if pod.DeletionTimestamp == nil && pod.CrashLoopRestarts == 0 && !r.nodes.isDown(pod.NodeName) {
 		node, err := r.listers.nodes.Get(pod.NodeName)
 		if err == nil && isNodeReady(node) && outOfServiceTaint(node) == nil {
 			return
 		}
 	}
 	r.queue.Add(queueKey{kind: keyPod, namespace: pod.Namespace, name: pod.Name})
+}
+
+// onPodDelete queues the attachments of a down node that lost a pod.
+func (r *Reaper) onPodDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*cachedPod)
+	if !ok {
+		return
+	}
+	if pod.NodeName != "" && r.nodes.isDown(pod.NodeName) {
+		r.queue.Add(queueKey{kind: keyAttachments, name: pod.NodeName})
+	}
+	r.queueAttachmentsOfClaims(pod)
+}
+
+// queueAttachmentsOfClaims queues the down nodes that hold a VolumeAttachment of
+// one of the pod's claims.
+func (r *Reaper) queueAttachmentsOfClaims(pod *cachedPod) {
+	for _, v := range pod.Volumes {
+		claim := v.Claim
+		if v.Ephemeral {
+			claim = pod.Name + "-" + v.Name
+		}
+		pvc, err := r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
+		if err != nil || pvc.Spec.VolumeName == "" {
+			continue
+		}
+		for _, a := range r.attachments(pvc.Spec.VolumeName) {
+			if a.NodeName != pod.NodeName && r.nodes.isDown(a.NodeName) {
+				r.queue.Add(queueKey{kind: keyAttachments, name: a.NodeName})
+			}
+		}
+	}
+}
+
+func (r *Reaper) onAttachment(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok && r.nodes.isDown(va.Spec.NodeName) {
+		r.queue.Add(queueKey{kind: keyAttachments, name: va.Spec.NodeName})
+	}
 }
 
 func (r *Reaper) onNode(obj any) {
@@ -247,6 +368,9 @@ func (r *Reaper) onNodeUpdate(oldObj, newObj any) {
 	if o.ResourceVersion == n.ResourceVersion || healthInputsDiffer(o, n) {
 		r.queue.Add(queueKey{kind: keyNode, name: n.Name})
 	}
+	if r.nodes.isDown(n.Name) && len(o.Status.VolumesInUse) != len(n.Status.VolumesInUse) {
+		r.queue.Add(queueKey{kind: keyAttachments, name: n.Name})
+	}
 }
 
 func healthInputsDiffer(a, b *corev1.Node) bool {
@@ -254,7 +378,7 @@ func healthInputsDiffer(a, b *corev1.Node) bool {
 	if (ca == nil) != (cb == nil) || (ca != nil && (ca.Status != cb.Status || !ca.LastTransitionTime.Equal(&cb.LastTransitionTime))) {
 		return true
 	}
-	return (outOfServiceTaint(a) == nil) != (outOfServiceTaint(b) == nil)
+	return (outOfServiceTaint(a) == nil) != (outOfServiceTaint(b) == nil) || (fencedTaint(a) == nil) != (fencedTaint(b) == nil)
 }
 
 func (r *Reaper) runWorker(ctx context.Context) {
@@ -270,6 +394,9 @@ func (r *Reaper) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer r.queue.Done(key)
+	if ctx.Err() != nil {
+		return false
+	}
 	if err := r.sync(ctx, key); err != nil {
 		klog.FromContext(ctx).Error(err, "sync failed; retrying", "kind", key.kind, "namespace", key.namespace, "name", key.name)
 		r.queue.AddRateLimited(key)
@@ -285,13 +412,42 @@ func (r *Reaper) sync(ctx context.Context, key queueKey) error {
 		return r.syncPod(ctx, key.namespace, key.name)
 	case keyNode:
 		return r.syncNode(ctx, key.name)
+	case keyAttachments:
+		return r.syncAttachments(ctx, key.name)
 	}
 	return nil
 }
 
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
+// blocked reports why the controllers may not act now ("" when they may).
+func (r *Reaper) blocked() string {
+	if r.actBlocked == nil {
+		return ""
+	}
+	if err := r.actBlocked(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// ownerPodUIDs lists the UIDs of the pods an owner (ownerKeyOf) has now.
+func (r *Reaper) ownerPodUIDs(key string) []types.UID {
+	objs, err := r.podsByNode.ByIndex(ownerIndex, key)
+	if err != nil {
 		return nil
 	}
-	return err
+	out := make([]types.UID, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*cachedPod); ok {
+			out = append(out, p.UID)
+		}
+	}
+	return out
+}
+
+// proofSource is the reaper's access to node grants (nil without a Fencer).
+func (r *Reaper) proofSource() proofSource {
+	if r.proofs == nil {
+		return nil
+	}
+	return r.proofs.grants
 }

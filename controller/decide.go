@@ -31,8 +31,8 @@ type Snapshot struct {
 	Owner OwnerKind
 	// Node is the pod's Node; nil when it is deleted.
 	Node *corev1.Node
-	// NodeObservedDown is when the controller first saw the node not Ready or gone.
-	NodeObservedDown time.Time
+	// NodeObserved is what the manager knows about the node (its own times).
+	NodeObserved nodeObservation
 	// Volumes lists the pod's PVC and generic ephemeral volumes.
 	Volumes []VolumeInfo
 	// Attachments lists the VolumeAttachments of the pod's PVs, on any node.
@@ -47,7 +47,7 @@ type VolumeInfo struct {
 	PVName    string // "" when the claim is missing, unbound or not the pod's
 	Driver    string // the PV's CSI driver; "" when not CSI or unresolved
 	Handle    string // the PV's CSI volume handle
-	Fenced    bool   // proven fenced on the pod's node by the FenceProver
+	Fenced    bool   // proven fenced on the pod's node by the fencing back end
 }
 
 // Attachment is one VolumeAttachment as the reaper sees it.
@@ -59,24 +59,34 @@ type Attachment struct {
 	Deleting bool // already has a deletion timestamp
 }
 
-// ReaperSettings are the settings decide reads, taken once per sync.
+// ReaperSettings are the settings the decide functions read, taken once per sync.
 type ReaperSettings struct {
 	Policy                     PodDeletionPolicy
+	AttachmentPolicy           AttachmentPolicy
 	NotReadyDebounce           time.Duration
 	FastFencedTrigger          bool
 	NodeDownGracePeriod        time.Duration
 	ExtraProtectedProvisioners []string
+	CrashLoopPodDeletion       bool
+	CrashLoopRestartLimit      int
 	DryRun                     bool
+	// FencerDriver is the CSI driver whose volumes the fencing back end can prove
+	// fenced ("" without a back end). Not a setting: the manager's wiring.
+	FencerDriver string
 }
 
-func readSettings(r SettingsReader) ReaperSettings {
+func readSettings(r SettingsReader, fencerDriver string) ReaperSettings {
 	return ReaperSettings{
 		Policy:                     r.NodeDownPodDeletionPolicy(),
+		AttachmentPolicy:           r.VolumeAttachmentRecoveryPolicy(),
 		NotReadyDebounce:           r.NotReadyDebounce(),
 		FastFencedTrigger:          r.FastFencedTrigger(),
 		NodeDownGracePeriod:        r.NodeDownGracePeriod(),
 		ExtraProtectedProvisioners: r.ExtraProtectedProvisioners(),
+		CrashLoopPodDeletion:       r.CrashLoopPodDeletion(),
+		CrashLoopRestartLimit:      r.CrashLoopRestartLimit(),
 		DryRun:                     r.DryRun(),
+		FencerDriver:               fencerDriver,
 	}
 }
 
@@ -153,7 +163,9 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 		return Decision{Kind: DecisionSkip, Reason: ReasonUnscheduled}
 	}
 	d := Decision{Kind: DecisionSkip}
-	d.Node = nodeVerdict(s.Node, s.NodeObservedDown, set.NotReadyDebounce, now)
+	obs := s.NodeObserved
+	obs.Node = s.Node
+	d.Node = nodeVerdict(obs, set.NotReadyDebounce, now)
 	switch {
 	case d.Node.State == NodeNotReadyDebouncing:
 		d.Reason, d.RecheckAfter = ReasonNodeDebouncing, d.Node.DownAt.Sub(now)
@@ -184,12 +196,14 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 	if set.DryRun {
 		d.Kind = DecisionWouldDelete
 	}
-	d.Actions = reapActions(s)
+	d.Actions = reapActions(s, d.Node, set)
 	return d
 }
 
 // trigger checks decision table row 4: terminating past its deadline, or the fast
-// trigger (down for the grace and every volume proven fenced on that node).
+// trigger: down for the grace, and either Kubernetes proves the node gone
+// (deleted, out-of-service) or Vigil has fenced and tainted it and every volume
+// of the pod is proven fenced on it by the back end's attachment table.
 func trigger(s *Snapshot, v NodeVerdict, set *ReaperSettings, now time.Time) (Reason, bool, time.Duration) {
 	ts := s.Pod.DeletionTimestamp
 	var untilDeadline time.Duration
@@ -214,23 +228,18 @@ func trigger(s *Snapshot, v NodeVerdict, set *ReaperSettings, now time.Time) (Re
 	if untilGrace := v.Since.Add(set.NodeDownGracePeriod).Sub(now); untilGrace > 0 {
 		return wait(ReasonWithinGrace, untilGrace)
 	}
-	if v.State.Fenced() || allVolumesFenced(s.Volumes) {
+	if v.State.Fenced() || (s.NodeObserved.Fenced && allVolumesFenced(s.Volumes)) {
 		return ReasonProvenFenced, true, 0
 	}
 	return wait(ReasonNotProvenFenced, fenceRecheck)
 }
 
-// reapActions lists the deletes in order: every VolumeAttachment of the pod on
-// the pod's node (never another node's) that is not already going, then the pod.
-func reapActions(s *Snapshot) []Action {
+// reapActions lists the deletes in order: the VolumeAttachments of the pod on
+// its node that volume-attachment-recovery-policy lets go first (never another
+// node's, never one already going), then the pod.
+func reapActions(s *Snapshot, node NodeVerdict, set *ReaperSettings) []Action {
 	pod := s.Pod
-	actions := make([]Action, 0, len(s.Attachments)+1)
-	for _, a := range s.Attachments {
-		if a.NodeName != pod.Spec.NodeName || a.Deleting {
-			continue
-		}
-		actions = append(actions, Action{Kind: ActionDeleteVolumeAttachment, Name: a.Name, UID: a.UID, PVName: a.PVName})
-	}
+	actions := reapAttachmentActions(s, node, set)
 	return append(actions, Action{Kind: ActionForceDeletePod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
 }
 

@@ -11,11 +11,30 @@ import (
 	"github.com/vigil-storage/vigil"
 )
 
-// namedSnapshot builds the snapshot of one StatefulSet pod "p" on node-1 from objs.
-func namedSnapshot(pod *corev1.Pod, set *ReaperSettings, prover FenceProver, objs ...runtime.Object) *Snapshot {
+// namedSnapshotSeen builds the snapshot of one pod on node-1 from objs, the
+// manager having first seen the node not Ready seenAgo ago (default a minute).
+// With a proven function the node counts as fenced by Vigil (the datapath's
+// driver) and the function says which volumes the back end proves fenced.
+func namedSnapshotSeen(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, seenAgo time.Duration, objs ...runtime.Object) *Snapshot {
+	if seenAgo == 0 {
+		seenAgo = time.Minute
+	}
+	return snapshotOf(pod, set, proven, t0.Add(-seenAgo), objs...)
+}
+
+func snapshotOf(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, notReadySince time.Time, objs ...runtime.Object) *Snapshot {
+	l := testListers(objs...)
+	node, _ := l.nodes.Get(pod.Spec.NodeName)
 	tracker := newNodeTracker()
-	tracker.observedDown(pod.Spec.NodeName, true, t0.Add(-time.Minute))
-	return testListers(objs...).snapshot(context.Background(), pod, tracker, set, prover, t0)
+	if node == nil || !isNodeReady(node) {
+		tracker.observedDown(pod.Spec.NodeName, true, notReadySince)
+	}
+	obs := tracker.observe(pod.Spec.NodeName, node, t0)
+	if proven != nil {
+		set.FencerDriver = vigil.DriverName
+		obs.Fenced, obs.FencedAt = true, notReadySince
+	}
+	return l.snapshot(context.Background(), pod, node, obs, set, proofOf(proven))
 }
 
 func stsPod(vols ...corev1.Volume) *corev1.Pod {
@@ -23,7 +42,8 @@ func stsPod(vols ...corev1.Volume) *corev1.Pod {
 }
 
 func defaultSet() *ReaperSettings {
-	return &ReaperSettings{Policy: PolicyDeleteBoth, NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
+	return &ReaperSettings{Policy: PolicyDeleteBoth, AttachmentPolicy: AttachmentImmediate, FencerDriver: vigil.DriverName,
+		NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
 }
 
 func TestDecide_Named(t *testing.T) {
@@ -34,12 +54,14 @@ func TestDecide_Named(t *testing.T) {
 		name       string
 		pod        *corev1.Pod
 		set        func(*ReaperSettings)
-		prover     FenceProver
+		proven     provenFunc
 		objs       []runtime.Object
 		wantKind   DecisionKind
 		wantReason Reason
 		wantAfter  time.Duration
 		wantVAs    []string
+		isolated   bool
+		seen       time.Duration // the manager first saw the node not Ready this long ago (default a minute)
 	}{
 		{name: "unscheduled pod is skipped", pod: func() *corev1.Pod { p := stsPod(); p.Spec.NodeName = ""; return p }(),
 			wantKind: DecisionSkip, wantReason: ReasonUnscheduled},
@@ -50,6 +72,7 @@ func TestDecide_Named(t *testing.T) {
 		{name: "not ready within debounce rechecks when the debounce ends",
 			pod:      terminating(stsPod(pvcVolume("d", "data")), -time.Second),
 			objs:     append(vigilVol, newNode("node-1", corev1.ConditionFalse, -5*time.Second)),
+			seen:     5 * time.Second,
 			wantKind: DecisionSkip, wantReason: ReasonNodeDebouncing, wantAfter: 10 * time.Second},
 		{name: "terminating before deadline rechecks at the deadline",
 			pod: terminating(stsPod(pvcVolume("d", "data")), 7*time.Second), objs: append(vigilVol, unknown),
@@ -87,22 +110,52 @@ func TestDecide_Named(t *testing.T) {
 		{name: "fast trigger waits for the grace",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, newNode("node-1", corev1.ConditionUnknown, -10*time.Second)),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
-			prover:   proverFunc(func(_, _, _ string) bool { return true }),
+			proven:   func(string) bool { return true },
+			seen:     10 * time.Second,
 			wantKind: DecisionWait, wantReason: ReasonWithinGrace, wantAfter: 20 * time.Second},
 		{name: "fast trigger fires when every volume is proven fenced after the grace",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
-			prover:   proverFunc(func(node, _, h string) bool { return node == "node-1" && h == "handle-pv-1" }),
+			proven:   func(h string) bool { return h == "handle-pv-1" },
 			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
-		{name: "fast trigger needs every volume, not just the vigil one",
+		{name: "fast trigger needs every volume, not just the vigil one (another driver is never proven)",
 			pod: stsPod(pvcVolume("d", "data"), pvcVolume("o", "other")), objs: append(append(vigilVol, otherVol...), unknown),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
-			prover:   proverFunc(func(_, driver, _ string) bool { return driver == vigil.DriverName }),
+			proven:   func(string) bool { return true },
 			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
-		{name: "fast trigger without a prover never fires on a node merely unknown",
+		{name: "fast trigger needs the volume's grant revoked, not just the node fenced",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			proven:   func(string) bool { return false },
+			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
+		{name: "fast trigger without a fencing back end never fires on a node merely unknown",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
 			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
+		{name: "attachment policy wait: the reap deletes the pod only (attachments follow the replacement)",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.AttachmentPolicy = AttachmentWait },
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
+		{name: "attachment policy never: the reap never deletes an attachment",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.AttachmentPolicy = AttachmentNever },
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
+		{name: "another driver's attachment is not deleted on a node merely unknown (not proven fenced)",
+			pod:      terminating(stsPod(pvcVolume("o", "other")), -time.Second),
+			objs:     append(otherVol, unknown, newVA("va-o", "pv-2", "node-1")),
+			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
+		{name: "another driver's attachment goes first on a deleted node (Kubernetes' proof)",
+			pod:      terminating(stsPod(pvcVolume("o", "other")), -time.Second),
+			objs:     append(otherVol, newVA("va-o", "pv-2", "node-1")),
+			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
+			wantKind: DecisionDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va-o"}},
+		{name: "a Ready node storage-isolated and fenced by Vigil is down",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, newNode("node-1", corev1.ConditionTrue, -time.Hour), newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true; s.NodeDownGracePeriod = 2 * time.Second },
+			proven:   func(string) bool { return true },
+			isolated: true,
+			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
 		{name: "attachments already deleting and on other nodes are left alone",
 			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second),
 			objs: append(vigilVol, unknown, newVA("va-2", "pv-1", "node-2"), newVA("va-1", "pv-1", "node-1"),
@@ -124,7 +177,11 @@ func TestDecide_Named(t *testing.T) {
 			if tc.set != nil {
 				tc.set(set)
 			}
-			d := decide(namedSnapshot(tc.pod, set, tc.prover, tc.objs...), set, t0)
+			snap := namedSnapshotSeen(tc.pod, set, tc.proven, tc.seen, tc.objs...)
+			if tc.isolated {
+				snap.NodeObserved.Isolated, snap.NodeObserved.SilentSince = true, t0.Add(-5*time.Second)
+			}
+			d := decide(snap, set, t0)
 			if d.Kind != tc.wantKind || d.Reason != tc.wantReason || d.RecheckAfter != tc.wantAfter {
 				t.Fatalf("got %s/%s recheck %v, want %s/%s recheck %v", d.Kind, d.Reason, d.RecheckAfter, tc.wantKind, tc.wantReason, tc.wantAfter)
 			}

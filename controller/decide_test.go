@@ -38,6 +38,7 @@ const (
 	nodeUnknown
 	nodeDeleted
 	nodeOutOfService
+	nodeIsolated // Ready to Kubernetes, silent at the datapath
 )
 
 const (
@@ -54,10 +55,13 @@ const (
 )
 
 const (
-	fastOff      fastDim = iota
-	fastProven           // the prover proves every vigil volume fenced
-	fastUnproven         // the prover proves nothing
+	fastOff       fastDim = iota
+	fastProven            // Vigil fenced the node; the back end proves every vigil volume fenced
+	fastUnproven          // Vigil fenced the node; the back end still lists live grants
+	fastNotFenced         // the back end would prove it, but Vigil has not fenced the node
 )
+
+var allAttachPolicies = []AttachmentPolicy{AttachmentNever, AttachmentWait, AttachmentImmediate}
 
 type tableCase struct {
 	policy PodDeletionPolicy
@@ -67,12 +71,16 @@ type tableCase struct {
 	volume volumeDim
 	optOut bool
 	fast   fastDim
+	attach AttachmentPolicy
 }
 
 func (c tableCase) String() string {
-	return fmt.Sprintf("policy=%s/owner=%d/node=%d/pod=%d/volume=%d/optout=%t/fast=%d",
-		c.policy, c.owner, c.node, c.pod, c.volume, c.optOut, c.fast)
+	return fmt.Sprintf("policy=%s/owner=%d/node=%d/pod=%d/volume=%d/optout=%t/fast=%d/attach=%s",
+		c.policy, c.owner, c.node, c.pod, c.volume, c.optOut, c.fast, c.attach)
 }
+
+// vigilFenced: Vigil fenced the node in the case's episode.
+func (c tableCase) vigilFenced() bool { return c.fast == fastProven || c.fast == fastUnproven }
 
 // oracle says whether the pod is force-deleted, written plainly from DESIGN.md's
 // table, independent of decide. Every down state in the table test began at
@@ -82,11 +90,20 @@ func oracle(c tableCase) (reap bool, rowOK [5]bool) {
 	coversDeploy := c.policy == PolicyDeleteDeploymentPod || c.policy == PolicyDeleteBoth
 	row1 := !c.optOut && ((c.owner == ownStatefulSet && coversSTS) || (c.owner == ownDeployment && coversDeploy))
 	row2 := c.volume == volVigilPVC || c.volume == volVigilEphemeral
-	row3 := c.node == nodeFalseAfterDebounce || c.node == nodeUnknown || c.node == nodeDeleted || c.node == nodeOutOfService
+	row3 := c.node == nodeFalseAfterDebounce || c.node == nodeUnknown || c.node == nodeDeleted || c.node == nodeOutOfService ||
+		(c.node == nodeIsolated && c.vigilFenced())
 	fencedByNode := c.node == nodeDeleted || c.node == nodeOutOfService
 	allFenced := fencedByNode || (c.fast == fastProven && row2 && c.volume != volNone)
 	row4 := c.pod == podTerminatingAfterDeadline || (c.fast != fastOff && row3 && allFenced)
 	return row1 && row2 && row3 && row4, [5]bool{true, row1, row2, row3, row4}
+}
+
+// oracleAttachmentFirst says whether a reap deletes the pod's attachment on its
+// node first: only under the immediate policy, and only where the node is proven
+// fenced on it or the driver's unpublish fences it (the datapath's own).
+func oracleAttachmentFirst(c tableCase) bool {
+	vigilVolume := c.volume == volVigilPVC || c.volume == volVigilEphemeral
+	return c.attach == AttachmentImmediate && (vigilVolume || c.node == nodeDeleted || c.node == nodeOutOfService)
 }
 
 // reasonRow maps each non-action reason to the table row whose failure it names.
@@ -145,6 +162,8 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 		objs = append(objs, newNode(node, corev1.ConditionUnknown, -60*time.Second))
 	case nodeOutOfService:
 		objs = append(objs, newNode(node, corev1.ConditionFalse, -5*time.Second, outOfService(-60*time.Second)))
+	case nodeIsolated:
+		objs = append(objs, newNode(node, corev1.ConditionTrue, -time.Hour))
 	}
 	switch c.pod {
 	case podTerminatingBeforeDeadline:
@@ -155,12 +174,27 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 	if c.optOut {
 		pod.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
 	}
-	set := &ReaperSettings{Policy: c.policy, NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second,
-		FastFencedTrigger: c.fast != fastOff}
-	var prover FenceProver = proverFunc(func(_, driver, _ string) bool { return c.fast == fastProven && driver == vigil.DriverName })
+	set := &ReaperSettings{Policy: c.policy, AttachmentPolicy: c.attach, NotReadyDebounce: 15 * time.Second,
+		NodeDownGracePeriod: 30 * time.Second, FastFencedTrigger: c.fast != fastOff, FencerDriver: vigil.DriverName}
+	l := testListers(objs...)
+	nodeObj, _ := l.nodes.Get(node)
 	tracker := newNodeTracker()
-	tracker.observedDown(node, c.node != nodeReady, t0.Add(-60*time.Second))
-	return testListers(objs...).snapshot(context.Background(), pod, tracker, set, prover, t0), set
+	// The manager first saw the node not Ready a minute ago (the Ready=False
+	// cases' lastTransitionTime says otherwise: the manager's clock wins).
+	seen := t0.Add(-60 * time.Second)
+	if c.node == nodeFalseWithinDebounce {
+		seen = t0.Add(-5 * time.Second)
+	}
+	tracker.observedDown(node, nodeObj == nil || !isNodeReady(nodeObj), seen)
+	if c.node == nodeIsolated {
+		tracker.setIsolated(node, true, t0.Add(-60*time.Second))
+	}
+	if c.vigilFenced() {
+		tracker.markFenced(node, t0.Add(-50*time.Second))
+	}
+	obs := tracker.observe(node, nodeObj, t0)
+	proof := proofOf(func(string) bool { return c.fast == fastProven || c.fast == fastNotFenced })
+	return l.snapshot(context.Background(), pod, nodeObj, obs, set, proof), set
 }
 
 var allPolicies = []PodDeletionPolicy{PolicyDoNothing, PolicyDeleteStatefulSetPod, PolicyDeleteDeploymentPod, PolicyDeleteBoth}
@@ -169,12 +203,14 @@ func allTableCases() []tableCase {
 	var out []tableCase
 	for _, p := range allPolicies {
 		for o := ownStatefulSet; o <= ownNone; o++ {
-			for n := nodeReady; n <= nodeOutOfService; n++ {
+			for n := nodeReady; n <= nodeIsolated; n++ {
 				for pd := podRunning; pd <= podTerminatingAfterDeadline; pd++ {
 					for v := volVigilPVC; v <= volNone; v++ {
 						for _, opt := range []bool{false, true} {
-							for f := fastOff; f <= fastUnproven; f++ {
-								out = append(out, tableCase{p, o, n, pd, v, opt, f})
+							for f := fastOff; f <= fastNotFenced; f++ {
+								for _, a := range allAttachPolicies {
+									out = append(out, tableCase{p, o, n, pd, v, opt, f, a})
+								}
 							}
 						}
 					}
@@ -186,10 +222,11 @@ func allTableCases() []tableCase {
 }
 
 // TestDecide_Table_CrossProduct is the specification: every policy × owner × node
-// state × pod state × volume × opt-out × fast trigger, against the oracle.
+// state × pod state × volume × opt-out × fast trigger × attachment policy,
+// against the oracle.
 func TestDecide_Table_CrossProduct(t *testing.T) {
 	cases := allTableCases()
-	if len(cases) != 4*6*6*3*4*2*3 {
+	if len(cases) != 4*6*7*3*4*2*4*3 {
 		t.Fatalf("generated %d cases", len(cases))
 	}
 	reaped := 0
@@ -203,10 +240,11 @@ func TestDecide_Table_CrossProduct(t *testing.T) {
 		}
 		if want {
 			reaped++
-			wantActions := []Action{
-				{Kind: ActionDeleteVolumeAttachment, Name: "va-here", UID: "uid-va-va-here", PVName: "pv-1"},
-				{Kind: ActionForceDeletePod, Namespace: "app", Name: "p-0", UID: "uid-app-p-0"},
+			var wantActions []Action
+			if oracleAttachmentFirst(c) {
+				wantActions = append(wantActions, Action{Kind: ActionDeleteVolumeAttachment, Name: "va-here", UID: "uid-va-va-here", PVName: "pv-1"})
 			}
+			wantActions = append(wantActions, Action{Kind: ActionForceDeletePod, Namespace: "app", Name: "p-0", UID: "uid-app-p-0"})
 			if !reflect.DeepEqual(d.Actions, wantActions) {
 				t.Errorf("%s: actions %+v, want %+v", c, d.Actions, wantActions)
 			}

@@ -1,19 +1,60 @@
-// Package controller holds Vigil's reconcilers. Today that is node health and the
-// pod reaper (node_health.go, pod_reaper.go, sharing one queue loop in
-// controller.go); VolumeAttachment recovery and crash-loop handling join later.
+// Package controller holds Vigil's reconcilers: the closed loop from a node's
+// failure to a replacement running elsewhere, with no chance of two writers.
+// One workqueue (controller.go) carries three kinds of keys: nodes, pods and a
+// down node's attachments; only the leader (leader.go) runs it.
+//
+// # The loop
+//
+//  1. Detect (node_health.go, node_sync.go, storage_watch.go). A node's verdict
+//     comes from its Ready condition, judged on the manager's own clock (Unknown
+//     at once, False after node-not-ready-debounce counted from the manager's
+//     first observation, never from the kubelet's lastTransitionTime), from its
+//     deletion (confirmed by a live GET before it counts as proof), from the
+//     out-of-service taint, and from the fencing back end: a node whose engine
+//     has sent no heartbeat for datapath-connectivity-loss-threshold, and has not
+//     announced a graceful stop, is storage-isolated. When most nodes go silent
+//     at once the problem is taken to be the storage's, and no node is judged
+//     isolated.
+//  2. Fence (fence.go). With fast-fenced-trigger on, a storage-isolated node is
+//     fenced at once and a node Kubernetes calls down is fenced after
+//     node-down-grace-period: FenceNode revokes every live grant (durable when
+//     it returns), then the Node gets vigil.io/fenced:NoSchedule, then the node
+//     is marked fenced. Only then may the fast trigger reap. A back end that does
+//     not answer proves nothing: a Warning Event, and a retry.
+//  3. Reap (decide.go, pod_reaper.go): DESIGN.md's decision table. The fast
+//     trigger needs every volume of the pod proven fenced by the back end's
+//     attachment table (fence_proof.go); Kubernetes' own proofs (deleted node,
+//     out-of-service taint) stand alone. Volumes of drivers other than the back
+//     end's are never proven by Vigil.
+//  4. Free attachments (attachments.go, attachment_recovery.go) by
+//     volume-attachment-recovery-policy, once no pod on the down node uses the
+//     volume: delete its VolumeAttachment (for Vigil's driver always safe, its
+//     ControllerUnpublish fences first) and, once the node is proven fenced on
+//     it, take it out of the node's status.volumesInUse, so the attach-detach
+//     controller detaches it now instead of after its 6-minute wait.
+//  5. Record (recovery.go): one NodeRecovery per failure, its status the
+//     timeline, written in the background by the leader and continued by the
+//     next one.
+//  6. Return: the node's engine cleans up and removes the taint (package
+//     enginenode); the record closes when the node is Ready and untainted.
+//
+// Crash-looping protected pods on live nodes are deleted, not forced, at most
+// once per UID and with a backoff per owner (crash_loop.go).
 //
 // Each reconciler reads a snapshot from shared informers (snapshot.go), calls a
-// pure decide function with the settings and the clock passed in (decide.go:
-// DESIGN.md's decision table, tested as a full cross product against an
-// independent oracle), and executes the resulting actions, each with a UID
-// precondition, a Kubernetes Event on the pod and on the node, and a Prometheus
-// metric. Informers keep only what the decisions read (transform.go,
-// pod_cache.go), so tens of thousands of pods fit in a small manager. Only the
-// holder of a coordination.k8s.io Lease acts (leader.go).
+// pure decide function with the settings and the clock passed in (decideFence,
+// decide, decideAttachment, decideCrashLoop — each tested as a table, decide as
+// a full cross product against an independent oracle), and executes the
+// resulting actions, each with a UID precondition or a JSON patch that tests
+// what it replaces, a Kubernetes Event and a Prometheus metric. A decision not
+// carried out (dry run, or acting blocked by a bad managed setting) is an Event
+// saying what would have been done. Informers keep only what the decisions read
+// (transform.go, pod_cache.go), so tens of thousands of pods fit in a small
+// manager.
 //
 // The package declares the small interfaces it needs and leaves their
-// implementation to others: SettingsReader (implemented by *settings.Settings)
-// and FenceProver (implemented with the datapath; without one the fast trigger
-// fires only on the proofs Kubernetes gives: a deleted node or the out-of-service
-// taint). The end-to-end proof in a real cluster lives in test/e2e.
+// implementation to others: SettingsReader (*settings.Settings), Fencer (the
+// datapath, datapath/fencer; its value types in package fencing) and
+// RecoveryClient (*v1alpha1.Client). The end-to-end proof in a real cluster is
+// test/e2e's TestLoop.
 package controller

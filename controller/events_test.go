@@ -71,6 +71,11 @@ func TestNewMetrics_ExactNames(t *testing.T) {
 		"vigil_reaper_volumeattachments_deleted_total": nil,
 		"vigil_reaper_decisions_total":                 {"decision", "reason"},
 		"vigil_nodes_down":                             nil,
+		"vigil_nodes_storage_isolated":                 nil,
+		"vigil_fence_duration_seconds":                 nil,
+		"vigil_recovery_duration_seconds":              nil,
+		"vigil_datapath_reachable":                     nil,
+		"vigil_attachment_recovery_actions_total":      {"action"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("metrics %v, want %v", got, want)

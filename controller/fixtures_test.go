@@ -137,34 +137,63 @@ func testListers(objs ...runtime.Object) *listers {
 	}
 }
 
-// proverFunc adapts a function to FenceProver.
-type proverFunc func(node, driver, handle string) bool
+// provenFunc says which volume handles a test's fencing back end proves fenced.
+type provenFunc func(handle string) bool
 
-func (f proverFunc) ProvenFenced(_ context.Context, node, driver, handle string) (bool, error) {
-	return f(node, driver, handle), nil
+// proofOf turns a provenFunc into a proofSource (nil stays nil: no back end).
+func proofOf(f provenFunc) proofSource {
+	if f == nil {
+		return nil
+	}
+	return func(context.Context, string) (grantsView, error) {
+		return grantsView{at: t0, live: liveUnless(f)}, nil
+	}
+}
+
+func liveUnless(f provenFunc) map[string]bool {
+	// grantsView.proven reads live[handle]; a map cannot compute, so the handles
+	// the tests use are listed.
+	m := map[string]bool{}
+	for _, h := range []string{"handle-pv-1", "handle-pv-2", "handle-pv-9", "handle-pv-a", "handle-pv-b", "handle-pv-w"} {
+		if !f(h) {
+			m[h] = true
+		}
+	}
+	return m
 }
 
 // fakeSettings is a SettingsReader whose values the test sets.
 type fakeSettings struct {
-	policy   PodDeletionPolicy
-	fast     bool
-	grace    time.Duration
-	debounce time.Duration
-	extra    []string
-	dryRun   bool
-	changes  chan settings.Change
+	policy       PodDeletionPolicy
+	attach       AttachmentPolicy
+	fast         bool
+	grace        time.Duration
+	debounce     time.Duration
+	extra        []string
+	crashLoop    bool
+	crashLimit   int
+	connectivity time.Duration
+	dryRun       bool
+	changes      chan settings.Change
 }
 
 func newFakeSettings(policy PodDeletionPolicy) *fakeSettings {
-	return &fakeSettings{policy: policy, grace: 30 * time.Second, debounce: 15 * time.Second, changes: make(chan settings.Change, 8)}
+	return &fakeSettings{policy: policy, attach: AttachmentImmediate, grace: 30 * time.Second, debounce: 15 * time.Second,
+		crashLimit: 5, connectivity: 3 * time.Second, changes: make(chan settings.Change, 8)}
 }
 
 func (f *fakeSettings) NodeDownPodDeletionPolicy() PodDeletionPolicy { return f.policy }
-func (f *fakeSettings) FastFencedTrigger() bool                      { return f.fast }
-func (f *fakeSettings) NodeDownGracePeriod() time.Duration           { return f.grace }
-func (f *fakeSettings) NotReadyDebounce() time.Duration              { return f.debounce }
-func (f *fakeSettings) ExtraProtectedProvisioners() []string         { return f.extra }
-func (f *fakeSettings) DryRun() bool                                 { return f.dryRun }
-func (f *fakeSettings) Subscribe() (<-chan settings.Change, func())  { return f.changes, func() {} }
+func (f *fakeSettings) VolumeAttachmentRecoveryPolicy() AttachmentPolicy {
+	return f.attach
+}
+func (f *fakeSettings) FastFencedTrigger() bool                          { return f.fast }
+func (f *fakeSettings) NodeDownGracePeriod() time.Duration               { return f.grace }
+func (f *fakeSettings) NotReadyDebounce() time.Duration                  { return f.debounce }
+func (f *fakeSettings) ExtraProtectedProvisioners() []string             { return f.extra }
+func (f *fakeSettings) CrashLoopPodDeletion() bool                       { return f.crashLoop }
+func (f *fakeSettings) CrashLoopRestartLimit() int                       { return f.crashLimit }
+func (f *fakeSettings) DatapathConnectivityLossThreshold() time.Duration { return f.connectivity }
+func (f *fakeSettings) DryRun() bool                                     { return f.dryRun }
+func (f *fakeSettings) Subscribe() (<-chan settings.Change, func())      { return f.changes, func() {} }
 
 var metav1GetOptions = metav1.GetOptions{}

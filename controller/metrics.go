@@ -6,7 +6,7 @@ import (
 	"github.com/vigil-storage/vigil"
 )
 
-// Metrics are the reaper's Prometheus metrics.
+// Metrics are the controllers' Prometheus metrics.
 type Metrics struct {
 	// PodsDeleted counts force-deleted pods by owner kind and policy.
 	PodsDeleted *prometheus.CounterVec
@@ -16,29 +16,76 @@ type Metrics struct {
 	Decisions *prometheus.CounterVec
 	// NodesDown is the number of nodes whose verdict is down.
 	NodesDown prometheus.Gauge
+	// NodesIsolated is the number of nodes whose engine is silent at the datapath.
+	NodesIsolated prometheus.Gauge
+	// FenceDuration is how long fencing every volume of a node took.
+	FenceDuration prometheus.Histogram
+	// Fences counts node fences by outcome (done, failed).
+	Fences *prometheus.CounterVec
+	// RecoveryDuration is detection → every covered replacement Running.
+	RecoveryDuration prometheus.Histogram
+	// AttachmentActions counts attachment recovery's actions by action.
+	AttachmentActions *prometheus.CounterVec
+	// CrashLoopDeleted counts crash-looping pods deleted, by owner kind.
+	CrashLoopDeleted *prometheus.CounterVec
+	// DatapathReachable is 1 while the fencing back end answers, 0 when not.
+	DatapathReachable prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	ns := vigil.MetricsNamespace
 	m := &Metrics{
 		PodsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: vigil.MetricsNamespace, Subsystem: metricSubsystemReaper, Name: metricPodsDeleted,
+			Namespace: ns, Subsystem: metricSubsystemReaper, Name: metricPodsDeleted,
 			Help: "Pods on down nodes force-deleted by the reaper, by owner kind and policy.",
 		}, []string{labelOwnerKind, labelPolicy}),
 		AttachmentsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: vigil.MetricsNamespace, Subsystem: metricSubsystemReaper, Name: metricAttachmentsDeleted,
-			Help: "VolumeAttachments on down nodes deleted by the reaper before force-deleting their pods.",
+			Namespace: ns, Subsystem: metricSubsystemReaper, Name: metricAttachmentsDeleted,
+			Help: "VolumeAttachments on down nodes deleted by Vigil (before reaping their pods, or by attachment recovery).",
 		}),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: vigil.MetricsNamespace, Subsystem: metricSubsystemReaper, Name: metricDecisions,
+			Namespace: ns, Subsystem: metricSubsystemReaper, Name: metricDecisions,
 			Help: "The reaper's decisions (delete, would-delete, wait, skip) by reason.",
 		}, []string{labelDecision, labelReason}),
 		NodesDown: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: vigil.MetricsNamespace, Name: metricNodesDown,
-			Help: "Nodes whose health verdict is down (Ready Unknown, Ready False past the debounce, deleted, out-of-service).",
+			Namespace: ns, Name: metricNodesDown,
+			Help: "Nodes whose health verdict is down (Ready Unknown, Ready False past the debounce, deleted, out-of-service, storage-isolated and fenced).",
+		}),
+		NodesIsolated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricNodesIsolated,
+			Help: "Nodes whose engine has been silent at the datapath for the connectivity-loss threshold.",
+		}),
+		FenceDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: metricFenceDuration,
+			Help:    "Time to fence every volume granted to a down node at the datapath (durable on return).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		Fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: metricFences,
+			Help: "Node fences attempted by the manager, by outcome.",
+		}, []string{labelOutcome}),
+		RecoveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: metricRecoveryDuration,
+			Help:    "Node failure detected → every covered pod's replacement Running.",
+			Buckets: []float64{1, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600},
+		}),
+		AttachmentActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: metricAttachmentActions,
+			Help: "Attachment recovery on down nodes: VolumeAttachments deleted, volumes cleared from volumesInUse.",
+		}, []string{labelAction}),
+		CrashLoopDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: metricCrashLoopDeleted,
+			Help: "Crash-looping protected pods deleted (not forced) so they come back with a fresh attachment, by owner kind.",
+		}, []string{labelOwnerKind}),
+		DatapathReachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricDatapathReachable,
+			Help: "1 while the fencing back end (the datapath) answers the manager, 0 when it does not.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown} {
+	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown,
+		m.NodesIsolated, m.FenceDuration, m.Fences, m.RecoveryDuration, m.AttachmentActions, m.CrashLoopDeleted,
+		m.DatapathReachable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

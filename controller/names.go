@@ -6,12 +6,19 @@ const (
 	// EventPodForceDeleted: a pod on a down node was force-deleted by policy.
 	EventPodForceDeleted = "VigilForceDeletedPod"
 	// EventVolumeAttachmentDeleted: a VolumeAttachment on a down node was deleted
-	// before its pod was force-deleted.
+	// (before its pod was force-deleted, or by attachment recovery).
 	EventVolumeAttachmentDeleted = "VigilDeletedVolumeAttachment"
+	// EventVolumeInUseCleared: a fenced volume was taken out of a down node's
+	// status.volumesInUse, so the attach-detach controller detaches it at once.
+	EventVolumeInUseCleared = "VigilClearedVolumeInUse"
+	// EventAttachmentNotFreed: a deliberate non-action on a down node's attachment.
+	EventAttachmentNotFreed = "VigilAttachmentNotFreed"
 	// EventWouldForceDelete: dry run; the pod would have been force-deleted.
 	EventWouldForceDelete = "VigilWouldForceDeletePod"
 	// EventWouldDeleteVolumeAttachment: dry run; the attachment would have been deleted.
 	EventWouldDeleteVolumeAttachment = "VigilWouldDeleteVolumeAttachment"
+	// EventWouldClearVolumeInUse: dry run; the volume would have left volumesInUse.
+	EventWouldClearVolumeInUse = "VigilWouldClearVolumeInUse"
 	// EventPodNotReaped: a deliberate non-action on a pod of a down node.
 	EventPodNotReaped = "VigilPodNotReaped"
 	// EventReapFailed: an API call of the reaper failed; it is retried.
@@ -20,6 +27,21 @@ const (
 	EventNodeDown = "VigilNodeDown"
 	// EventNodeRecovered: a node Vigil considered down is Ready again.
 	EventNodeRecovered = "VigilNodeRecovered"
+	// EventNodeStorageIsolated: the node's engine went silent at the datapath.
+	EventNodeStorageIsolated = "VigilNodeStorageIsolated"
+	// EventNodeFenced: every volume of the node was fenced and the node tainted.
+	EventNodeFenced = "VigilFencedNode"
+	// EventWouldFence: dry run; the node would have been fenced.
+	EventWouldFence = "VigilWouldFenceNode"
+	// EventFenceFailed: fencing or tainting failed (the back end unreachable…);
+	// nothing is proven, it is retried.
+	EventFenceFailed = "VigilFenceFailed"
+	// EventCrashLoopDeleted: a crash-looping protected pod was deleted.
+	EventCrashLoopDeleted = "VigilDeletedCrashLoopingPod"
+	// EventCrashLoopNotDeleted: a crash-looping pod left alone (backoff, bound).
+	EventCrashLoopNotDeleted = "VigilCrashLoopNotDeleted"
+	// EventWouldDeleteCrashLoop: dry run; the crash-looping pod would have been deleted.
+	EventWouldDeleteCrashLoop = "VigilWouldDeleteCrashLoopingPod"
 )
 
 // Metric names (the vigil_ prefix comes from vigil.MetricsNamespace).
@@ -29,10 +51,25 @@ const (
 	metricAttachmentsDeleted = "volumeattachments_deleted_total"
 	metricDecisions          = "decisions_total"
 	metricNodesDown          = "nodes_down"
+	metricNodesIsolated      = "nodes_storage_isolated"
+	metricFenceDuration      = "fence_duration_seconds"
+	metricFences             = "fences_total"
+	metricRecoveryDuration   = "recovery_duration_seconds"
+	metricAttachmentActions  = "attachment_recovery_actions_total"
+	metricCrashLoopDeleted   = "crashloop_pods_deleted_total"
+	metricDatapathReachable  = "datapath_reachable"
 	labelOwnerKind           = "owner_kind"
 	labelPolicy              = "policy"
 	labelDecision            = "decision"
 	labelReason              = "reason"
+	labelOutcome             = "outcome"
+	labelAction              = "action"
+	outcomeDone              = "done"
+	outcomeFailed            = "failed"
 	nodeIndex                = "spec.nodeName"
+	claimIndex               = "spec.volumes.claim"
+	ownerIndex               = "metadata.controller"
 	attachmentByPVIndex      = "spec.source.persistentVolumeName"
+	attachmentByNodeIndex    = "spec.nodeName"
+	pvByHandleIndex          = "spec.csi.driver^volumeHandle"
 )

@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,19 +12,31 @@ import (
 type NodeState uint8
 
 // Node states, from healthy to down. Only the states for which Down reports true
-// let the reaper act; only those for which Fenced reports true count as proof
-// that nothing on the node can still write (DESIGN.md, decision table row 4).
+// let the controllers act; only those for which Fenced reports true count, by
+// themselves, as proof that nothing on the node can still write (DESIGN.md,
+// decision table row 4). A node Vigil fenced itself is proven per volume, from
+// the fencing back end's attachment table.
 const (
-	// NodeReady: Ready=True, or the kubelet has not reported a Ready condition yet.
+	// NodeReady: Ready=True (or not reported yet) and, where the storage is
+	// watched, heartbeating.
 	NodeReady NodeState = iota
-	// NodeNotReadyDebouncing: Ready=False for less than the debounce, as during a
-	// kubelet restart.
+	// NodeNotReadyDebouncing: Ready=False for less than the debounce, measured
+	// from the manager's own first observation, as during a kubelet restart.
 	NodeNotReadyDebouncing
+	// NodeStorageIsolated: the node's engine has been silent at the datapath for
+	// datapath-connectivity-loss-threshold, but Vigil has not fenced it (yet):
+	// not down. With the fast trigger on it is fenced at once and becomes
+	// NodeDownStorageIsolated.
+	NodeStorageIsolated
 	// NodeDownUnknown: Ready=Unknown, the kubelet stopped reporting. Down at once.
 	NodeDownUnknown
 	// NodeDownNotReady: Ready=False for at least the debounce.
 	NodeDownNotReady
-	// NodeDownDeleted: the Node object is gone. Down and fenced.
+	// NodeDownStorageIsolated: storage-isolated and fenced by Vigil: down, even
+	// if Kubernetes still calls it Ready.
+	NodeDownStorageIsolated
+	// NodeDownDeleted: the Node object is gone (confirmed by a live GET). Down
+	// and fenced.
 	NodeDownDeleted
 	// NodeDownOutOfService: the out-of-service taint on a node that is not Ready,
 	// the operator's word that it is shut down. Down and fenced.
@@ -35,12 +44,14 @@ const (
 )
 
 var nodeStateNames = [...]string{
-	NodeReady:              "ready",
-	NodeNotReadyDebouncing: "not-ready-within-debounce",
-	NodeDownUnknown:        "ready-unknown",
-	NodeDownNotReady:       "not-ready",
-	NodeDownDeleted:        "deleted",
-	NodeDownOutOfService:   "out-of-service",
+	NodeReady:               "ready",
+	NodeNotReadyDebouncing:  "not-ready-within-debounce",
+	NodeStorageIsolated:     "storage-isolated-unfenced",
+	NodeDownUnknown:         "ready-unknown",
+	NodeDownNotReady:        "not-ready",
+	NodeDownStorageIsolated: "storage-isolated",
+	NodeDownDeleted:         "deleted",
+	NodeDownOutOfService:    "out-of-service",
 }
 
 func (s NodeState) String() string {
@@ -57,50 +68,80 @@ func (s NodeState) Down() bool { return s >= NodeDownUnknown }
 // a deleted node or the out-of-service taint.
 func (s NodeState) Fenced() bool { return s == NodeDownDeleted || s == NodeDownOutOfService }
 
+// KubernetesDown reports whether Kubernetes itself considers the node gone or
+// unresponsive (every down state but Vigil's own storage isolation).
+func (s NodeState) KubernetesDown() bool { return s.Down() && s != NodeDownStorageIsolated }
+
 // NodeVerdict is the verdict on one node at one instant.
 type NodeVerdict struct {
 	State NodeState
-	// Since is when the node became down; zero unless State.Down().
+	// Since is when the node became down, on the manager's clock; zero unless
+	// State.Down().
 	Since time.Time
 	// DownAt is, while debouncing, when the node becomes down if nothing changes.
 	DownAt time.Time
 }
 
-// nodeVerdict judges a node at now. A nil node means the Node object is deleted.
-// observedDown is when the controller first saw the node not Ready (or gone); it
-// stands in for times the object does not carry.
-func nodeVerdict(node *corev1.Node, observedDown time.Time, debounce time.Duration, now time.Time) NodeVerdict {
-	fallback := observedDown
-	if fallback.IsZero() {
-		fallback = now
+// nodeObservation is what the manager knows about one node at one instant, all
+// times on the manager's own clock (never the node's).
+type nodeObservation struct {
+	// Node is the Node object; nil when it is deleted (confirmed by a live GET).
+	Node *corev1.Node
+	// NotReadySince is when the manager first saw the node not Ready (or gone)
+	// in this episode; zero while it is Ready.
+	NotReadySince time.Time
+	// Isolated: the node's engine has been silent at the datapath for the
+	// connectivity-loss threshold (and announced no graceful stop);
+	// SilentSince is when that silence began.
+	Isolated    bool
+	SilentSince time.Time
+	// Fenced: Vigil fenced every volume of the node and tainted it in this
+	// episode, at FencedAt.
+	Fenced   bool
+	FencedAt time.Time
+}
+
+// nodeVerdict judges a node at now. It is pure: the observation carries the
+// manager's own observation times, and the debounce counts from the first time
+// the manager saw the node not Ready, never from a time the node reported.
+func nodeVerdict(o nodeObservation, debounce time.Duration, now time.Time) NodeVerdict {
+	notReadySince := o.NotReadySince
+	if notReadySince.IsZero() {
+		notReadySince = now
 	}
-	if node == nil {
-		return NodeVerdict{State: NodeDownDeleted, Since: fallback}
+	if o.Node == nil {
+		return NodeVerdict{State: NodeDownDeleted, Since: notReadySince}
 	}
-	ready := readyCondition(node)
+	isolatedDown := o.Isolated && o.Fenced
+	silentSince := o.SilentSince
+	if silentSince.IsZero() {
+		silentSince = o.FencedAt
+	}
+	ready := readyCondition(o.Node)
 	if ready == nil || ready.Status == corev1.ConditionTrue {
+		switch {
+		case isolatedDown:
+			return NodeVerdict{State: NodeDownStorageIsolated, Since: silentSince}
+		case o.Isolated:
+			return NodeVerdict{State: NodeStorageIsolated}
+		}
 		return NodeVerdict{State: NodeReady}
 	}
-	changed := ready.LastTransitionTime.Time
-	if changed.IsZero() {
-		changed = fallback
-	}
-	if taint := outOfServiceTaint(node); taint != nil {
-		since := fallback
-		if taint.TimeAdded != nil && !taint.TimeAdded.IsZero() {
-			since = taint.TimeAdded.Time
-		}
-		return NodeVerdict{State: NodeDownOutOfService, Since: since}
+	if outOfServiceTaint(o.Node) != nil {
+		return NodeVerdict{State: NodeDownOutOfService, Since: notReadySince}
 	}
 	if ready.Status != corev1.ConditionFalse {
 		// Unknown, or a status Kubernetes does not define: nobody vouches for it.
-		return NodeVerdict{State: NodeDownUnknown, Since: changed}
+		return NodeVerdict{State: NodeDownUnknown, Since: notReadySince}
 	}
-	downAt := changed.Add(debounce)
-	if now.Before(downAt) {
-		return NodeVerdict{State: NodeNotReadyDebouncing, DownAt: downAt}
+	downAt := notReadySince.Add(debounce)
+	switch {
+	case !now.Before(downAt):
+		return NodeVerdict{State: NodeDownNotReady, Since: downAt}
+	case isolatedDown:
+		return NodeVerdict{State: NodeDownStorageIsolated, Since: silentSince}
 	}
-	return NodeVerdict{State: NodeDownNotReady, Since: downAt}
+	return NodeVerdict{State: NodeNotReadyDebouncing, DownAt: downAt}
 }
 
 // isNodeReady reports whether the node's Ready condition is True (or absent).
@@ -119,130 +160,19 @@ func readyCondition(node *corev1.Node) *corev1.NodeCondition {
 }
 
 func outOfServiceTaint(node *corev1.Node) *corev1.Taint {
+	return taint(node, vigil.OutOfServiceTaintKey)
+}
+
+func fencedTaint(node *corev1.Node) *corev1.Taint { return taint(node, vigil.FencedTaintKey) }
+
+func taint(node *corev1.Node, key string) *corev1.Taint {
+	if node == nil {
+		return nil
+	}
 	for i := range node.Spec.Taints {
-		if node.Spec.Taints[i].Key == vigil.OutOfServiceTaintKey {
+		if node.Spec.Taints[i].Key == key {
 			return &node.Spec.Taints[i]
 		}
-	}
-	return nil
-}
-
-// nodeTracker remembers, per node, when the controller first saw it not Ready and
-// whether its last verdict was down. It turns a stream of verdicts into
-// transitions, so a node that keeps reporting the same state, or a resync, causes
-// no repeated work, and it feeds the vigil_nodes_down gauge.
-type nodeTracker struct {
-	mu    sync.Mutex
-	nodes map[string]*nodeRecord
-}
-
-type nodeRecord struct {
-	notReadySince time.Time
-	down          bool
-}
-
-func newNodeTracker() *nodeTracker {
-	return &nodeTracker{nodes: make(map[string]*nodeRecord)}
-}
-
-// observedDown returns when the node was first seen not Ready or deleted, noting
-// now if this is the first time. A Ready node forgets it.
-func (t *nodeTracker) observedDown(name string, notReady bool, now time.Time) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.nodes[name]
-	if !notReady {
-		if r != nil {
-			r.notReadySince = time.Time{}
-		}
-		return time.Time{}
-	}
-	if r == nil {
-		r = &nodeRecord{}
-		t.nodes[name] = r
-	}
-	if r.notReadySince.IsZero() {
-		r.notReadySince = now
-	}
-	return r.notReadySince
-}
-
-// record stores a verdict's down state and reports whether it changed.
-func (t *nodeTracker) record(name string, down bool) (changed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.nodes[name]
-	if r == nil {
-		if !down {
-			return false
-		}
-		r = &nodeRecord{}
-		t.nodes[name] = r
-	}
-	changed = r.down != down
-	r.down = down
-	if !down && r.notReadySince.IsZero() {
-		delete(t.nodes, name)
-	}
-	return changed
-}
-
-// forget drops a node that came back as a new object or whose pods are all gone.
-func (t *nodeTracker) forget(name string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.nodes, name)
-}
-
-// downNodes lists the nodes whose last verdict was down.
-func (t *nodeTracker) downNodes() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for name, r := range t.nodes {
-		if r.down {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-// syncNode judges one node. On a transition it emits an Event and updates the
-// vigil_nodes_down gauge; while the node is down it queues the node's pods; while
-// it is debouncing it comes back when the debounce ends.
-func (r *Reaper) syncNode(_ context.Context, name string) error {
-	node, err := r.listers.nodes.Get(name)
-	if err != nil {
-		if err = ignoreNotFound(err); err != nil {
-			return err
-		}
-		node = nil
-		if pods, _ := r.podsByNode.ByIndex(nodeIndex, name); len(pods) == 0 {
-			r.nodes.forget(name)
-			r.metrics.NodesDown.Set(float64(len(r.nodes.downNodes())))
-			return nil
-		}
-	}
-	now := r.now()
-	set := readSettings(r.settings)
-	observed := r.nodes.observedDown(name, node == nil || !isNodeReady(node), now)
-	v := nodeVerdict(node, observed, set.NotReadyDebounce, now)
-	if r.nodes.record(name, v.State.Down()) {
-		r.metrics.NodesDown.Set(float64(len(r.nodes.downNodes())))
-		ref := nodeRef(name)
-		if v.State.Down() {
-			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeDown,
-				fmt.Sprintf("node %s is down (%s); pods on it are handled by policy %s", name, v.State, set.Policy))
-		} else {
-			r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventNodeRecovered,
-				fmt.Sprintf("node %s is no longer down (%s)", name, v.State))
-		}
-	}
-	switch {
-	case v.State == NodeNotReadyDebouncing:
-		r.queue.AddAfter(queueKey{kind: keyNode, name: name}, v.DownAt.Sub(now))
-	case v.State.Down():
-		r.enqueuePodsOn(name)
 	}
 	return nil
 }

@@ -12,26 +12,46 @@ import (
 
 func TestNodeVerdict_States(t *testing.T) {
 	const debounce = 15 * time.Second
-	observed := t0.Add(-2 * time.Minute)
+	seen := t0.Add(-2 * time.Minute) // the manager first saw the node not Ready
+	silent := t0.Add(-5 * time.Second)
 	cases := []struct {
 		name      string
-		node      *corev1.Node
+		obs       nodeObservation
 		want      NodeState
 		wantSince time.Time
 	}{
-		{"ready", newNode("n", corev1.ConditionTrue, -time.Hour), NodeReady, time.Time{}},
-		{"no ready condition yet", &corev1.Node{}, NodeReady, time.Time{}},
-		{"unknown is down at once", newNode("n", corev1.ConditionUnknown, -time.Second), NodeDownUnknown, t0.Add(-time.Second)},
-		{"false within debounce", newNode("n", corev1.ConditionFalse, -14*time.Second), NodeNotReadyDebouncing, time.Time{}},
-		{"false at the debounce", newNode("n", corev1.ConditionFalse, -15*time.Second), NodeDownNotReady, t0},
-		{"deleted", nil, NodeDownDeleted, observed},
-		{"out-of-service while not ready", newNode("n", corev1.ConditionFalse, -time.Second, outOfService(-5*time.Second)),
-			NodeDownOutOfService, t0.Add(-5 * time.Second)},
-		{"out-of-service on a ready node", newNode("n", corev1.ConditionTrue, -time.Hour, outOfService(-5*time.Second)), NodeReady, time.Time{}},
+		{"ready", nodeObservation{Node: newNode("n", corev1.ConditionTrue, -time.Hour)}, NodeReady, time.Time{}},
+		{"no ready condition yet", nodeObservation{Node: &corev1.Node{}}, NodeReady, time.Time{}},
+		{"unknown is down at once, since the manager saw it",
+			nodeObservation{Node: newNode("n", corev1.ConditionUnknown, -time.Second), NotReadySince: seen}, NodeDownUnknown, seen},
+		{"false within the debounce of the manager's own observation",
+			nodeObservation{Node: newNode("n", corev1.ConditionFalse, -time.Hour), NotReadySince: t0.Add(-14 * time.Second)},
+			NodeNotReadyDebouncing, time.Time{}},
+		{"false at the debounce", nodeObservation{Node: newNode("n", corev1.ConditionFalse, -time.Second), NotReadySince: t0.Add(-15 * time.Second)},
+			NodeDownNotReady, t0},
+		{"deleted (confirmed)", nodeObservation{NotReadySince: seen}, NodeDownDeleted, seen},
+		{"out-of-service while not ready",
+			nodeObservation{Node: newNode("n", corev1.ConditionFalse, -time.Second, outOfService(-5*time.Second)), NotReadySince: seen},
+			NodeDownOutOfService, seen},
+		{"out-of-service on a ready node", nodeObservation{Node: newNode("n", corev1.ConditionTrue, -time.Hour, outOfService(-5*time.Second))},
+			NodeReady, time.Time{}},
+		{"storage-isolated but not fenced is not down",
+			nodeObservation{Node: newNode("n", corev1.ConditionTrue, -time.Hour), Isolated: true, SilentSince: silent},
+			NodeStorageIsolated, time.Time{}},
+		{"storage-isolated and fenced is down since the silence began",
+			nodeObservation{Node: newNode("n", corev1.ConditionTrue, -time.Hour), Isolated: true, SilentSince: silent, Fenced: true, FencedAt: t0},
+			NodeDownStorageIsolated, silent},
+		{"storage-isolated and fenced while debouncing is down",
+			nodeObservation{Node: newNode("n", corev1.ConditionFalse, -time.Second), NotReadySince: t0.Add(-time.Second),
+				Isolated: true, SilentSince: silent, Fenced: true}, NodeDownStorageIsolated, silent},
+		{"fenced but heartbeating again is not down",
+			nodeObservation{Node: newNode("n", corev1.ConditionTrue, -time.Hour), Fenced: true, FencedAt: t0}, NodeReady, time.Time{}},
+		{"Kubernetes' verdict wins over isolation", nodeObservation{Node: newNode("n", corev1.ConditionUnknown, -time.Second),
+			NotReadySince: seen, Isolated: true, SilentSince: silent, Fenced: true}, NodeDownUnknown, seen},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := nodeVerdict(tc.node, observed, debounce, t0)
+			v := nodeVerdict(tc.obs, debounce, t0)
 			if v.State != tc.want || !v.Since.Equal(tc.wantSince) {
 				t.Errorf("got %s since %v, want %s since %v", v.State, v.Since, tc.want, tc.wantSince)
 			}
@@ -42,13 +62,32 @@ func TestNodeVerdict_States(t *testing.T) {
 	}
 }
 
-// A kubelet restart flips Ready to False for a few seconds; each flip resets the
-// transition time, so a node that flaps faster than the debounce is never down.
+// The debounce counts from the manager's own first observation, never from the
+// kubelet's lastTransitionTime (the node's clock, which may be far off).
+func TestNodeVerdict_DebounceUsesManagerClock(t *testing.T) {
+	tr := newNodeTracker()
+	// The node's clock says Ready=False began an hour ago; the manager sees it now.
+	node := newNode("n", corev1.ConditionFalse, -time.Hour)
+	if v := nodeVerdict(tr.observe("n", node, t0), 15*time.Second, t0); v.State != NodeNotReadyDebouncing {
+		t.Fatalf("first observation: %s, want debouncing", v.State)
+	}
+	if v := nodeVerdict(tr.observe("n", node, t0.Add(15*time.Second)), 15*time.Second, t0.Add(15*time.Second)); v.State != NodeDownNotReady {
+		t.Fatalf("after the debounce: %s, want down", v.State)
+	}
+}
+
+// A kubelet restart flips Ready to False for a few seconds; every Ready between
+// flips resets the manager's observation, so a node that flaps faster than the
+// debounce is never down.
 func TestNodeVerdict_FlappingNeverDebouncesThrough(t *testing.T) {
-	for i := range 20 {
-		now := t0.Add(time.Duration(i) * 10 * time.Second)
-		node := newNode("n", corev1.ConditionFalse, time.Duration(i)*10*time.Second-8*time.Second)
-		if v := nodeVerdict(node, time.Time{}, 15*time.Second, now); v.State.Down() {
+	tr := newNodeTracker()
+	for i := range 40 {
+		now := t0.Add(time.Duration(i) * 5 * time.Second)
+		status := corev1.ConditionFalse
+		if i%3 == 2 {
+			status = corev1.ConditionTrue
+		}
+		if v := nodeVerdict(tr.observe("n", newNode("n", status, 0), now), 15*time.Second, now); v.State.Down() {
 			t.Fatalf("flap %d: node judged down (%s)", i, v.State)
 		}
 	}
@@ -67,8 +106,8 @@ func TestReaper_SyncNode_TransitionsEventsAndGauge(t *testing.T) {
 	if got := testutil.ToFloat64(f.reaper.metrics.NodesDown); got != 1 {
 		t.Errorf("nodes down = %v", got)
 	}
-	if got := f.reaper.queue.Len(); got != 1 {
-		t.Errorf("queue holds %d keys, want the node's one pod", got)
+	if got := f.reaper.queue.Len(); got != 2 {
+		t.Errorf("queue holds %d keys, want the node's one pod and its attachments", got)
 	}
 	// A resync of the same state: no new Event.
 	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
@@ -146,4 +185,18 @@ func TestReaper_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
 		t.Fatal("the pod on the down node was not requeued")
 	}
 	f.reaper.queue.ShutDown()
+}
+
+func TestReaper_NodeStatuses_ReportsTheTracker(t *testing.T) {
+	f := fencedFixture(t, corev1.ConditionTrue)
+	f.start()
+	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.reaper.syncNode(context.Background(), "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	st := f.reaper.NodeStatuses()
+	if len(st) != 1 || st[0].Name != "node-1" || st[0].State != NodeDownStorageIsolated || !st[0].Down || !st[0].Isolated ||
+		st[0].FencedAt.IsZero() || !st[0].SilentSince.Equal(t0.Add(-4*time.Second)) {
+		t.Fatalf("statuses %+v", st)
+	}
 }

@@ -24,6 +24,9 @@ type cachedPod struct {
 	NodeName          string
 	Volumes           []cachedVolume
 	Phase             corev1.PodPhase
+	// CrashLoopRestarts is the highest restart count among the pod's containers
+	// waiting in CrashLoopBackOff; 0 when none is.
+	CrashLoopRestarts int32
 }
 
 // cachedVolume is one PVC or generic ephemeral volume of a pod.
@@ -46,7 +49,7 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 // toCachedPod converts a pod as the API returns it (or an already slim one).
 func toCachedPod(p *corev1.Pod) *cachedPod {
 	s := slimPod(p)
-	c := &cachedPod{ObjectMeta: s.ObjectMeta, NodeName: s.Spec.NodeName, Phase: s.Status.Phase}
+	c := &cachedPod{ObjectMeta: s.ObjectMeta, NodeName: s.Spec.NodeName, Phase: s.Status.Phase, CrashLoopRestarts: crashLoopRestarts(p)}
 	if len(s.Spec.Volumes) > 0 {
 		c.Volumes = make([]cachedVolume, 0, len(s.Spec.Volumes))
 		for _, v := range s.Spec.Volumes {
@@ -65,6 +68,10 @@ func (p *cachedPod) pod() *corev1.Pod {
 	out := &corev1.Pod{ObjectMeta: *p.ObjectMeta.DeepCopy()}
 	out.Spec.NodeName = p.NodeName
 	out.Status.Phase = p.Phase
+	if p.CrashLoopRestarts > 0 {
+		out.Status.ContainerStatuses = []corev1.ContainerStatus{{RestartCount: p.CrashLoopRestarts,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reasonCrashLoopBackOff}}}}
+	}
 	for _, v := range p.Volumes {
 		vol := corev1.Volume{Name: v.Name}
 		if v.Ephemeral {
@@ -86,6 +93,64 @@ func podCacheTransform(obj any) (any, error) {
 	return obj, nil
 }
 
+// reasonCrashLoopBackOff is the kubelet's waiting reason for a container it
+// restarts with back-off after repeated failures.
+const reasonCrashLoopBackOff = "CrashLoopBackOff"
+
+// crashLoopRestarts is the highest restart count among the containers (init
+// containers included) waiting in CrashLoopBackOff.
+func crashLoopRestarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range list {
+			if w := c.State.Waiting; w != nil && w.Reason == reasonCrashLoopBackOff && c.RestartCount > n {
+				n = c.RestartCount
+			}
+		}
+	}
+	return n
+}
+
+// ownerKeyOf names a pod's controller: namespace/Kind/name ("" for none).
+func ownerKeyOf(namespace string, refs []metav1.OwnerReference) string {
+	for i := range refs {
+		if refs[i].Controller != nil && *refs[i].Controller {
+			return namespace + "/" + refs[i].Kind + "/" + refs[i].Name
+		}
+	}
+	return ""
+}
+
+// podOwner indexes cached pods by their controller (ownerKeyOf).
+func podOwner(obj any) ([]string, error) {
+	pod, ok := obj.(*cachedPod)
+	if !ok {
+		return nil, nil
+	}
+	if k := ownerKeyOf(pod.Namespace, pod.OwnerReferences); k != "" {
+		return []string{k}, nil
+	}
+	return nil, nil
+}
+
+// podClaims indexes cached pods by the claims they use: namespace/claim (a
+// generic ephemeral volume's claim is pod-volume).
+func podClaims(obj any) ([]string, error) {
+	pod, ok := obj.(*cachedPod)
+	if !ok || len(pod.Volumes) == 0 {
+		return nil, nil
+	}
+	out := make([]string, 0, len(pod.Volumes))
+	for _, v := range pod.Volumes {
+		claim := v.Claim
+		if v.Ephemeral {
+			claim = pod.Name + "-" + v.Name
+		}
+		out = append(out, pod.Namespace+"/"+claim)
+	}
+	return out, nil
+}
+
 // podCacheInformer registers, in the factory, the reaper's own pod informer: it
 // lists and watches pods but stores cachedPods, indexed by node. It is keyed by
 // the cachedPod type, so anyone else asking the factory for the ordinary pod
@@ -103,7 +168,7 @@ func podCacheInformer(f informers.SharedInformerFactory) (cache.SharedIndexInfor
 		// The wrapper tells the reflector whether client can stream a watch-list
 		// (a fake clientset cannot), as client-go's generated informers do.
 		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, cache.SharedIndexInformerOptions{
-			ResyncPeriod: resync, Indexers: cache.Indexers{nodeIndex: podNode},
+			ResyncPeriod: resync, Indexers: cache.Indexers{nodeIndex: podNode, ownerIndex: podOwner, claimIndex: podClaims},
 		})
 	})
 	// The factory installs its own transform; the pod cache needs this one.

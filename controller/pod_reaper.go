@@ -26,19 +26,30 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 		return nil
 	}
 	pod := cached.pod()
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	set := readSettings(r.settings, r.proofs.driver())
+	node, obs, v, err := r.judge(ctx, pod.Spec.NodeName, &set)
+	if err != nil {
+		return err
+	}
+	if v.State == NodeReady {
+		return r.syncCrashLoop(ctx, pod, &set)
+	}
 	now := r.now()
-	set := readSettings(r.settings)
-	snap := r.listers.snapshot(ctx, pod, r.nodes, &set, r.prover, now)
+	snap := r.listers.snapshot(ctx, pod, node, obs, &set, r.proofSource())
 	d := decide(snap, &set, now)
 	r.metrics.Decisions.WithLabelValues(string(d.Kind), string(d.Reason)).Inc()
 	if d.RecheckAfter > 0 {
 		r.queue.AddAfter(queueKey{kind: keyPod, namespace: namespace, name: name}, d.RecheckAfter)
 	}
-	switch d.Kind {
-	case DecisionDelete:
+	blocked := r.blocked()
+	switch {
+	case d.Kind == DecisionDelete && blocked == "":
 		return r.reap(ctx, pod, snap.Owner, d, set.Policy)
-	case DecisionWouldDelete:
-		r.reportDryRun(pod, d, set.Policy)
+	case d.Kind == DecisionDelete || d.Kind == DecisionWouldDelete:
+		r.reportDryRun(pod, d, set.Policy, blocked)
 	default:
 		if d.Node.State.Down() {
 			msg := fmt.Sprintf("not force-deleting pod %s/%s on down node %s (%s): %s (policy %s, owner %s)",
@@ -71,6 +82,8 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
 			}
 			r.metrics.AttachmentsDeleted.Inc()
+			r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
+			r.recoveries.attachmentFreed(pod.Spec.NodeName, a.Name, a.PVName, actionLabelDeleteAttachment, r.now())
 			r.emitBoth(pod, corev1.EventTypeNormal, EventVolumeAttachmentDeleted,
 				fmt.Sprintf("deleted VolumeAttachment %s (PV %s) of pod %s/%s on down node: %s", a.Name, a.PVName, pod.Namespace, pod.Name, why))
 		case ActionForceDeletePod:
@@ -88,6 +101,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 				return fmt.Errorf("force delete pod %s/%s: %w", a.Namespace, a.Name, err)
 			}
 			r.metrics.PodsDeleted.WithLabelValues(string(owner), string(policy)).Inc()
+			r.recoveries.podReaped(pod.Spec.NodeName, pod, owner, ownerKeyOf(pod.Namespace, pod.OwnerReferences), string(d.Reason), r.now())
 			r.emitBoth(pod, corev1.EventTypeNormal, EventPodForceDeleted,
 				fmt.Sprintf("force-deleted pod %s/%s (owner %s): %s", pod.Namespace, pod.Name, owner, why))
 		}
@@ -95,17 +109,22 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 	return nil
 }
 
-// reportDryRun emits the "would delete" Events of a dry run and deletes nothing.
-func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy) {
+// reportDryRun emits the "would delete" Events of a dry run, or of a decision
+// not carried out because acting is blocked, and deletes nothing.
+func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
 	why := fmt.Sprintf("node %s is %s; policy %s; trigger %s", pod.Spec.NodeName, d.Node.State, policy, d.Reason)
+	prefix := "dry run"
+	if blocked != "" {
+		prefix = "not acting (" + blocked + ")"
+	}
 	for _, a := range d.Actions {
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
 			r.emitBoth(pod, corev1.EventTypeNormal, EventWouldDeleteVolumeAttachment,
-				fmt.Sprintf("dry run: would delete VolumeAttachment %s (PV %s) of pod %s/%s: %s", a.Name, a.PVName, pod.Namespace, pod.Name, why))
+				fmt.Sprintf("%s: would delete VolumeAttachment %s (PV %s) of pod %s/%s: %s", prefix, a.Name, a.PVName, pod.Namespace, pod.Name, why))
 		case ActionForceDeletePod:
 			r.emitBoth(pod, corev1.EventTypeNormal, EventWouldForceDelete,
-				fmt.Sprintf("dry run: would force-delete pod %s/%s: %s", pod.Namespace, pod.Name, why))
+				fmt.Sprintf("%s: would force-delete pod %s/%s: %s", prefix, pod.Namespace, pod.Name, why))
 		}
 	}
 }

@@ -35,6 +35,7 @@ type fixture struct {
 	t        *testing.T
 	objects  []runtime.Object
 	settings *fakeSettings
+	fencer   *fakeFencer // nil: the manager runs without a fencing back end
 	recorder *record.FakeRecorder
 	client   *fake.Clientset
 	reaper   *Reaper
@@ -44,7 +45,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, policy PodDeletionPolicy) *fixture {
-	return &fixture{t: t, settings: newFakeSettings(policy), recorder: record.NewFakeRecorder(100), now: t0}
+	return &fixture{t: t, settings: newFakeSettings(policy), fencer: newFakeFencer(), recorder: record.NewFakeRecorder(200), now: t0}
 }
 
 // start builds the reaper over the fixture's objects; listerOnly objects go only
@@ -57,8 +58,12 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	r, err := NewReaper(Config{Client: f.client, Informers: factory, Settings: f.settings,
-		Recorder: f.recorder, Metrics: m, Now: func() time.Time { return f.now }})
+	cfg := Config{Client: f.client, Informers: factory, Settings: f.settings,
+		Recorder: f.recorder, Metrics: m, Now: func() time.Time { return f.now }}
+	if f.fencer != nil {
+		cfg.Fencer = f.fencer
+	}
+	r, err := NewReaper(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -102,6 +107,17 @@ func (f *fixture) actions() []string {
 
 func describeAction(a core.Action) string {
 	s := fmt.Sprintf("%s %s %s", a.GetVerb(), a.GetResource().Resource, a.GetNamespace())
+	if sub := a.GetSubresource(); sub != "" {
+		s = fmt.Sprintf("%s %s/%s %s", a.GetVerb(), a.GetResource().Resource, sub, a.GetNamespace())
+	}
+	switch a := a.(type) {
+	case core.PatchAction:
+		s += "/" + a.GetName() + " " + string(a.GetPatchType())
+	case core.GetAction:
+		if a.GetVerb() == "get" {
+			s += "/" + a.GetName()
+		}
+	}
 	if d, ok := a.(core.DeleteAction); ok {
 		s += "/" + d.GetName()
 		o := d.GetDeleteOptions()
@@ -332,7 +348,9 @@ func TestReaper_SyncPod_DeploymentPodOnDeletedNode(t *testing.T) {
 	if err := f.reaper.syncPod(context.Background(), "app", "web-5d9-x"); err != nil {
 		t.Fatal(err)
 	}
-	f.expectActions("delete volumeattachments /va-w uid=uid-va-va-w", "delete pods app/web-5d9-x grace=0 uid=uid-app-web-5d9-x")
+	// A node missing from the cache is confirmed deleted by a live GET before its
+	// deletion counts as proof.
+	f.expectActions("get nodes /gone", "delete volumeattachments /va-w uid=uid-va-va-w", "delete pods app/web-5d9-x grace=0 uid=uid-app-web-5d9-x")
 	if got := testutil.ToFloat64(f.reaper.metrics.PodsDeleted.WithLabelValues("Deployment", string(PolicyDeleteDeploymentPod))); got != 1 {
 		t.Errorf("pods deleted = %v", got)
 	}

@@ -22,10 +22,14 @@ const (
 // *settings.Settings implements it.
 type SettingsReader interface {
 	NodeDownPodDeletionPolicy() settings.PodDeletionPolicy
+	VolumeAttachmentRecoveryPolicy() settings.AttachmentRecoveryPolicy
 	FastFencedTrigger() bool
 	NodeDownGracePeriod() time.Duration
 	NotReadyDebounce() time.Duration
 	ExtraProtectedProvisioners() []string
+	CrashLoopPodDeletion() bool
+	CrashLoopRestartLimit() int
+	DatapathConnectivityLossThreshold() time.Duration
 	DryRun() bool
 	Subscribe() (changes <-chan settings.Change, cancel func())
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -11,15 +10,11 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// FenceProver answers, for the fast fenced trigger, whether a volume is proven
-// fenced on a node: no I/O from that node can reach it any more. The datapath
-// implements it; with none configured the fast trigger fires only on the proofs
-// Kubernetes itself gives (a deleted node, the out-of-service taint).
-type FenceProver interface {
-	ProvenFenced(ctx context.Context, node, driver, volumeHandle string) (bool, error)
-}
+// proofSource returns a node's grants as the fencing back end reports them.
+type proofSource func(ctx context.Context, node string) (grantsView, error)
 
 // listers are the informer caches a snapshot is read from.
 type listers struct {
@@ -30,31 +25,31 @@ type listers struct {
 	attachmentsByPV cache.Indexer
 }
 
-// snapshot reads what decide needs about pod. It asks prover (when not nil)
-// about each volume only when the fast trigger could use the answer.
-func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, nodes *nodeTracker, set *ReaperSettings, prover FenceProver, now time.Time) *Snapshot {
+// snapshot reads what decide needs about pod, whose node the caller resolved
+// (nil: deleted, confirmed) and observed. It asks proof about the node's grants
+// only when the fast trigger could use the answer: the trigger is on and Vigil
+// fenced the node. Only volumes of the back end's own driver can be proven.
+func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, node *corev1.Node, obs nodeObservation, set *ReaperSettings, proof proofSource) *Snapshot {
 	s := &Snapshot{Pod: pod, Owner: l.ownerKind(pod)}
 	if pod.Spec.NodeName == "" {
 		return s
 	}
-	node, err := l.nodes.Get(pod.Spec.NodeName)
-	if err == nil {
-		s.Node = node
-	}
-	s.NodeObservedDown = nodes.observedDown(pod.Spec.NodeName, s.Node == nil || !isNodeReady(s.Node), now)
+	s.Node, s.NodeObserved = node, obs
 	s.Volumes = l.volumes(pod)
 	for i := range s.Volumes {
 		s.Attachments = append(s.Attachments, l.attachments(s.Volumes[i].PVName)...)
 	}
-	if prover != nil && set.FastFencedTrigger && !s.NodeObservedDown.IsZero() {
-		for i := range s.Volumes {
-			v := &s.Volumes[i]
-			if v.Handle == "" {
-				continue
-			}
-			ok, err := prover.ProvenFenced(ctx, pod.Spec.NodeName, v.Driver, v.Handle)
-			v.Fenced = ok && err == nil
-		}
+	if proof == nil || !set.FastFencedTrigger || !obs.Fenced || set.FencerDriver == "" {
+		return s
+	}
+	view, err := proof(ctx, pod.Spec.NodeName)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("no fence proof for the pod's node; nothing is proven", "node", pod.Spec.NodeName, "err", err)
+		return s
+	}
+	for i := range s.Volumes {
+		v := &s.Volumes[i]
+		v.Fenced = v.Handle != "" && v.Driver == set.FencerDriver && view.proven(v.Handle)
 	}
 	return s
 }
@@ -155,6 +150,24 @@ func attachmentPV(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{*va.Spec.Source.PersistentVolumeName}, nil
+}
+
+// attachmentNode indexes VolumeAttachments by the node they attach to.
+func attachmentNode(obj any) ([]string, error) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || va.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{va.Spec.NodeName}, nil
+}
+
+// pvHandle indexes PersistentVolumes by driver^handle of their CSI source.
+func pvHandle(obj any) ([]string, error) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.CSI == nil {
+		return nil, nil
+	}
+	return []string{pv.Spec.CSI.Driver + "^" + pv.Spec.CSI.VolumeHandle}, nil
 }
 
 // podNode indexes cached pods by the node they are bound to.

@@ -30,6 +30,9 @@ func TransformForCache(obj any) (any, error) {
 		}, nil
 	case *corev1.PersistentVolume:
 		pv := &corev1.PersistentVolume{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}
+		if ref := o.Spec.ClaimRef; ref != nil {
+			pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: clone(ref.Namespace), Name: clone(ref.Name), UID: types.UID(clone(string(ref.UID)))}
+		}
 		if csi := o.Spec.CSI; csi != nil {
 			pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: clone(csi.Driver), VolumeHandle: clone(csi.VolumeHandle)}
 		}
@@ -117,5 +120,14 @@ func slimNode(n *corev1.Node) *corev1.Node {
 			Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime,
 		}}
 	}
+	// CSI volumes the node reports mounted: attachment recovery reads them.
+	for _, v := range n.Status.VolumesInUse {
+		if _, _, ok := parseUniqueVolumeName(string(v)); ok {
+			out.Status.VolumesInUse = append(out.Status.VolumesInUse, corev1.UniqueVolumeName(clone(string(v))))
+		}
+	}
 	return out
 }
+
+// TransformNode is TransformForCache for a Node read live (not from the cache).
+func TransformNode(n *corev1.Node) *corev1.Node { return slimNode(n) }

@@ -33,8 +33,10 @@ func TestTransformForCache_PodKeepsWhatDecideReadsAndIsIdempotent(t *testing.T) 
 	p.Annotations = nil
 	slim.Annotations = nil
 	fromCache := toCachedPod(slim).pod()
-	a := decide(objs.snapshot(t.Context(), p, newNodeTracker(), set, nil, t0), set, t0)
-	b := decide(objs.snapshot(t.Context(), fromCache, newNodeTracker(), set, nil, t0), set, t0)
+	node, _ := objs.nodes.Get("node-1")
+	obs := newNodeTracker().observe("node-1", node, t0)
+	a := decide(objs.snapshot(t.Context(), p, node, obs, set, nil), set, t0)
+	b := decide(objs.snapshot(t.Context(), fromCache, node, obs, set, nil), set, t0)
 	if !reflect.DeepEqual(a, b) || a.Kind != DecisionDelete {
 		t.Errorf("original decides %+v, cached decides %+v", a, b)
 	}

@@ -78,8 +78,10 @@ func (s *Store) moveEpoch(v *volume, node string, state AttachmentState) (attach
 	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, node, a) }); err != nil {
 		return attachmentRecord{}, err
 	}
+	old, had := v.attach[node]
 	v.rec = rec
 	v.attach[node] = a
+	s.index.set(node, rec.ID, had && old.State == StateGranted, state == StateGranted)
 	return a, nil
 }
 
@@ -100,6 +102,7 @@ func (s *Store) Release(volumeID, node string) error {
 		return fmt.Errorf("release node %s on volume %s: %w", node, volumeID, err)
 	}
 	v.attach[node] = a
+	s.index.set(node, volumeID, true, false)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -17,6 +18,8 @@ type groupCommit struct {
 	mu      sync.Mutex
 	pending []*commitReq
 	running bool
+	// txs counts the transactions committed (benchmarks report it per call).
+	txs atomic.Int64
 }
 
 type commitReq struct {
@@ -54,6 +57,7 @@ func (g *groupCommit) update(fn func(*bolt.Tx) error) error {
 }
 
 func (g *groupCommit) commit(batch []*commitReq) {
+	g.txs.Add(1)
 	err := g.db.Update(func(tx *bolt.Tx) error {
 		for _, r := range batch {
 			if err := r.fn(tx); err != nil {
@@ -70,6 +74,7 @@ func (g *groupCommit) commit(batch []*commitReq) {
 	}
 	// One function failed the shared transaction: give each its own.
 	for _, r := range batch {
+		g.txs.Add(1)
 		r.done <- g.db.Update(r.fn)
 	}
 }

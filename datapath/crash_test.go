@@ -92,9 +92,10 @@ func (c *child) kill(t *testing.T) {
 
 // TestServer_Crash_SIGKILLLosesNoFlushedWrite runs the server as a child
 // process, writes with periodic flushes while another node is fenced, kills it
-// with SIGKILL mid-stream, restarts it, and checks that every flushed write is
-// there, epochs did not go backwards, the fence is remembered and the metadata
-// is intact. It repeats for several rounds on the same data directory.
+// with SIGKILL mid-stream once it has acknowledged a number of flushed writes,
+// restarts it, and checks that every flushed write is there, epochs did not go
+// backwards, the fence is remembered and the metadata is intact. It repeats
+// for several rounds on the same data directory.
 func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -151,16 +152,23 @@ func dialCrash(t *testing.T, addr string) *client.Client {
 	return c
 }
 
-// writeUntilKilled writes 4 KiB blocks stamped with (round, sequence), flushing
-// every 8 writes and recording what each successful flush covered, and kills
-// the child after a while without stopping the writer first.
+// minFlushedBeforeKill is how many flushes (of 8 writes each) the server must
+// have acknowledged in a round before the test kills it: a round that
+// acknowledged nothing would test nothing.
+const minFlushedBeforeKill = 16
+
+// writeUntilKilled writes 4 KiB blocks stamped with (round, sequence),
+// flushing every 8 writes and recording what each successful flush covered.
+// Once minFlushedBeforeKill flushes were acknowledged it kills the child
+// without stopping the writer first, and returns the writes acknowledged.
 func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uint64, round int64, flushed []int64, ch *child) int {
 	ctx := context.Background()
 	var done atomic.Bool
 	acked := make(chan int, 1)
+	ready := make(chan struct{}) // closed after minFlushedBeforeKill flushes
 	pending := map[int]int64{}
 	go func() {
-		n := 0
+		n, flushes := 0, 0
 		buf := make([]byte, 4096)
 		for seq := int64(1); ; seq++ {
 			blk := int((seq*7919 + round*31) % int64(len(flushed)))
@@ -181,6 +189,9 @@ func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uin
 					flushed[b] = s
 				}
 				clear(pending)
+				if flushes++; flushes == minFlushedBeforeKill {
+					close(ready)
+				}
 			}
 			if done.Load() {
 				break
@@ -188,10 +199,20 @@ func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uin
 		}
 		acked <- n
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-ready:
+	case n := <-acked:
+		t.Fatalf("round %d: the writer stopped after %d acknowledged writes, before %d flushes were acknowledged", round, n, minFlushedBeforeKill)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("round %d: %d flushes not acknowledged within 2 minutes", round, minFlushedBeforeKill)
+	}
 	ch.kill(t) // mid-stream: the writer is still going
 	done.Store(true)
-	return <-acked
+	n := <-acked
+	if n < 8*minFlushedBeforeKill {
+		t.Fatalf("round %d: %d writes acknowledged before the kill, want at least %d", round, n, 8*minFlushedBeforeKill)
+	}
+	return n
 }
 
 func checkAfterRestart(t *testing.T, c *client.Client, vol datapath.Volume, node string, epoch uint64, flushed []int64) {
@@ -216,11 +237,12 @@ func checkAfterRestart(t *testing.T, c *client.Client, vol datapath.Volume, node
 		}
 		data = append(data, p...)
 	}
-	lost := 0
+	lost, checked := 0, 0
 	for blk, want := range flushed {
 		if want == 0 {
 			continue
 		}
+		checked++
 		// A later unflushed write to the same block may also have landed; it
 		// carries a larger stamp.
 		if have := int64(binary.LittleEndian.Uint64(data[blk*4096:])); have < want {
@@ -228,6 +250,9 @@ func checkAfterRestart(t *testing.T, c *client.Client, vol datapath.Volume, node
 		}
 	}
 	if lost > 0 {
-		t.Fatalf("%d flushed blocks lost or rolled back after SIGKILL", lost)
+		t.Fatalf("%d of %d flushed blocks lost or rolled back after SIGKILL", lost, checked)
+	}
+	if checked == 0 {
+		t.Fatal("no flushed block to check: the round tested nothing")
 	}
 }

@@ -116,12 +116,15 @@ func fileErr(err error) error {
 	return err
 }
 
-// Heartbeat records that node is alive.
+// Heartbeat records that node is alive, and ends a graceful stop it announced
+// with Leave (see there).
 func (s *Store) Heartbeat(node string) error {
 	if err := validNode(node); err != nil {
 		return err
 	}
-	s.act.heartbeat(node, s.now())
+	now := s.now()
+	s.act.heartbeat(node, now)
+	s.clearLeave(node, now)
 	return nil
 }
 

@@ -15,14 +15,25 @@ import (
 //	volumes/<id>          -> volumeRecord (JSON)
 //	names/<name>          -> <id>
 //	attachments/<id>/<node> -> attachmentRecord (JSON)
+//	leaving/<node>        -> leaveRecord (JSON)
 //
-// Every Grant, Fence, Release, Create and Delete is one bbolt transaction, synced
-// before the call returns, so epochs and fences survive a crash.
+// Every Grant, Fence, Release, Create, Delete and Leave is one bbolt
+// transaction (possibly shared with others, commit.go), synced before the call
+// returns, so epochs, fences and announced stops survive a crash.
 var (
 	bucketVolumes     = []byte("volumes")
 	bucketNames       = []byte("names")
 	bucketAttachments = []byte("attachments")
+	bucketLeaving     = []byte("leaving")
 )
+
+// leaveRecord is a graceful stop a node announced (Leave).
+type leaveRecord struct {
+	// Until is when the announcement runs out.
+	Until time.Time `json:"until"`
+	// Announced is when the server received it.
+	Announced time.Time `json:"announced"`
+}
 
 type volumeRecord struct {
 	ID      string     `json:"id"`
@@ -46,7 +57,7 @@ type attachmentRecord struct {
 
 func initBuckets(db *bolt.DB) error {
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments} {
+		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments, bucketLeaving} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}

@@ -80,6 +80,30 @@ var serviceDesc = grpc.ServiceDesc{
 				IOActive: c.IOActive, LastIO: unixNano(c.LastIO), Now: unixNano(c.Now),
 			}, err
 		}),
+		method(wire.MethodNodeGrants, func(s *Store, r *wire.NodeRef) (wire.Message, error) {
+			gs, err := s.NodeGrants(r.Node)
+			out := &wire.NodeGrantList{Node: r.Node, Items: make([]wire.NodeGrant, len(gs))}
+			for i, g := range gs {
+				out.Items[i] = wire.NodeGrant{VolumeID: g.VolumeID, Epoch: g.Epoch, State: string(g.State), UpdatedUnix: unixNano(g.Updated)}
+			}
+			return out, err
+		}),
+		method(wire.MethodFenceNode, func(s *Store, r *wire.NodeRef) (wire.Message, error) {
+			fs, err := s.FenceNode(r.Node)
+			out := &wire.FencedList{Items: make([]wire.FencedVolume, len(fs))}
+			for i, f := range fs {
+				out.Items[i] = wire.FencedVolume{VolumeID: f.VolumeID, Epoch: f.Epoch}
+			}
+			return out, err
+		}),
+		method(wire.MethodLeave, func(s *Store, r *wire.LeaveRequest) (wire.Message, error) {
+			until, err := s.Leave(r.Node, time.Duration(r.DurationNanos))
+			return &wire.Int{Value: unixNano(until)}, err
+		}),
+		method(wire.MethodNodes, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			rep, err := s.Nodes()
+			return nodesToWire(rep), err
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",
@@ -149,6 +173,15 @@ func writeMethod() grpc.MethodDesc {
 		return ic(ctx, &req, &grpc.UnaryServerInfo{Server: srv, FullMethod: wire.FullMethod(wire.MethodWrite)}, run)
 	}
 	return grpc.MethodDesc{MethodName: wire.MethodWrite, Handler: handler}
+}
+
+func nodesToWire(r NodesReport) *wire.NodeList {
+	out := &wire.NodeList{NowUnix: unixNano(r.Now), StartedUnix: unixNano(r.Started), Items: make([]wire.NodeStatus, len(r.Nodes))}
+	for i, n := range r.Nodes {
+		out.Items[i] = wire.NodeStatus{Node: n.Node, LastHeartbeat: unixNano(n.LastHeartbeat), LastIO: unixNano(n.LastIO),
+			LeavingUntil: unixNano(n.LeavingUntil), LiveGrants: uint64(n.LiveGrants)}
+	}
+	return out
 }
 
 func volumeToWire(v Volume) *wire.Volume {

@@ -52,6 +52,10 @@ type Store struct {
 	names  map[string]string
 	closed bool
 	act    activity
+	index  nodeIndex // node -> its volumes and live grants (nodes.go)
+	leaves leaves    // graceful stops announced with Leave (leave.go)
+	// started is when Open ran: activity before it is unknown.
+	started time.Time
 }
 
 // volume is one open volume. mu orders I/O against the calls that revoke a
@@ -88,10 +92,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
 	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity,
-		vols: map[string]*volume{}, names: map[string]string{}}
+		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex()}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.started = s.now().UTC()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -128,9 +133,15 @@ func (s *Store) load() error {
 		}
 		s.vols[lv.rec.ID] = &volume{rec: lv.rec, attach: lv.attach, file: f}
 		s.names[lv.rec.Name] = lv.rec.ID
+		for node, a := range lv.attach {
+			s.index.set(node, lv.rec.ID, false, a.State == StateGranted)
+		}
 		if fi, err := f.Stat(); err == nil && fi.Size() != lv.rec.Size {
 			return fmt.Errorf("volume %s (%s): data file %s is %d bytes, metadata says %d", lv.rec.ID, lv.rec.Name, path, fi.Size(), lv.rec.Size)
 		}
+	}
+	if err := s.loadLeaves(); err != nil {
+		return err
 	}
 	return s.removeOrphans()
 }
@@ -319,6 +330,7 @@ func (s *Store) DeleteVolume(id string) error {
 	v.deleted = true
 	delete(s.vols, id)
 	delete(s.names, v.rec.Name)
+	s.index.drop(id, v.attach)
 	_ = v.file.Close()
 	if err := os.Remove(s.imgPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("datapath: data file of deleted volume not removed; it goes at next start", "volume", id, "err", err)

@@ -91,6 +91,51 @@ type Connectivity struct {
 	Now time.Time
 }
 
+// FencedVolume is one volume fenced by FenceNode.
+type FencedVolume struct {
+	VolumeID string
+	// Epoch is the volume's new epoch; the fenced node's I/O carries an older one.
+	Epoch uint64
+}
+
+// NodeStatus is what the server knows about one node (see NodesReport).
+type NodeStatus struct {
+	Node string
+	// LastHeartbeat is the node's last heartbeat seen by this server process;
+	// zero if none since it started.
+	LastHeartbeat time.Time
+	// LastIO is the node's last read, write or flush on any volume seen by this
+	// server process; zero if none since it started.
+	LastIO time.Time
+	// LeavingUntil, when not zero, is the end of a graceful stop the node
+	// announced with Leave and has not yet cleared with a heartbeat. It may lie
+	// in the past: the node's silence then counts from it.
+	LeavingUntil time.Time
+	// LiveGrants is the number of volumes on which the node holds a live grant.
+	LiveGrants int
+}
+
+// LastSeen is the later of the node's last heartbeat and its last I/O.
+func (n NodeStatus) LastSeen() time.Time {
+	if n.LastIO.After(n.LastHeartbeat) {
+		return n.LastIO
+	}
+	return n.LastHeartbeat
+}
+
+// NodesReport is the server's view of every node it knows (Nodes): each node
+// that heartbeated or did I/O since the server started, holds a live grant, or
+// announced a graceful stop that no heartbeat has cleared yet.
+type NodesReport struct {
+	// Now is the server's clock when it answered.
+	Now time.Time
+	// Started is when this server process opened its store: heartbeats and I/O
+	// before it are not known.
+	Started time.Time
+	// Nodes are sorted by name.
+	Nodes []NodeStatus
+}
+
 // Limits enforced by the server (and checked early by the client).
 const (
 	// MaxIOSize is the largest read or write in one request.
@@ -101,6 +146,14 @@ const (
 	MaxNameLen = 256
 	// MaxNodeLen is the longest node name (a Kubernetes node name is ≤ 253).
 	MaxNodeLen = 253
+	// MaxLeave is the longest graceful stop a node may announce with Leave; a
+	// longer one is cut to it, so a node that never comes back is silent again
+	// after at most this long.
+	MaxLeave = 2 * time.Minute
+	// LeaveSettle is how long after a Leave a heartbeat is still taken as one
+	// sent before it (requests on different streams may be handled out of
+	// order), so it does not clear the announcement.
+	LeaveSettle = time.Second
 )
 
 // Transport settings shared by the server and the client.

@@ -36,14 +36,24 @@ const (
 	DefaultCSIEndpoint    = "unix:///var/lib/kubelet/plugins/" + vigil.DriverName + "/csi.sock"
 	DefaultBootIDFile     = "/proc/sys/kernel/random/boot_id"
 	DefaultMetricsAddress = "127.0.0.1:9501"
+	// DefaultGracefulLeave is how long a stopping engine asks the datapath to
+	// take its silence as planned (--graceful-leave).
+	DefaultGracefulLeave = time.Minute
 )
 
 // DatapathClient is everything the engine uses of a datapath connection.
 type DatapathClient interface {
 	Datapath
 	Heartbeater
+	Leaver
 	Grants
 	io.Closer
+}
+
+// Leaver is the datapath call a stopping engine makes: it announces that the
+// node's engine stops on purpose and may be silent for up to d.
+type Leaver interface {
+	Leave(ctx context.Context, node string, d time.Duration) (until time.Time, err error)
 }
 
 // DialFunc connects to the datapath at addr with token; the main package passes
@@ -90,6 +100,11 @@ func runCommand(dial DialFunc) *cli.Command {
 				Usage: "file holding the boot id that tells a reboot from a restart (the sandbox points it elsewhere)"},
 			&cli.DurationFlag{Name: "heartbeat-interval", Value: DefaultHeartbeatInterval, EnvVars: []string{"VIGIL_HEARTBEAT_INTERVAL"},
 				Usage: "how often to heartbeat to the datapath"},
+			&cli.DurationFlag{Name: "graceful-leave", Value: DefaultGracefulLeave, EnvVars: []string{"VIGIL_GRACEFUL_LEAVE"},
+				Usage: "on SIGTERM or SIGINT, tell the datapath this engine stops on purpose and may be silent this long\n" +
+					"(a rolling update), so the manager does not fail the node over; the next heartbeat ends it. 0 announces\n" +
+					"nothing; at most " + datapath.MaxLeave.String() + ". A crash (SIGKILL) announces nothing: the node's FUSE disks die with\n" +
+					"the engine, its I/O is broken, and a failover is what it needs"},
 			&cli.DurationFlag{Name: "io-timeout", Value: 30 * time.Second,
 				Usage: "bound on one datapath request made for the kernel; past it the I/O fails with EIO"},
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
@@ -103,7 +118,7 @@ func runCommand(dial DialFunc) *cli.Command {
 // runOptions are the checked flags.
 type runOptions struct {
 	node, kubeconfig, datapathAddr, token, stateDir, endpoint, bootID, metricsAddr string
-	heartbeat, ioTimeout, cleanup                                                  time.Duration
+	heartbeat, ioTimeout, cleanup, leave                                           time.Duration
 	log                                                                            *slog.Logger
 }
 
@@ -113,7 +128,8 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"), datapathAddr: c.String("datapath"),
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
-		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval")}
+		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
+		leave: c.Duration("graceful-leave")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -122,6 +138,9 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	if o.heartbeat <= 0 || o.ioTimeout <= 0 || o.cleanup <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval %s, --io-timeout %s and --cleanup-interval %s must be positive", o.heartbeat, o.ioTimeout, o.cleanup)
+	}
+	if o.leave < 0 || o.leave > datapath.MaxLeave {
+		return o, fmt.Errorf("--graceful-leave %s: want 0 (announce nothing) up to %s", o.leave, datapath.MaxLeave)
 	}
 	if o.stateDir == "" {
 		return o, errors.New("--state-dir is empty: want a directory that survives restarts")
@@ -184,7 +203,6 @@ func run(c *cli.Context, dial DialFunc) error {
 	} else {
 		o.log.Warn("no --kubeconfig and not in a cluster: the fenced-taint cleanup and the stage gate are off")
 	}
-	go RunHeartbeats(ctx, dp, o.node, o.heartbeat, metrics, o.log)
 	if o.metricsAddr != "" {
 		if err := serveMetrics(ctx, o.metricsAddr, reg, o.log); err != nil {
 			return err
@@ -193,7 +211,37 @@ func run(c *cli.Context, dial DialFunc) error {
 	srv := vcsi.NewServer(nil, vcsi.WithNodeService(node), vcsi.WithLogger(o.log))
 	o.log.Info("engine-node starting", "node", o.node, "datapath", o.datapathAddr, "state", o.stateDir,
 		"csi", o.endpoint, "boot", o.bootID, "version", vigil.Version)
-	return srv.Serve(ctx, o.endpoint)
+	return serveWithHeartbeats(ctx, o, dp, metrics, func() error { return srv.Serve(ctx, o.endpoint) })
+}
+
+// serveWithHeartbeats heartbeats while serve runs. When serve returns because
+// the engine was told to stop (SIGTERM, SIGINT: ctx ended), the heartbeats
+// stop first, then the engine announces its stop to the datapath (Leave), so
+// no heartbeat sent after the announcement clears it.
+func serveWithHeartbeats(ctx context.Context, o runOptions, dp DatapathClient, m *Metrics, serve func() error) error {
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	beatsDone := make(chan struct{})
+	go func() { defer close(beatsDone); RunHeartbeats(beatCtx, dp, o.node, o.heartbeat, m, o.log) }()
+	err := serve()
+	stopBeats()
+	<-beatsDone
+	if ctx.Err() != nil && o.leave > 0 {
+		announceLeave(dp, o)
+	}
+	return err
+}
+
+// announceLeave tells the datapath this engine stops on purpose; a failure is
+// logged (the node may then be failed over, which is safe) and not returned.
+func announceLeave(dp Leaver, o runOptions) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	until, err := dp.Leave(ctx, o.node, o.leave)
+	if err != nil {
+		o.log.Warn("could not announce the graceful stop to the datapath; the manager may fail this node over", "node", o.node, "err", err)
+		return
+	}
+	o.log.Info("announced a graceful stop to the datapath", "node", o.node, "until", until)
 }
 
 // serveMetrics serves /metrics and /healthz on addr until ctx ends.

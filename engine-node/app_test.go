@@ -3,18 +3,25 @@ package enginenode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
@@ -99,7 +106,11 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 	args := with(runArgs(t, dir, srv.Addr, srv.Token), "--metrics-address", metricsAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	app := App(testDial)
+	beat := make(chan struct{})
+	app := App(func(ctx context.Context, addr, token string) (DatapathClient, error) {
+		c, err := testDial(ctx, addr, token)
+		return &beatSignal{DatapathClient: c, acked: beat}, err
+	})
 	var logs bytes.Buffer
 	app.ErrWriter = &logs
 	go func() { done <- app.RunContext(ctx, args) }()
@@ -129,10 +140,14 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	time.Sleep(200 * time.Millisecond)
-	conn2, err := dp.Connectivity(ctx, "node-a", "", time.Second)
-	if err != nil || !conn2.Connected {
-		t.Fatalf("datapath sees node-a as %+v, %v; want heartbeats", conn2, err)
+	select { // the engine's first heartbeat the datapath acknowledged
+	case <-beat:
+	case <-time.After(30 * time.Second): // a hang guard, not a timing goal
+		t.Fatal("the engine made no acknowledged heartbeat in 30 s")
+	}
+	conn2, err := dp.Connectivity(ctx, "node-a", "", datapath.MaxConnectivityWindow)
+	if err != nil || !conn2.Connected || conn2.LastHeartbeat.IsZero() {
+		t.Fatalf("datapath sees node-a as %+v, %v; want its heartbeat recorded", conn2, err)
 	}
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -145,5 +160,152 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+}
+
+// beatSignal is the engine's datapath client; it closes acked after the first
+// heartbeat the datapath acknowledged.
+type beatSignal struct {
+	DatapathClient
+	acked chan struct{}
+	once  sync.Once
+}
+
+func (b *beatSignal) Heartbeat(ctx context.Context, node string) error {
+	err := b.DatapathClient.Heartbeat(ctx, node)
+	if err == nil {
+		b.once.Do(func() { close(b.acked) })
+	}
+	return err
+}
+
+// stallingAPIServer is a loopback stand-in for the kube-apiserver that serves
+// this engine's Node, except that GET of the Node answers 503 until opened:
+// the engine cannot learn whether it is fenced until then.
+type stallingAPIServer struct {
+	open atomic.Bool
+}
+
+func (s *stallingAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	node := corev1.Node{TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"}}
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.URL.Path == "/api/v1/nodes/node-a" && !s.open.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status: metav1.StatusFailure, Code: http.StatusServiceUnavailable, Reason: metav1.StatusReasonServiceUnavailable})
+	case r.URL.Path == "/api/v1/nodes/node-a":
+		_ = json.NewEncoder(w).Encode(node)
+	case r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("watch") == "true":
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // nothing changes
+	case r.URL.Path == "/api/v1/nodes":
+		_ = json.NewEncoder(w).Encode(corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"},
+			ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: []corev1.Node{node}})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// writeKubeconfig points a kubeconfig in dir at server.
+func writeKubeconfig(t *testing.T, dir, server string) string {
+	t.Helper()
+	path := filepath.Join(dir, "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\ncurrent-context: t\n" +
+		"clusters:\n- name: t\n  cluster:\n    server: " + server + "\n" +
+		"contexts:\n- name: t\n  context:\n    cluster: t\n    user: u\n" +
+		"users:\n- name: u\n  user: {}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The engine serves its CSI socket at once, but until it has read its Node it
+// does not know whether it is fenced, and the gate refuses every stage, even
+// one with a live grant; once the Node is read (not fenced), the stage goes
+// through.
+func TestApp_Run_GateHoldsUntilFenceStateKnown(t *testing.T) {
+	requireRealStack(t)
+	srv := datapathtest.Start(t, datapath.Options{Logger: quiet})
+	api := &stallingAPIServer{}
+	apiSrv := httptest.NewServer(api) // loopback
+	t.Cleanup(apiSrv.Close)
+	dir, err := os.MkdirTemp("", "vapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	args := append(runArgs(t, dir, srv.Addr, srv.Token), "--kubeconfig", writeKubeconfig(t, dir, apiSrv.URL), "--cleanup-interval", "50ms")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	app := App(testDial)
+	app.ErrWriter = io.Discard
+	go func() { done <- app.RunContext(ctx, args) }()
+	t.Cleanup(func() {
+		cancel()
+		apiSrv.CloseClientConnections()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	})
+	dp, err := client.Dial(ctx, srv.Addr, srv.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	vol, err := dp.CreateVolume(ctx, "pvc-gate", testSize, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := dp.Grant(ctx, vol.ID, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := dialNode(t, ctx, filepath.Join(dir, "csi.sock"))
+	staging := filepath.Join(dir, "staging")
+	t.Cleanup(func() { // before the engine stops, whatever the outcome
+		if _, err := node.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: vol.ID, StagingTargetPath: staging}); err != nil {
+			t.Error(err)
+		}
+	})
+	stage := func() error {
+		_, err := node.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap()))
+		return err
+	}
+	err = stage()
+	wantCode(t, err, codes.FailedPrecondition, "not known yet")
+
+	api.open.Store(true)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard, not a timing goal
+	for err = stage(); err != nil && strings.Contains(err.Error(), "not known yet") && time.Now().Before(deadline); err = stage() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("stage with a live grant once the node is known to be unfenced: %v", err)
+	}
+}
+
+// dialNode connects to the CSI socket once it answers NodeGetInfo.
+func dialNode(t *testing.T, ctx context.Context, sock string) csi.NodeClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	node := csi.NewNodeClient(conn)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard
+	for {
+		_, err := node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}, grpc.WaitForReady(true))
+		if err == nil {
+			return node
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CSI socket %s: %v", sock, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -21,20 +20,21 @@ type Datapath interface {
 }
 
 // volumeBackend is the fusedisk.Backend of one staged volume: it binds the
-// Datapath to the volume, this node and the epoch of the current grant.
+// Datapath to the volume, this node and the epoch of the grant the stack was
+// built for. The epoch never changes: a stage with a higher epoch takes the
+// whole stack down and builds a new one (NodeServer.retire), so no page cached
+// under an old grant is ever written under a new one.
 type volumeBackend struct {
 	dp       Datapath
 	volumeID string
 	node     string
-	epoch    atomic.Uint64
+	epoch    uint64
 	timeout  time.Duration // per request; an unreachable datapath becomes EIO
 	metrics  *Metrics
 }
 
 func newVolumeBackend(dp Datapath, volumeID, node string, epoch uint64, timeout time.Duration, m *Metrics) *volumeBackend {
-	b := &volumeBackend{dp: dp, volumeID: volumeID, node: node, timeout: timeout, metrics: m}
-	b.epoch.Store(epoch)
-	return b
+	return &volumeBackend{dp: dp, volumeID: volumeID, node: node, epoch: epoch, timeout: timeout, metrics: m}
 }
 
 func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -48,7 +48,7 @@ func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.Ca
 func (b *volumeBackend) ReadAt(parent context.Context, off int64, n int) ([]byte, error) {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	p, err := b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch.Load(), off, n)
+	p, err := b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch, off, n)
 	if err != nil {
 		return nil, fmt.Errorf("read volume %s at %d: %w", b.volumeID, off, err)
 	}
@@ -58,7 +58,7 @@ func (b *volumeBackend) ReadAt(parent context.Context, off int64, n int) ([]byte
 func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch.Load(), off, p); err != nil {
+	if err := b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch, off, p); err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}
@@ -70,7 +70,7 @@ func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) err
 func (b *volumeBackend) Flush(parent context.Context) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.dp.Flush(ctx, b.volumeID, b.node, b.epoch.Load()); err != nil {
+	if err := b.dp.Flush(ctx, b.volumeID, b.node, b.epoch); err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
 )
 
 const benchVolumeSize = 2 << 30
@@ -83,11 +84,20 @@ func BenchmarkSequentialWrite(b *testing.B) {
 	})
 }
 
-// BenchmarkStagePublish measures NodeStageVolume and NodePublishVolume of an
-// already formatted volume, and reports the first stage (with mkfs.ext4) once.
+// BenchmarkStagePublish measures, against a real datapath server,
+//   - fresh: NodeStageVolume and NodePublishVolume of an already formatted
+//     volume (and the first stage, with mkfs.ext4, once), and
+//   - after-fence: NodeStageVolume of a volume still staged here with the
+//     epoch of a fresh grant after a fence of this node, which tears the old
+//     stack down and builds a new one.
 func BenchmarkStagePublish(b *testing.B) {
 	requireRealStack(b)
 	c := startRealDatapath(b)
+	b.Run("fresh", func(b *testing.B) { benchFreshStage(b, c) })
+	b.Run("after-fence", func(b *testing.B) { benchRestageAfterFence(b, c) })
+}
+
+func benchFreshStage(b *testing.B, c *client.Client) {
 	ctx := context.Background()
 	vol, err := c.CreateVolume(ctx, "bench-stage", 1<<30, datapath.AccessRWO)
 	if err != nil {
@@ -130,4 +140,42 @@ func BenchmarkStagePublish(b *testing.B) {
 	b.ReportMetric(float64(stage.Microseconds())/float64(b.N)/1000, "stage-ms")
 	b.ReportMetric(float64(publish.Microseconds())/float64(b.N)/1000, "publish-ms")
 	b.ReportMetric(float64(firstStage.Microseconds())/1000, "first-stage-mkfs-ms")
+}
+
+// benchRestageAfterFence times only the stage that follows fence + grant; the
+// volume stays staged between iterations, as on a node whose kubelet asks
+// again after the manager fenced and re-granted it.
+func benchRestageAfterFence(b *testing.B, c *client.Client) {
+	ctx := context.Background()
+	vol, err := c.CreateVolume(ctx, "bench-refence", 1<<30, datapath.AccessRWO)
+	if err != nil {
+		b.Fatal(err)
+	}
+	epoch, err := c.Grant(ctx, vol.ID, "bench-node")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := newTestServer(b, c, "bench-node")
+	staging := b.TempDir()
+	if _, err := n.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap())); err != nil {
+		b.Fatal(err)
+	}
+	var stage time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if _, err := c.Fence(ctx, vol.ID, "bench-node"); err != nil {
+			b.Fatal(err)
+		}
+		if epoch, err = c.Grant(ctx, vol.ID, "bench-node"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		if _, err := n.NodeStageVolume(ctx, stageReq(vol.ID, staging, epoch, mountCap())); err != nil {
+			b.Fatal(err)
+		}
+		stage += time.Since(t0)
+	}
+	b.ReportMetric(float64(stage.Microseconds())/float64(b.N)/1000, "stage-ms")
 }

@@ -33,13 +33,27 @@
 // device fails the bio, and ext4 fails the application's write or fsync with an
 // I/O error. Nothing reaches the datapath after the fence.
 //
+// A stack is bound to the epoch it was built for, for its whole life. The
+// datapath gives a node a higher epoch only after it fenced or released that
+// node's grant, so another node may have written the volume since; a stage
+// with a higher epoch for a volume still staged here therefore takes the old
+// stack down (unmount, loop device and FUSE disk detached, with every page
+// they cached), passes the gate and builds a new one, which reads what the
+// other node wrote. It refuses while targets are still published: their bind
+// mounts keep the old filesystem alive until their pods end
+// (TestNodeServer_Stage_AfterFenceMountsFresh, on the real datapath and
+// two NodeServers, proves it down to an fsck-clean volume).
+//
 // # The journal and restarts
 //
 // Every stage and publish is journaled (bbolt, STATE_DIR/journal.db) in an
 // in-progress phase before its first side effect and in its final phase after
 // its last, with volume, epoch, paths, access type and the pod (from
-// podInfoOnMount). The journal also keeps the boot id. On start (Recover):
-// after a reboot every entry is taken down and forgotten; after a restart,
+// podInfoOnMount), and the boot id of the run that wrote it. The journal also
+// keeps the node's boot id. On start (Recover): after a reboot every entry of
+// an earlier boot is taken down and forgotten, and only then is the new boot
+// id recorded, so a cleanup that failed is retried by the next start
+// (TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart); after a restart,
 // operations cut short are rolled back, staged volumes are served again (the
 // FUSE disk dies with the process, so the dead layers are taken down and built
 // anew with the recorded epoch, and published targets are bound again), and
@@ -58,10 +72,30 @@
 // once the journal is empty the taint is removed. A step that fails becomes a
 // Warning Event on the Node and vigil_engine_cleanup_total{outcome="failed"},
 // and the pass is retried with backoff; a publish for an unknown pod keeps the
-// taint and says so in a Warning Event. As the NodeServer's Gate it refuses a
-// stage while the node is fenced and the volume still has journal entries, and
-// always unless the stage carries the epoch of this node's live grant on the
-// datapath (a fresh grant after a fence).
+// taint and says so in a Warning Event. As the NodeServer's Gate it refuses
+// every stage until its first pass has read the Node (the CSI socket is served
+// from the start, but whether the node is fenced is not known before that:
+// TestApp_Run_GateHoldsUntilFenceStateKnown), a stage while the node is fenced
+// and the volume still has journal entries, and always a stage that does not
+// carry the epoch of this node's live grant on the datapath (a fresh grant
+// after a fence).
+//
+// # Stopping: planned or not
+//
+// The engine heartbeats to the datapath every --heartbeat-interval; the
+// manager takes a node whose engine stays silent past
+// datapath-connectivity-loss-threshold as cut off from the storage and fails
+// it over. A graceful stop (SIGTERM or SIGINT, as in a DaemonSet rolling
+// update) announces itself: the engine stops heartbeating, then calls the
+// datapath's Leave for --graceful-leave (default 1m, at most 2m), so its
+// silence until the new engine's first heartbeat causes no failover; that
+// heartbeat ends the announcement. A crashed engine (SIGKILL, OOM kill, a
+// panic) announces nothing and does cause a failover, and should: the FUSE
+// server of every staged volume lived in the engine process, so the node's
+// I/O is broken until a new engine serves the volumes again (see "The journal
+// and restarts"). Proven by TestApp_Run_SIGTERMAnnouncesLeaveSIGKILLDoesNot
+// (real engine processes and a real datapath) and
+// TestServeWithHeartbeats_LeavesOnlyWhenToldToStop.
 //
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the

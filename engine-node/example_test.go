@@ -8,7 +8,8 @@ import (
 )
 
 // The journal remembers stages across restarts and tells a reboot (a new boot
-// id) from a restart.
+// id) from a restart; the new boot id is recorded only when the caller says
+// nothing of the earlier boot is left (RecordBoot).
 func ExampleOpenJournal() {
 	dir, _ := os.MkdirTemp("", "journal")
 	defer os.RemoveAll(dir)
@@ -21,8 +22,13 @@ func ExampleOpenJournal() {
 	j, previous, _ = enginenode.OpenJournal(dir, "boot-2")
 	defer j.Close()
 	rec, _, _ := j.Stage("vol-1")
-	fmt.Printf("after a reboot: previous boot %q, vol-1 staged at epoch %d\n", previous, rec.Epoch)
+	fmt.Printf("after a reboot: previous boot %q, vol-1 staged at epoch %d in %s\n", previous, rec.Epoch, rec.Boot)
+	_ = j.DeleteStage("vol-1") // cleaned up after the reboot
+	_ = j.RecordBoot()
+	recorded, _ := j.RecordedBoot()
+	fmt.Printf("cleaned up: the journal's boot is %s\n", recorded)
 	// Output:
 	// first start: previous boot ""
-	// after a reboot: previous boot "boot-1", vol-1 staged at epoch 3
+	// after a reboot: previous boot "boot-1", vol-1 staged at epoch 3 in boot-1
+	// cleaned up: the journal's boot is boot-2
 }

@@ -6,8 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -18,35 +18,40 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/engine-node/loopdev"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 // fakeDatapath is a Datapath whose volumes are sparse files (so a child
-// process can serve the same volume) with the datapath's grant and fence rules:
-// I/O is accepted only from a node holding a live grant with that grant's epoch.
+// process can serve the same volume) with the datapath's grant and fence rules
+// (datapath.Store): a grant to a node that holds a live grant returns that
+// grant's epoch; only a node without one (never granted, fenced or released)
+// gets the volume's next epoch, and an RWO volume is granted to one node at a
+// time. I/O is accepted only from a node holding a live grant with that
+// grant's epoch.
 type fakeDatapath struct {
+	t   testing.TB
 	dir string
 
 	mu         sync.Mutex
 	vols       map[string]*fakeVol
-	lateWrites int           // writes accepted from a node after its fence: must stay 0
 	stallAfter int           // reads left before reads stall (<0: never)
 	stallWrite bool          // the next write stalls
 	stalled    chan struct{} // closed when a read stalls
 }
 
 type fakeVol struct {
-	size   int64
-	f      *os.File
-	epoch  uint64
-	grants map[string]uint64 // node → epoch of its live grant
-	fenced map[string]bool
+	size  int64
+	f     *os.File
+	epoch uint64
+	atts  map[string]datapath.Attachment // by node
 }
 
 func newFakeDatapath(t testing.TB) *fakeDatapath { return newFakeDatapathIn(t, t.TempDir()) }
 
 // newFakeDatapathIn keeps the volume images in dir, shared with a child process.
 func newFakeDatapathIn(t testing.TB, dir string) *fakeDatapath {
-	d := &fakeDatapath{dir: dir, vols: map[string]*fakeVol{}, stallAfter: -1, stalled: make(chan struct{})}
+	d := &fakeDatapath{t: t, dir: dir, vols: map[string]*fakeVol{}, stallAfter: -1, stalled: make(chan struct{})}
 	t.Cleanup(func() {
 		for _, v := range d.vols {
 			v.f.Close()
@@ -69,35 +74,71 @@ func (d *fakeDatapath) create(t testing.TB, id string, size int64) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.vols[id] = &fakeVol{size: size, f: f, grants: map[string]uint64{}, fenced: map[string]bool{}}
+	d.vols[id] = &fakeVol{size: size, f: f, atts: map[string]datapath.Attachment{}}
 }
 
-// grant gives node a live grant on id under a new epoch.
+// grant gives node a live grant on id and returns its epoch: the epoch of the
+// node's live grant if it has one, else the volume's next epoch. Granting an
+// RWO volume held live by another node fails the test, as the datapath refuses it.
 func (d *fakeDatapath) grant(id, node string) uint64 {
+	d.t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := d.vols[id]
-	v.epoch++
-	v.grants[node] = v.epoch
-	delete(v.fenced, node)
-	return v.epoch
+	if a := v.atts[node]; a.Live() {
+		return a.Epoch
+	}
+	for other, a := range v.atts {
+		if a.Live() {
+			d.t.Fatalf("fake datapath: grant volume %s to %s: %s holds a live grant; fence or release it first", id, node, other)
+		}
+	}
+	return d.move(v, id, node, datapath.StateGranted)
 }
 
-// fence revokes node's grant on id.
+// fence revokes node's grant on id under the volume's next epoch.
 func (d *fakeDatapath) fence(id, node string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	v := d.vols[id]
-	v.epoch++
-	delete(v.grants, node)
-	v.fenced[node] = true
+	d.move(d.vols[id], id, node, datapath.StateFenced)
 }
 
-// late reports how many writes were accepted from fenced nodes.
-func (d *fakeDatapath) late() int {
+// move issues v's next epoch to node in state. The caller holds d.mu.
+func (d *fakeDatapath) move(v *fakeVol, id, node string, state datapath.AttachmentState) uint64 {
+	v.epoch++
+	v.atts[node] = datapath.Attachment{VolumeID: id, Node: node, Epoch: v.epoch, State: state}
+	return v.epoch
+}
+
+// Release ends node's live grant on id; the epoch stays (Grants).
+func (d *fakeDatapath) Release(_ context.Context, id, node string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.lateWrites
+	v, ok := d.vols[id]
+	if !ok {
+		return fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
+	}
+	if a := v.atts[node]; a.Live() {
+		a.State = datapath.StateReleased
+		v.atts[node] = a
+	}
+	return nil
+}
+
+// Attachments lists id's attachment table by node (Grants).
+func (d *fakeDatapath) Attachments(_ context.Context, id string) ([]datapath.Attachment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vols[id]
+	if !ok {
+		return nil, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
+	}
+	out := make([]datapath.Attachment, 0, len(v.atts))
+	for _, a := range v.atts {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out, nil
 }
 
 func (d *fakeDatapath) check(id, node string, epoch uint64) (*fakeVol, error) {
@@ -105,7 +146,7 @@ func (d *fakeDatapath) check(id, node string, epoch uint64) (*fakeVol, error) {
 	if !ok {
 		return nil, fmt.Errorf("volume %s: %w", id, datapath.ErrNotFound)
 	}
-	if g, ok := v.grants[node]; !ok || g != epoch {
+	if a := v.atts[node]; !a.Live() || a.Epoch != epoch {
 		return nil, fmt.Errorf("volume %s node %s epoch %d: %w", id, node, epoch, datapath.ErrFenced)
 	}
 	return v, nil
@@ -161,9 +202,6 @@ func (d *fakeDatapath) WriteAt(ctx context.Context, id, node string, epoch uint6
 	if err != nil {
 		return err
 	}
-	if v.fenced[node] {
-		d.lateWrites++
-	}
 	_, err = v.f.WriteAt(p, off)
 	return err
 }
@@ -178,20 +216,14 @@ func (d *fakeDatapath) Flush(_ context.Context, id, node string, epoch uint64) e
 	return v.f.Sync()
 }
 
-// requireRealStack skips unless FUSE, loop devices and ext4 tools are usable.
+// requireRealStack needs FUSE, loop devices and the ext4 tools (testenv:
+// a skip on a developer's machine, a failure in CI).
 func requireRealStack(t testing.TB) {
 	t.Helper()
-	if err := fusedisk.Usable(); err != nil {
-		t.Skipf("needs FUSE: %v", err)
-	}
-	if err := loopdev.Usable(); err != nil {
-		t.Skipf("needs loop devices: %v", err)
-	}
-	for _, tool := range []string{"mkfs.ext4", "blkid"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (e2fsprogs, util-linux): %v", tool, err)
-		}
-	}
+	testenv.RequireNoError(t, "FUSE", fusedisk.Usable())
+	testenv.RequireNoError(t, "loop devices", loopdev.Usable())
+	testenv.RequireTool(t, "mkfs.ext4", "e2fsprogs")
+	testenv.RequireTool(t, "blkid", "util-linux")
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -120,6 +120,7 @@ type FenceCleaner struct {
 
 	mu     sync.Mutex
 	fenced bool
+	known  bool // fenced was read from the Node at least once
 }
 
 // Sync runs one pass: snapshot, decide, execute. It returns an error (to retry
@@ -134,7 +135,7 @@ func (c *FenceCleaner) Sync(ctx context.Context) error {
 	}
 	fenced := hasFencedTaint(node)
 	c.mu.Lock()
-	c.fenced = fenced
+	c.fenced, c.known = fenced, true
 	c.mu.Unlock()
 	if !fenced {
 		return nil
@@ -245,13 +246,19 @@ func hasFencedTaint(n *corev1.Node) bool {
 	return false
 }
 
-// AllowStage is the gate: while the node is fenced, a volume with anything
-// left in the journal may not be staged again; and in any case the stage must
-// carry the epoch of a live grant of this node (a fresh grant after a fence).
+// AllowStage is the gate: until Sync has read this node's Node once, nothing
+// may be staged (the engine does not know yet whether it is fenced); while
+// the node is fenced, a volume with anything left in the journal may not be
+// staged again; and in any case the stage must carry the epoch of a live
+// grant of this node (a fresh grant after a fence).
 func (c *FenceCleaner) AllowStage(ctx context.Context, volumeID string, epoch uint64) error {
 	c.mu.Lock()
-	fenced := c.fenced
+	fenced, known := c.fenced, c.known
 	c.mu.Unlock()
+	if !known {
+		return fmt.Errorf("stage volume %s on %s: whether this node is fenced is not known yet (its Node has not been read since the engine started); retry: %w",
+			volumeID, c.Node, ErrGated)
+	}
 	if fenced {
 		pubs, err := c.Server.journal.PublishesOf(volumeID)
 		if err != nil {

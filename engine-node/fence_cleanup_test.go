@@ -270,3 +270,34 @@ func TestFenceCleaner_Run_TaintWakesItWithoutWaitingForTheInterval(t *testing.T)
 		return err == nil && !hasFencedTaint(cur) && len(cur.Spec.Taints) == 1
 	})
 }
+
+// Until its first Sync has read the Node, the gate does not know whether the
+// node is fenced and refuses every stage, even one with a live grant.
+func TestFenceCleaner_AllowStage_RefusedUntilFirstSync(t *testing.T) {
+	f := newCleanerFixture(t)
+	ctx := context.Background()
+	f.grants.atts["v"] = []datapath.Attachment{{VolumeID: "v", Node: "node-a", Epoch: 5, State: datapath.StateGranted}}
+	if err := f.cleaner.AllowStage(ctx, "v", 5); !errors.Is(err, ErrGated) || !strings.Contains(err.Error(), "not known yet") {
+		t.Fatalf("stage before the first sync: %v, want ErrGated saying the fence state is not known", err)
+	}
+	// A Node that does not exist yet tells nothing either.
+	if err := f.client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cleaner.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cleaner.AllowStage(ctx, "v", 5); !errors.Is(err, ErrGated) {
+		t.Fatalf("stage while the Node is missing: %v, want ErrGated", err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	if _, err := f.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cleaner.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cleaner.AllowStage(ctx, "v", 5); err != nil {
+		t.Fatalf("stage with a live grant once the node is known to be unfenced: %v", err)
+	}
+}

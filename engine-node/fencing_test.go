@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,32 +66,31 @@ func writeAndSync(path string, data []byte) error {
 	return f.Close()
 }
 
-// fenceBackend is a datapath the fencing test drives from the side.
+// fenceBackend is a datapath the fencing tests drive from the side.
 type fenceBackend struct {
 	dp    Datapath
 	id    string
+	image string // the volume's data file on the datapath's side
 	grant func(node string) uint64
 	fence func(node string)
-	late  func() int // writes accepted after the fence, when the backend can tell
 }
 
 func fakeFenceBackend(t *testing.T) fenceBackend {
 	dp := newFakeDatapath(t)
 	dp.create(t, "vol-f", testSize)
-	return fenceBackend{dp: dp, id: "vol-f",
+	return fenceBackend{dp: dp, id: "vol-f", image: dp.imagePath("vol-f"),
 		grant: func(node string) uint64 { return dp.grant("vol-f", node) },
-		fence: func(node string) { dp.fence("vol-f", node) },
-		late:  dp.late}
+		fence: func(node string) { dp.fence("vol-f", node) }}
 }
 
 func realFenceBackend(t *testing.T) fenceBackend {
-	c := startRealDatapath(t)
+	c, srv := startRealDatapathServer(t)
 	ctx := context.Background()
 	vol, err := c.CreateVolume(ctx, "pvc-fence", testSize, datapath.AccessRWO)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fenceBackend{dp: c, id: vol.ID,
+	return fenceBackend{dp: c, id: vol.ID, image: srv.Store.DataFile(vol.ID),
 		grant: func(node string) uint64 {
 			e, err := c.Grant(ctx, vol.ID, node)
 			if err != nil {
@@ -102,15 +102,65 @@ func realFenceBackend(t *testing.T) fenceBackend {
 			if _, err := c.Fence(ctx, vol.ID, node); err != nil {
 				t.Error(err)
 			}
-		},
-		late: func() int { return 0 }}
+		}}
+}
+
+// ackWatch is a Datapath that counts the writes and flushes of one node that
+// began after arm and that the datapath acknowledged: once that node is
+// fenced, there must be none.
+type ackWatch struct {
+	Datapath
+	node  string
+	armed atomic.Bool
+	acked atomic.Int64
+}
+
+func (w *ackWatch) arm() { w.armed.Store(true) }
+
+func (w *ackWatch) count(node string, armed bool, err error) error {
+	if armed && err == nil && node == w.node {
+		w.acked.Add(1)
+	}
+	return err
+}
+
+func (w *ackWatch) WriteAt(ctx context.Context, id, node string, epoch uint64, off int64, p []byte) error {
+	armed := w.armed.Load()
+	return w.count(node, armed, w.Datapath.WriteAt(ctx, id, node, epoch, off, p))
+}
+
+func (w *ackWatch) Flush(ctx context.Context, id, node string, epoch uint64) error {
+	armed := w.armed.Load()
+	return w.count(node, armed, w.Datapath.Flush(ctx, id, node, epoch))
+}
+
+func readImage(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// differing counts the bytes in which a and b differ.
+func differing(a, b []byte) int {
+	n := max(len(a), len(b)) - min(len(a), len(b))
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
 }
 
 // TestNodeServer_Fence_WritesFailWithEIO: an application writes and fsyncs
 // files on the mounted volume; the volume is fenced from the side; from then on
 // its writes fail with EIO, the datapath takes nothing more from this node, and
 // a new node sees exactly the files synced before the fence. Run against the
-// test double (which counts late writes) and the real datapath server.
+// test double and the real datapath server; both are checked from the
+// datapath's side: it acknowledges nothing node-a begins after the fence, and
+// its copy of the volume does not change by a single byte.
 func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
 	requireRealStack(t)
 	t.Run("fake datapath", func(t *testing.T) { testFence(t, fakeFenceBackend(t)) })
@@ -118,7 +168,8 @@ func TestNodeServer_Fence_WritesFailWithEIO(t *testing.T) {
 }
 
 func testFence(t *testing.T, fb fenceBackend) {
-	a := newTestServer(t, fb.dp, "node-a")
+	watch := &ackWatch{Datapath: fb.dp, node: "node-a"}
+	a := newTestServer(t, watch, "node-a")
 	ctx := context.Background()
 	staging, target := t.TempDir(), filepath.Join(t.TempDir(), "m")
 	if _, err := a.NodeStageVolume(ctx, stageReq(fb.id, staging, fb.grant("node-a"), mountCap())); err != nil {
@@ -139,6 +190,7 @@ func testFence(t *testing.T, fb fenceBackend) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	lines := bufio.NewScanner(out)
 	okBefore, okAfter, fenced := 0, 0, false
+	var frozen []byte // the datapath's copy of the volume when the fence returned
 	var failures []string
 	for lines.Scan() {
 		line := lines.Text()
@@ -149,6 +201,8 @@ func testFence(t *testing.T, fb fenceBackend) {
 			okBefore++
 			if okBefore == 10 {
 				fb.fence("node-a") // from the side, as the manager would
+				watch.arm()
+				frozen = readImage(t, fb.image)
 				fenced = true
 			}
 		case strings.HasPrefix(line, "err "):
@@ -156,6 +210,15 @@ func testFence(t *testing.T, fb fenceBackend) {
 		}
 	}
 	_ = cmd.Wait()
+	if !fenced {
+		t.Fatalf("the writer stopped after %d files, before the fence", okBefore)
+	}
+	if n := watch.acked.Load(); n != 0 {
+		t.Fatalf("the datapath acknowledged %d writes or flushes that node-a began after its fence", n)
+	}
+	if d := differing(frozen, readImage(t, fb.image)); d != 0 {
+		t.Fatalf("the datapath's copy of the volume changed by %d bytes after the fence", d)
+	}
 	// A write+fsync that was in flight when the fence hit may have finished
 	// before it; none may succeed once the fence is in force.
 	if !fenced || okAfter > 1 {
@@ -166,9 +229,6 @@ func testFence(t *testing.T, fb fenceBackend) {
 	}
 	if got := testutil.ToFloat64(a.metrics.writesFenced); got == 0 {
 		t.Fatal("vigil_engine_writes_fenced_total did not move")
-	}
-	if late := fb.late(); late != 0 {
-		t.Fatalf("datapath accepted %d writes from the fenced node", late)
 	}
 	t.Logf("%d files synced before the fence, %d after, then %q", okBefore, okAfter, failures[0])
 

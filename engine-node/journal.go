@@ -43,6 +43,9 @@ type StageRecord struct {
 	LoopDevice  string    `json:"loopDevice,omitempty"`
 	Phase       Phase     `json:"phase"`
 	Updated     time.Time `json:"updated"`
+	// Boot is the boot id of the run that last wrote the record; "" in a
+	// record written before the journal kept it (of the journal's boot).
+	Boot string `json:"boot,omitempty"`
 }
 
 // PublishRecord is what the journal knows about one published target path.
@@ -57,6 +60,8 @@ type PublishRecord struct {
 	PodNamespace string    `json:"podNamespace,omitempty"`
 	Phase        Phase     `json:"phase"`
 	Updated      time.Time `json:"updated"`
+	// Boot: as StageRecord.Boot.
+	Boot string `json:"boot,omitempty"`
 }
 
 var (
@@ -71,12 +76,18 @@ const JournalFile = "journal.db"
 
 // Journal is the node's bbolt journal of stages and publishes.
 type Journal struct {
-	db *bolt.DB
+	db   *bolt.DB
+	boot string // this run's boot id, written into every record
 }
 
-// OpenJournal opens (creating) the journal in stateDir and records bootID. It
-// reports the boot id recorded before, "" for a new journal: a different value
-// means the node rebooted since the last run.
+// OpenJournal opens (creating) the journal in stateDir for a run in boot
+// bootID. It reports the boot id recorded before, "" for a new journal: a
+// different value means the node rebooted since that boot id was recorded.
+//
+// A new journal records bootID at once. After a reboot the recorded boot id
+// stays until RecordBoot, which the caller calls once nothing of the earlier
+// boots is left in the journal: a cleanup after a reboot that fails is
+// retried by the next start, which sees the reboot again.
 func OpenJournal(stateDir, bootID string) (*Journal, string, error) {
 	if bootID == "" {
 		return nil, "", fmt.Errorf("open journal in %s: %w", stateDir, ErrEmptyBootID)
@@ -98,27 +109,50 @@ func OpenJournal(stateDir, bootID string) (*Journal, string, error) {
 		}
 		meta := tx.Bucket(bucketMeta)
 		previous = string(meta.Get(keyBootID))
-		return meta.Put(keyBootID, []byte(bootID))
+		if previous == "" {
+			return meta.Put(keyBootID, []byte(bootID))
+		}
+		return nil
 	})
 	if err != nil {
 		db.Close()
 		return nil, "", fmt.Errorf("open journal %s: %w", path, err)
 	}
-	return &Journal{db: db}, previous, nil
+	return &Journal{db: db, boot: bootID}, previous, nil
+}
+
+// RecordBoot records this run's boot id as the journal's: from now on a start
+// in the same boot is a restart, not a reboot.
+func (j *Journal) RecordBoot() error {
+	err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyBootID, []byte(j.boot)) })
+	if err != nil {
+		return fmt.Errorf("journal: record boot id %s: %w", j.boot, err)
+	}
+	return nil
+}
+
+// RecordedBoot is the boot id the journal holds (see OpenJournal).
+func (j *Journal) RecordedBoot() (string, error) {
+	var id string
+	err := j.db.View(func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bucketMeta).Get(keyBootID))
+		return nil
+	})
+	return id, err
 }
 
 // Close closes the journal.
 func (j *Journal) Close() error { return j.db.Close() }
 
-// PutStage writes r, keyed by volume id.
+// PutStage writes r, keyed by volume id, as a record of this boot.
 func (j *Journal) PutStage(r StageRecord) error {
-	r.Updated = time.Now().UTC()
+	r.Updated, r.Boot = time.Now().UTC(), j.boot
 	return j.put(bucketStages, r.VolumeID, r)
 }
 
-// PutPublish writes r, keyed by target path.
+// PutPublish writes r, keyed by target path, as a record of this boot.
 func (j *Journal) PutPublish(r PublishRecord) error {
-	r.Updated = time.Now().UTC()
+	r.Updated, r.Boot = time.Now().UTC(), j.boot
 	return j.put(bucketPublishes, r.TargetPath, r)
 }
 

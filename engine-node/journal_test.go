@@ -30,7 +30,7 @@ func TestJournal_Reopen_KeepsRecordsAndTellsReboot(t *testing.T) {
 		t.Fatalf("restart: previous %q, %v", prev, err)
 	}
 	got, ok, err := j.Stage("vol/1")
-	if err != nil || !ok || got.Epoch != 7 || got.Phase != PhaseStaged || got.Updated.IsZero() {
+	if err != nil || !ok || got.Epoch != 7 || got.Phase != PhaseStaged || got.Updated.IsZero() || got.Boot != "boot-1" {
 		t.Fatalf("stage after reopen = %+v, %t, %v", got, ok, err)
 	}
 	pubs, err := j.PublishesOf("vol/1")
@@ -45,9 +45,31 @@ func TestJournal_Reopen_KeepsRecordsAndTellsReboot(t *testing.T) {
 	}
 	j.Close()
 
+	// After a reboot the old boot id stays until RecordBoot.
+	for i := 0; i < 2; i++ {
+		j, prev, err = OpenJournal(dir, "boot-2")
+		if err != nil || prev != "boot-1" {
+			t.Fatalf("after reboot, open #%d: previous %q, %v; want boot-1", i+1, prev, err)
+		}
+		j.Close()
+	}
+	j, _, _ = OpenJournal(dir, "boot-2")
+	if err := j.PutStage(st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := j.Stage("vol/1"); got.Boot != "boot-2" {
+		t.Fatalf("stage rewritten in boot-2 is of boot %q", got.Boot)
+	}
+	if err := j.RecordBoot(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := j.RecordedBoot(); err != nil || b != "boot-2" {
+		t.Fatalf("recorded boot %q, %v; want boot-2", b, err)
+	}
+	j.Close()
 	j, prev, err = OpenJournal(dir, "boot-2")
-	if err != nil || prev != "boot-1" {
-		t.Fatalf("after reboot: previous %q, %v; want boot-1", prev, err)
+	if err != nil || prev != "boot-2" {
+		t.Fatalf("restart after RecordBoot: previous %q, %v; want boot-2", prev, err)
 	}
 	j.Close()
 }

@@ -2,6 +2,7 @@ package enginenode
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -23,32 +24,62 @@ type Mount struct {
 	Options    string
 }
 
-// parseMountInfo parses the mountinfo format (proc(5)).
+// parseMountInfo parses the mountinfo format (proc(5)). The kernel separates
+// fields with single spaces and escapes only space, tab, newline and
+// backslash inside a field (\NNN), so a line is split at '\n' and at ' '
+// only: any other byte, '\r', '\v' or a non-ASCII space included, belongs to
+// its field, and an empty field (a mount without a source) stays a field.
 func parseMountInfo(r io.Reader) ([]Mount, error) {
 	var out []Mount
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Split(scanLinesKeepCR)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" && i >= 6 {
-				sep = i
-				break
-			}
+		m, err := parseMountLine(sc.Text())
+		if err != nil {
+			return nil, err
 		}
-		if sep < 0 || len(fields) < sep+3 {
-			return nil, fmt.Errorf("mountinfo: malformed line %q", sc.Text())
-		}
-		out = append(out, Mount{
-			Dev:        fields[2],
-			MountPoint: unescapeOctal(fields[4]),
-			Options:    fields[5],
-			FsType:     fields[sep+1],
-			Source:     unescapeOctal(fields[sep+2]),
-		})
+		out = append(out, m)
 	}
 	return out, sc.Err()
+}
+
+// parseMountLine parses "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS
+// [OPTIONAL...] - FSTYPE SOURCE [SUPEROPTIONS]".
+func parseMountLine(line string) (Mount, error) {
+	fields := strings.Split(line, " ")
+	sep := -1
+	for i := 6; i < len(fields); i++ {
+		if fields[i] == "-" {
+			sep = i
+			break
+		}
+	}
+	if sep < 0 || len(fields) < sep+3 {
+		return Mount{}, fmt.Errorf("mountinfo: malformed line %q: want ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE [SUPEROPTIONS]", line)
+	}
+	m := Mount{
+		Dev:        fields[2],
+		MountPoint: unescapeOctal(fields[4]),
+		Options:    fields[5],
+		FsType:     unescapeOctal(fields[sep+1]),
+		Source:     unescapeOctal(fields[sep+2]),
+	}
+	if m.Dev == "" || m.MountPoint == "" || m.Options == "" || m.FsType == "" {
+		return Mount{}, fmt.Errorf("mountinfo: malformed line %q: empty device, mount point, options or filesystem type", line)
+	}
+	return m, nil
+}
+
+// scanLinesKeepCR is bufio.ScanLines without dropping a '\r' before '\n'.
+func scanLinesKeepCR(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
 }
 
 // unescapeOctal undoes mountinfo's \NNN escapes of space, tab, newline, backslash.

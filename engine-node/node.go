@@ -86,7 +86,7 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 		busy: map[string]bool{}, stacks: map[string]*stack{}}
 	rebooted := previousBoot != "" && previousBoot != cfg.BootID
 	if err := n.Recover(ctx, rebooted); err != nil {
-		n.log.Error("recovery left work undone; it is retried by the next stage or unstage", "err", err)
+		n.log.Error("recovery left work undone; it is retried by the next stage or unstage, and after a reboot by the next start", "err", err)
 	}
 	return n, nil
 }
@@ -182,16 +182,15 @@ func (n *NodeServer) stage(ctx context.Context, a stageArgs) error {
 		if a.epoch < rec.Epoch {
 			return fmt.Errorf("stage volume %s with epoch %d: epoch %d is in force: %w", a.volumeID, a.epoch, rec.Epoch, ErrStaleEpoch)
 		}
-		if st := n.live(a.volumeID); st != nil {
-			if a.epoch > rec.Epoch { // a fresh grant: I/O carries the new epoch from now on
-				st.backend.epoch.Store(a.epoch)
-				rec.Epoch = a.epoch
-				return n.journal.PutStage(rec)
+		if a.epoch > rec.Epoch {
+			if err := n.retire(rec, a.epoch); err != nil {
+				return err
 			}
+		} else if n.live(a.volumeID) != nil {
 			return nil
 		}
 	}
-	if ok { // not served (left by a crash or a failed re-serve): start clean
+	if ok { // not served (left by a crash, a failed re-serve or retire): start clean
 		if err := n.teardownRecord(rec); err != nil {
 			return err
 		}
@@ -211,6 +210,42 @@ func (n *NodeServer) stage(ctx context.Context, a stageArgs) error {
 		DiskDir: diskDir(n.cfg.StateDir, a.volumeID), Phase: PhaseStaging,
 	}
 	return n.bringUp(ctx, rec)
+}
+
+// retire takes down the stack of a staged volume for which a stage carries a
+// higher epoch. The datapath gives this node a higher epoch only after it
+// fenced or released the node's grant, so another node may have written the
+// volume since: the old ext4 mount, its page cache and the loop device's
+// cache must never be used again. retire unmounts the staging path, detaches
+// the loop device and the FUSE disk (which drops every cached page of the old
+// stack) and leaves the record in PhaseUnstaging; the caller then consults the
+// gate and builds everything fresh. While targets are published it refuses
+// and changes nothing: their bind mounts hold the old filesystem alive, and
+// only their pods' end (NodeUnpublishVolume) can let go of it.
+func (n *NodeServer) retire(rec StageRecord, epoch uint64) error {
+	pubs, err := n.journal.PublishesOf(rec.VolumeID)
+	if err != nil {
+		return err
+	}
+	if len(pubs) > 0 {
+		return fmt.Errorf("stage volume %s with epoch %d: staged here under epoch %d, which the datapath has since fenced or released, "+
+			"and still published at %s; the old mount is not resumed: unpublish it (end its pod) first: %w",
+			rec.VolumeID, epoch, rec.Epoch, pubs[0].TargetPath, ErrStillPublished)
+	}
+	n.log.Info("epoch moved on; taking down the old stack before staging afresh",
+		"volume", rec.VolumeID, "old_epoch", rec.Epoch, "epoch", epoch)
+	rec.Phase = PhaseUnstaging
+	if err := n.journal.PutStage(rec); err != nil {
+		return err
+	}
+	if st := n.live(rec.VolumeID); st != nil {
+		if err := n.teardownLive(rec, st); err != nil {
+			return fmt.Errorf("stage volume %s with epoch %d: take down the stack of epoch %d: %w", rec.VolumeID, epoch, rec.Epoch, err)
+		}
+		n.setLive(rec.VolumeID, nil)
+	}
+	n.metrics.cleanups.WithLabelValues(CleanupCleaned).Inc()
+	return nil
 }
 
 // bringUp journals rec as staging, builds its stack and journals it staged.

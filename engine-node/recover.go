@@ -13,9 +13,14 @@ import (
 
 // Recover makes the node agree with its journal after a start.
 //
-// After a reboot (rebooted: the boot id changed) nothing of the previous boot is
-// valid: every publish and stage is taken down (whatever is still mounted, as
-// in the sandbox where a "reboot" keeps the host's mounts) and forgotten.
+// After a reboot (rebooted: the journal's boot id is not this boot's) nothing
+// of an earlier boot is valid: every publish and stage recorded in another
+// boot is taken down (whatever is still mounted, as in the sandbox where a
+// "reboot" keeps the host's mounts) and forgotten. Only once none is left is
+// this boot recorded in the journal (Journal.RecordBoot): when that cleanup
+// fails, the next start sees the reboot again and retries it, instead of
+// serving the earlier boot's stages as after a restart. Records this boot
+// wrote meanwhile are treated as after a restart.
 //
 // After a plain restart, operations cut short by the kill (phase staging,
 // unstaging, publishing) are rolled back, and every staged volume is served
@@ -38,15 +43,16 @@ func (n *NodeServer) Recover(ctx context.Context, rebooted bool) error {
 	if len(stages)+len(pubs) > 0 {
 		n.log.Info("recovering node journal", "rebooted", rebooted, "stages", len(stages), "publishes", len(pubs))
 	}
+	earlier := func(boot string) bool { return rebooted && boot != n.cfg.BootID }
 	staged := map[string]StageRecord{}
 	for _, s := range stages {
-		if s.Phase == PhaseStaged && !rebooted {
+		if s.Phase == PhaseStaged && !earlier(s.Boot) {
 			staged[s.VolumeID] = s
 		}
 	}
 	var errs []error
 	for _, p := range pubs {
-		if _, ok := staged[p.VolumeID]; ok && p.Phase == PhasePublished {
+		if _, ok := staged[p.VolumeID]; ok && p.Phase == PhasePublished && !earlier(p.Boot) {
 			continue
 		}
 		errs = append(errs, n.count(n.forgetPublish(p)))
@@ -63,7 +69,39 @@ func (n *NodeServer) Recover(ctx context.Context, rebooted bool) error {
 		errs = append(errs, n.count(err))
 	}
 	errs = append(errs, n.sweep())
+	if rebooted {
+		errs = append(errs, n.recordBootWhenClean())
+	}
 	return errors.Join(errs...)
+}
+
+// recordBootWhenClean records this boot as the journal's once no record of an
+// earlier boot is left in it.
+func (n *NodeServer) recordBootWhenClean() error {
+	stages, err := n.journal.Stages()
+	if err != nil {
+		return err
+	}
+	pubs, err := n.journal.Publishes()
+	if err != nil {
+		return err
+	}
+	left := 0
+	for _, s := range stages {
+		if s.Boot != n.cfg.BootID {
+			left++
+		}
+	}
+	for _, p := range pubs {
+		if p.Boot != n.cfg.BootID {
+			left++
+		}
+	}
+	if left > 0 {
+		return fmt.Errorf("cleanup after the reboot is incomplete: %d journal records of an earlier boot are left; "+
+			"boot %s is not recorded, so the next start cleans up after the reboot again", left, n.cfg.BootID)
+	}
+	return n.journal.RecordBoot()
 }
 
 // count records a cleanup outcome and passes err on.

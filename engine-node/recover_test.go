@@ -207,3 +207,70 @@ func TestNodeServer_Recover_RebootCleansEverything(t *testing.T) {
 		t.Fatalf("cleanup_total{outcome=cleaned} = %v, want ≥ 2", v)
 	}
 }
+
+// A reboot's cleanup that fails is not forgotten: the boot id is recorded only
+// once nothing of the earlier boot is left, so the next start in the same
+// boot cleans up after the reboot again instead of serving the earlier boot's
+// stage as after a restart. A stage made in the new boot meanwhile is served
+// again like after any restart.
+func TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart(t *testing.T) {
+	requireRealStack(t)
+	state := t.TempDir()
+	dp := newFakeDatapath(t)
+	dp.create(t, "vol-new", testSize)
+	epoch := dp.grant("vol-new", "node-a")
+
+	// boot-1 left vol-old staged; something in its disk directory makes its
+	// removal fail.
+	j, _, err := OpenJournal(state, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := StageRecord{VolumeID: "vol-old", StagingPath: t.TempDir(), Epoch: 3, Size: testSize,
+		DiskDir: diskDir(state, "vol-old"), Phase: PhaseStaged}
+	if err := j.PutStage(old); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	blocker := filepath.Join(old.DiskDir, "blocker")
+	if err := os.MkdirAll(old.DiskDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blocker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// First start in boot-2: the cleanup fails; meanwhile vol-new is staged.
+	n, err := NewNodeServer(context.Background(), Config{NodeName: "node-a", StateDir: state, BootID: "boot-2",
+		Datapath: dp, IOTimeout: 5 * time.Second, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := n.journal.Stage("vol-old"); !ok {
+		t.Fatal("vol-old's record is gone although its cleanup failed")
+	}
+	if b, _ := n.journal.RecordedBoot(); b != "boot-1" {
+		t.Fatalf("journal records boot %q after a failed cleanup; want boot-1 still", b)
+	}
+	if err := n.journal.PutStage(StageRecord{VolumeID: "vol-new", StagingPath: t.TempDir(), FsType: DefaultFsType, Epoch: epoch,
+		Size: testSize, DiskDir: diskDir(state, "vol-new"), Phase: PhaseStaged}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+
+	// Second start in boot-2, the blocker gone: still a reboot for vol-old,
+	// which is cleaned up and not served; a restart for vol-new, served again.
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	n = newTestServerIn(t, dp, "node-a", state, "boot-2")
+	if rec, ok, _ := n.journal.Stage("vol-old"); ok || n.live("vol-old") != nil || exists(old.DiskDir) {
+		t.Fatalf("vol-old of boot-1 was served or kept after the second start: %+v (live %t)", rec, n.live("vol-old") != nil)
+	}
+	if rec, _, _ := n.journal.Stage("vol-new"); rec.Phase != PhaseStaged || n.live("vol-new") == nil {
+		t.Fatalf("vol-new of boot-2 not served again after the restart: %+v", rec)
+	}
+	if b, _ := n.journal.RecordedBoot(); b != "boot-2" {
+		t.Fatalf("journal records boot %q after the cleanup succeeded; want boot-2", b)
+	}
+}

@@ -31,13 +31,21 @@ const sanityNode = "sanity-node"
 // startRealDatapath starts a datapath server and returns a client for it.
 func startRealDatapath(t testing.TB) *client.Client {
 	t.Helper()
+	c, _ := startRealDatapathServer(t)
+	return c
+}
+
+// startRealDatapathServer starts a datapath server and returns a client for
+// it and the server, whose Store shows what reached its disk.
+func startRealDatapathServer(t testing.TB) (*client.Client, *datapathtest.Server) {
+	t.Helper()
 	srv := datapathtest.Start(t, datapath.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	c, err := client.Dial(context.Background(), srv.Addr, srv.Token)
 	if err != nil {
 		t.Fatalf("dial datapath %s: %v", srv.Addr, err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c
+	return c, srv
 }
 
 // serveCSI serves identity, the real controller and this node service on a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -42,7 +43,7 @@ func datapathCommand() *cli.Command {
 			Action: datapathServe,
 		}, {
 			Name:  "status",
-			Usage: "list a running server's volumes with their attachment tables (node, epoch, state)",
+			Usage: "list a running server's volumes with their attachment tables (node, epoch, state) and its nodes (last heartbeat and I/O, announced stops, live grants)",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
 					Usage: "address of the datapath server"},
@@ -93,7 +94,54 @@ func datapathStatus(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "%d volumes; %d bytes available\n", len(vols), avail)
-	return nil
+	nodes, err := dp.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("datapath at %s: nodes: %w", c.String("addr"), err)
+	}
+	fmt.Fprintln(c.App.Writer)
+	return printNodes(c.App.Writer, nodes)
+}
+
+// printNodes prints the node table of `datapath status`; ages are measured on
+// the server's clock, so the local clock does not matter.
+func printNodes(out io.Writer, r datapath.NodesReport) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "NODE\tLAST HEARTBEAT\tLAST I/O\tLEAVING\tLIVE GRANTS\n")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", n.Node, ago(r.Now, n.LastHeartbeat), ago(r.Now, n.LastIO), leaving(r.Now, n.LeavingUntil), n.LiveGrants)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "%d nodes; the datapath started %s ago (%s); it knows nothing of heartbeats or I/O before that\n",
+		len(r.Nodes), age(r.Now.Sub(r.Started)), r.Started.Format(time.RFC3339))
+	return err
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "none since start"
+	}
+	return age(now.Sub(t)) + " ago"
+}
+
+func leaving(now, until time.Time) string {
+	switch {
+	case until.IsZero():
+		return "-"
+	case until.After(now):
+		return "for " + age(until.Sub(now))
+	}
+	return "ran out " + age(now.Sub(until)) + " ago"
+}
+
+// age renders d to a tenth of a second under a minute, to the second above.
+func age(d time.Duration) string {
+	d = max(d, 0)
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 func datapathServe(c *cli.Context) error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,6 +78,12 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	if err := c.WriteAt(ctx, v.ID, "node-1", e, 4096, []byte("kept")); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Heartbeat(ctx, "node-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Leave(ctx, "node-3", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	var status strings.Builder
 	app := App()
 	app.Writer = &status
@@ -85,6 +92,14 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	}
 	if !strings.Contains(status.String(), v.ID) || !strings.Contains(status.String(), "node-1") || !strings.Contains(status.String(), "granted") {
 		t.Fatalf("datapath status output lacks the volume or its grant:\n%s", status.String())
+	}
+	nodeTable := regexp.MustCompile(`(?m)^NODE +LAST HEARTBEAT +LAST I/O +LEAVING +LIVE GRANTS\n` +
+		`node-1 +none since start +[0-9.]+m?s ago +- +1\n` +
+		`node-2 +[0-9.]+m?s ago +none since start +- +0\n` +
+		`node-3 +none since start +none since start +for [0-9.ms]+ +0\n` +
+		`3 nodes; the datapath started `)
+	if !nodeTable.MatchString(status.String()) {
+		t.Fatalf("datapath status output lacks the node table (node-1 with its grant and I/O, node-2 heartbeating, node-3 leaving):\n%s", status.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/controller"
 	"github.com/vigil-storage/vigil/settings"
 )
@@ -58,17 +59,17 @@ const httpShutdownGrace = 5 * time.Second
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
-		Usage: "run the controllers (node health, pod reaper) with leader election, and serve /metrics, /healthz and /readyz",
-		Flags: []cli.Flag{
+		Usage: "run the controllers (node health, pod reaper) with leader election, and serve the REST API (/v1/), the UI (/), /metrics, /healthz and /readyz",
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: flagKubeconfig, TakesFile: true,
 				Usage: "kubeconfig of the cluster to manage (default: the in-cluster service account)"},
 			&cli.StringFlag{Name: flagSettingsStore, EnvVars: []string{settings.StoreEnv}, Value: settings.DefaultStoreSpec(),
 				Usage: "where settings are kept: bolt:PATH or configmap:NAMESPACE/NAME"},
 			&cli.StringFlag{Name: flagSettingsDir, TakesFile: true,
 				Usage: "managed overlay directory (a mounted ConfigMap): a file named after a setting overrides the store and locks it"},
-			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for /metrics, /healthz and /readyz"},
+			&cli.StringFlag{Name: flagListen, Value: vigil.DefaultAPIAddress, Usage: "address for the REST API, the UI, /metrics, /healthz and /readyz (beyond loopback: needs TLS or --" + flagInsecureListen + ", and reads need the token)"},
 			&cli.BoolFlag{Name: flagLeaderElect, Value: true,
-				Usage: "act only while holding the Lease, so one of several replicas acts"},
+				Usage: "act only while holding the Lease, so one of several replicas acts; =false is for a single manager only, and is refused while another manager holds the Lease"},
 			&cli.StringFlag{Name: flagLeaseNamespace, EnvVars: []string{"POD_NAMESPACE"}, Value: vigil.Namespace,
 				Usage: "namespace of the leader-election Lease"},
 			&cli.StringFlag{Name: flagLeaseName, Value: vigil.ManagerLeaseName, Usage: "name of the leader-election Lease"},
@@ -78,12 +79,12 @@ func runCommand() *cli.Command {
 				Usage: "how long the leader keeps trying to renew before it stops acting; must be less than the lease duration"},
 			&cli.DurationFlag{Name: flagRetryPeriod, Value: 2 * time.Second,
 				Usage: "how often candidates try to acquire or renew the Lease; must be well under the renew deadline"},
-			&cli.IntFlag{Name: flagWorkers, Value: 8, Usage: "reaper workers (pods handled at once)"},
+			&cli.IntFlag{Name: flagWorkers, Value: 32, Usage: "workers of the controllers' queue (pods, nodes and attachments handled at once); each mostly waits on the API server, so many are cheap: 110 pods of a dead node are reaped in parallel"},
 			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
 				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
 			&cli.IntFlag{Name: flagAPIBurst, Value: 200, Usage: "client-side API burst"},
-		},
+		}, append(loopFlags(), apiFlags()...)...),
 		Action: runManager,
 	}
 }
@@ -98,6 +99,8 @@ type runOptions struct {
 	resync                                     time.Duration
 	qps                                        float32
 	burst                                      int
+	loop                                       loopOptions
+	api                                        apiOptions
 }
 
 func parseRunOptions(c *cli.Context) (runOptions, error) {
@@ -124,10 +127,15 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 	if err := o.lease.validate(); err != nil {
 		return o, err
 	}
+	var err error
+	if o.loop, err = parseLoopOptions(c); err != nil {
+		return o, err
+	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return o, fmt.Errorf("--%s %q: want HOST:PORT, e.g. %s: %w", flagListen, o.listen, vigil.DefaultAPIAddress, err)
 	}
-	return o, nil
+	o.api, err = parseAPIOptions(c, o.listen)
+	return o, err
 }
 
 // leaseTimings are the leader-election durations, checked as client-go checks
@@ -208,7 +216,22 @@ func runManager(c *cli.Context) error {
 		if err := checkLeaseNamespace(ctx, client, o.leaseNamespace); err != nil {
 			return err
 		}
+	} else if err := checkNoOtherLeader(ctx, client, o.leaseNamespace, o.leaseName, time.Now()); err != nil {
+		return err
 	}
+	recoveries, err := v1alpha1.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	token, err := o.api.loadToken(slog.Default())
+	if err != nil {
+		return err
+	}
+	loop, err := wireLoop(ctx, o.loop, cfg)
+	if err != nil {
+		return err
+	}
+	defer loop.close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	set, closeSettings, err := openRunSettings(ctx, o, reg)
@@ -220,11 +243,12 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--%s %s: %w", flagListen, o.listen, err)
 	}
-	return runWith(ctx, c, o, clients{api: client, events: eventsClient}, set, reg, lis)
+	return runWith(ctx, c, o, clients{api: client, events: eventsClient, loop: loop, recoveries: recoveries, token: token}, set, reg, lis)
 }
 
 // openRunSettings opens the settings store and overlay; the metrics of settings
-// go to reg, refused values to the log.
+// go to reg, refused values to the log, overlay changes and store edits made
+// outside Vigil to the change history.
 func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registerer) (*settings.Settings, func(), error) {
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
@@ -232,7 +256,7 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg))
+	s, err := settings.New(store, o.settingsDir, settings.WithRegisterer(reg), settings.WithObservedHistory())
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
@@ -244,11 +268,14 @@ func openRunSettings(ctx context.Context, o runOptions, reg prometheus.Registere
 // writes, one for Events.
 type clients struct {
 	api, events kubernetes.Interface
+	loop        loopWiring
+	recoveries  *v1alpha1.Client // the UI's and the REST API's reads
+	token       string           // the REST API's bearer token
 }
 
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
 func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
-	set controller.SettingsReader, reg *prometheus.Registry, lis net.Listener) error {
+	set *settings.Settings, reg *prometheus.Registry, lis net.Listener) error {
 	client := cs.api
 	metrics, err := controller.NewMetrics(reg)
 	if err != nil {
@@ -257,19 +284,28 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
+	go reportActBlocked(ctx, set, broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}), leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
+		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
 	})
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	srv := &http.Server{Handler: newMux(reg, reaper.HasSynced), ReadHeaderTimeout: 10 * time.Second}
+	mux := newMux(reg, reaper.HasSynced, set.ActBlocked)
+	api, recoveries, err := mountAPI(mux, o.api, cs.token, set, factory, cs.recoveries, slog.Default())
+	if err != nil {
+		return errors.Join(err, lis.Close())
+	}
+	srv := &http.Server{Handler: o.api.handler(mux), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { served <- o.api.serve(srv, lis, slog.Default()) }()
 	// The address line tells scripts and tests where to look (with port 0 too).
-	fmt.Fprintf(c.App.Writer, "vigil-manager: serving /metrics, /healthz, /readyz on http://%s\n", lis.Addr())
+	fmt.Fprintf(c.App.Writer, "vigil-manager: serving the UI, /v1/, /metrics, /healthz, /readyz on %s://%s\n", o.api.scheme(), lis.Addr())
+	go api.run(ctx)
+	go recoveries.run(ctx)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
@@ -309,14 +345,19 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 }
 
 // newMux serves the manager's HTTP endpoints. The settings API and the UI join
-// this mux in their own files.
-func newMux(reg *prometheus.Registry, synced func() bool) *http.ServeMux {
+// this mux in their own files. /readyz fails while the informers have not synced
+// and while settings block acting (actBlocked, with its message).
+func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := actBlocked(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !synced() {
 			http.Error(w, "informer caches not synced yet", http.StatusServiceUnavailable)
 			return

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,7 +30,7 @@ var apiKinds = map[string][2]string{
 	"pods": {"v1", "Pod"}, "nodes": {"v1", "Node"}, "persistentvolumeclaims": {"v1", "PersistentVolumeClaim"},
 	"persistentvolumes": {"v1", "PersistentVolume"}, "volumeattachments": {"storage.k8s.io/v1", "VolumeAttachment"},
 	"replicasets": {"apps/v1", "ReplicaSet"}, "leases": {"coordination.k8s.io/v1", "Lease"}, "events": {"v1", "Event"},
-	"namespaces": {"v1", "Namespace"},
+	"namespaces": {"v1", "Namespace"}, "noderecoveries": {"vigil.io/v1alpha1", "NodeRecovery"},
 }
 
 // fakeAPIServer is the smallest API server `run` can start against: empty lists,
@@ -146,7 +147,8 @@ func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	args := []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
-		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system"}
+		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
+		"--state-dir", filepath.Join(dir, "state")}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_Child$", "-test.v")
 	cmd.Env = append(os.Environ(), runChildEnv+"="+strings.Join(args, "\x1f"))
 	out, err := cmd.StdoutPipe()
@@ -199,6 +201,17 @@ func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
 			t.Errorf("/metrics lacks %s", m)
 		}
 	}
+	// The REST API and the UI are on the same listener; writes need the token
+	// generated into --state-dir.
+	if code := get(t, base+"/v1/settings"); code != http.StatusOK {
+		t.Errorf("/v1/settings = %d", code)
+	}
+	if code := get(t, base+"/"); code != http.StatusOK {
+		t.Errorf("the UI / = %d", code)
+	}
+	if tok, err := os.ReadFile(filepath.Join(dir, "state", tokenFileName)); err != nil || len(strings.TrimSpace(string(tok))) != 64 {
+		t.Errorf("generated token: %q %v", tok, err)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -236,14 +249,17 @@ func TestRun_BadFlagsAreRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		"listen":         {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
-		"workers":        {[]string{"--workers", "0"}, "--workers"},
-		"qps":            {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
-		"lease":          {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
-		"args":           {[]string{"extra"}, "takes no arguments"},
-		"lease duration": {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
-		"renew vs retry": {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
-		"zero retry":     {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
+		"listen":                 {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
+		"workers":                {[]string{"--workers", "0"}, "--workers"},
+		"qps":                    {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
+		"lease":                  {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
+		"args":                   {[]string{"extra"}, "takes no arguments"},
+		"lease duration":         {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
+		"renew vs retry":         {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
+		"zero retry":             {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
+		"datapath without token": {[]string{"--datapath", "127.0.0.1:9600"}, "needs --datapath-token-file"},
+		"token without datapath": {[]string{"--datapath-token-file", "/tmp/t"}, "without --datapath"},
+		"datapath timeout":       {[]string{"--datapath", "x:1", "--datapath-token-file", "/t", "--datapath-timeout", "0s"}, "--datapath-timeout"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -267,18 +283,24 @@ func TestCheckLeaseNamespace_MissingNamespaceIsAClearError(t *testing.T) {
 	}
 }
 
-func TestNewMux_ReadyzFollowsSync(t *testing.T) {
-	synced := false
-	mux := newMux(prometheus.NewRegistry(), func() bool { return synced })
+func TestNewMux_ReadyzFollowsSyncAndSettings(t *testing.T) {
+	synced, blocked := false, error(nil)
+	mux := newMux(prometheus.NewRegistry(), func() bool { return synced }, func() error { return blocked })
 	for _, tc := range []struct {
-		synced bool
-		want   int
-	}{{false, http.StatusServiceUnavailable}, {true, http.StatusOK}} {
-		synced = tc.synced
+		synced  bool
+		blocked error
+		want    int
+		body    string
+	}{
+		{false, nil, http.StatusServiceUnavailable, "not synced"},
+		{true, nil, http.StatusOK, "ok"},
+		{true, errors.New("not acting: overlay file /x/dry-run refused"), http.StatusServiceUnavailable, "/x/dry-run"},
+	} {
+		synced, blocked = tc.synced, tc.blocked
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		if rec.Code != tc.want {
-			t.Errorf("synced=%t: /readyz = %d, want %d", tc.synced, rec.Code, tc.want)
+		if rec.Code != tc.want || !strings.Contains(rec.Body.String(), tc.body) {
+			t.Errorf("synced=%t blocked=%v: /readyz = %d %q, want %d with %q", tc.synced, tc.blocked, rec.Code, rec.Body, tc.want, tc.body)
 		}
 	}
 }

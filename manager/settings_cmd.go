@@ -10,7 +10,7 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// settingsCommand is `vigil-manager settings`: list, get, set and reset.
+// settingsCommand is `vigil-manager settings`: list, get, set, reset and history.
 func settingsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "settings",
@@ -19,7 +19,9 @@ func settingsCommand() *cli.Command {
 or a Kubernetes ConfigMap with one key per setting. Choose it with --store or
 ` + settings.StoreEnv + `. A managed overlay directory (--settings-dir, usually a mounted
 ConfigMap) overrides the store: a setting with a file there is locked, and set or
-reset on it is refused, naming the file to change instead.
+reset on it is refused, naming the file to change instead. Every change is
+recorded in the store with its time, who made it and old -> new; history shows
+them.
 
 Every value is validated before anything is written: a bad value, an unknown
 setting, a managed setting or an unreachable store exits non-zero with one line on
@@ -28,7 +30,7 @@ subcommand name (but before its arguments).`,
 		Flags: storeFlags(),
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return fmt.Errorf("unknown settings command %q; want list, get, set or reset", c.Args().First())
+				return fmt.Errorf("unknown settings command %q; want list, get, set, reset or history", c.Args().First())
 			}
 			return cli.ShowSubcommandHelp(c)
 		},
@@ -37,6 +39,7 @@ subcommand name (but before its arguments).`,
 			settingsGetCommand(),
 			settingsSetCommand(),
 			settingsResetCommand(),
+			settingsHistoryCommand(),
 		},
 	}
 }
@@ -59,7 +62,7 @@ func settingsListCommand() *cli.Command {
 				return err
 			}
 			defer closeAll()
-			return writeEntries(c.App.Writer, format, s.List())
+			return writeEntries(c.App.Writer, format, s.List(), s.Problems()...)
 		},
 	}
 }
@@ -122,11 +125,11 @@ func settingsSetCommand() *cli.Command {
 			}
 			defer closeAll()
 			before, _ := s.Get(name)
-			if err := s.Set(c.Context, name, value); err != nil {
+			if err := s.SetAs(c.Context, name, value, cliActor()); err != nil {
 				return err
 			}
 			after, _ := s.Get(name)
-			_, err = fmt.Fprintf(c.App.Writer, "%s = %s (was %s, from %s)\n", name, after.Value, before.Value, before.Source)
+			_, err = fmt.Fprintf(c.App.Writer, "%s = %s (was %s, from %s)\n", name, orEmpty(after.Value), orEmpty(before.Value), before.Source)
 			return err
 		},
 	}
@@ -151,7 +154,7 @@ func settingsResetCommand() *cli.Command {
 				return err
 			}
 			defer closeAll()
-			if err := s.Reset(c.Context, name); err != nil {
+			if err := s.ResetAs(c.Context, name, cliActor()); err != nil {
 				return err
 			}
 			e, _ := s.Get(name)

@@ -269,14 +269,135 @@ func TestSettingsCmd_AcrossProcesses(t *testing.T) {
 	if err != nil || out != "delete-statefulset-pod\n" {
 		t.Fatalf("get in a new process = %q, %v (%s)", out, err, stderr)
 	}
+	// The change was recorded, by the CLI, and the refused one was not.
+	out, stderr, err = run("settings", "history", "-o", "json")
+	var records []settings.ChangeRecord
+	if err != nil || json.Unmarshal([]byte(out), &records) != nil || len(records) != 1 ||
+		records[0].New != "delete-statefulset-pod" || records[0].Actor.Source != settings.ActorCLI {
+		t.Fatalf("history in a new process = %q, %v (%s); want the one change, by the CLI", out, err, stderr)
+	}
 }
 
 func TestSettingsCmd_UnknownSubcommand(t *testing.T) {
 	isolate(t)
-	if _, err := runSettingsCLI(t, "settings", "frob"); err == nil || !strings.Contains(err.Error(), "list, get, set or reset") {
+	if _, err := runSettingsCLI(t, "settings", "frob"); err == nil || !strings.Contains(err.Error(), "list, get, set, reset or history") {
 		t.Fatalf("settings frob = %v", err)
 	}
 	if _, err := runSettingsCLI(t, "settings"); err != nil {
 		t.Fatalf("settings alone (help) = %v", err)
+	}
+}
+
+// TestSettingsCmd_SettingsInputFromOutside reproduces issue 10 item 6 as a new
+// user tried it: an emptied overlay file, an unknown name in capitals and a
+// 10 KB value.
+func TestSettingsCmd_SettingsInputFromOutside(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	t.Run("EmptyOverlayFile", func(t *testing.T) {
+		mustRun(t, "settings", "set", "node-down-grace-period", "4s")
+		path := filepath.Join(dir, "node-down-grace-period")
+		if err := os.WriteFile(path, nil, 0o644); err != nil { // `: > DIR/node-down-grace-period`
+			t.Fatal(err)
+		}
+		var entries []struct {
+			Name, Problem, ManagedPath string
+			Blocking                   bool
+		}
+		if err := json.Unmarshal([]byte(mustRun(t, "settings", "--settings-dir", dir, "list", "-o", "json")), &entries); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			// Blocking: a process starting now never saw a good value in the file.
+			if e.Name == "node-down-grace-period" && (!strings.Contains(e.Problem, path) ||
+				!strings.Contains(e.Problem, `invalid value ""`) || e.ManagedPath != path || !e.Blocking) {
+				t.Fatalf("entry %+v: want the empty file reported as a blocking problem naming %s", e, path)
+			}
+		}
+		table := mustRun(t, "settings", "--settings-dir", dir, "list")
+		if !strings.Contains(table, "! node-down-grace-period: ") {
+			t.Fatalf("table lacks the problem line:\n%s", table)
+		}
+	})
+	t.Run("UnknownNameInCapitals", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"settings", "set", "DRY-RUN", "true"}, {"settings", "get", "DRY-RUN"}, {"settings", "reset", "DRY-RUN"},
+		} {
+			_, err := runSettingsCLI(t, args...)
+			if !errors.Is(err, settings.ErrUnknownSetting) || !strings.Contains(err.Error(), "did you mean dry-run") {
+				t.Errorf("%v = %v, want an unknown setting suggesting dry-run", args, err)
+			}
+		}
+		_, err := runSettingsCLI(t, "settings", "set", "volume-attachment-recovery-policy", "IMMEDIATE")
+		if !errors.Is(err, settings.ErrInvalidValue) || !strings.Contains(err.Error(), "did you mean immediate") {
+			t.Errorf("set IMMEDIATE = %v, want a refusal suggesting immediate", err)
+		}
+	})
+	t.Run("TenKilobyteValue", func(t *testing.T) {
+		long := strings.Repeat("x", 10*1024)
+		_, err := runSettingsCLI(t, "settings", "set", "node-down-grace-period", long)
+		if !errors.Is(err, settings.ErrInvalidValue) {
+			t.Fatalf("set of a 10 KB value = %v", err)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "setting node-down-grace-period: ") || len(msg) > 300 || strings.Contains(msg, "\n") {
+			t.Fatalf("error of %d bytes: %.300q; want one short line that names the setting first", len(msg), msg)
+		}
+	})
+}
+
+func TestSettingsCmd_History(t *testing.T) {
+	isolate(t)
+	if out := mustRun(t, "settings", "history"); out != "no changes recorded\n" {
+		t.Fatalf("history of a new store = %q", out)
+	}
+	if out := mustRun(t, "settings", "history", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("history -o json of a new store = %q, want []", out)
+	}
+	mustRun(t, "settings", "set", "node-down-grace-period", "90s")
+	mustRun(t, "settings", "set", "dry-run", "true")
+	mustRun(t, "settings", "reset", "node-down-grace-period")
+	var records []settings.ChangeRecord
+	if err := json.Unmarshal([]byte(mustRun(t, "settings", "history", "-o", "json")), &records); err != nil {
+		t.Fatal(err)
+	}
+	who := settings.Actor{Source: settings.ActorCLI, Identity: osUser()}
+	want := []struct{ setting, old, new string }{
+		{"node-down-grace-period", "1m30s", "2s"}, {"dry-run", "false", "true"}, {"node-down-grace-period", "2s", "1m30s"},
+	}
+	if len(records) != len(want) {
+		t.Fatalf("history %+v, want %d records", records, len(want))
+	}
+	for i, w := range want {
+		r := records[i]
+		if r.Setting != w.setting || r.Old != w.old || r.New != w.new || r.Actor != who || r.Time.IsZero() {
+			t.Errorf("record %d = %+v, want %s %s -> %s by %+v", i, r, w.setting, w.old, w.new, who)
+		}
+	}
+	if who.Identity == "" {
+		t.Error("the OS user is unknown")
+	}
+	var fromYAML []settings.ChangeRecord
+	if err := yaml.Unmarshal([]byte(mustRun(t, "settings", "history", "-o", "yaml", "--limit", "1")), &fromYAML); err != nil ||
+		len(fromYAML) != 1 || fromYAML[0].Setting != "node-down-grace-period" {
+		t.Fatalf("history -o yaml --limit 1 = %+v, %v", fromYAML, err)
+	}
+	table := mustRun(t, "settings", "history")
+	if lines := strings.Split(strings.TrimSpace(table), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[0], "TIME") ||
+		!strings.Contains(lines[2], "false (default)") || !strings.Contains(lines[2], "true (store)") ||
+		!strings.Contains(lines[2], "cli ("+osUser()+")") {
+		t.Fatalf("history table:\n%s", table)
+	}
+	for _, args := range [][]string{
+		{"settings", "history", "--limit", "0"}, {"settings", "history", "--limit", "501"},
+		{"settings", "history", "-o", "xml"}, {"settings", "history", "extra"},
+	} {
+		if _, err := runSettingsCLI(t, args...); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v = %v, want a one-line refusal", args, err)
+		}
+	}
+	_, err := runSettingsCLI(t, "settings", "history", "--limit", "0")
+	if err == nil || !strings.Contains(err.Error(), "from 1 to 500") {
+		t.Errorf("--limit 0 = %v, want what is allowed", err)
 	}
 }

@@ -42,6 +42,7 @@ type entryView struct {
 	Source      settings.Source `json:"source"`
 	ManagedPath string          `json:"managedPath,omitempty"`
 	Problem     string          `json:"problem,omitempty"`
+	Blocking    bool            `json:"blocking,omitempty"`
 	Type        settings.Type   `json:"type"`
 	Allowed     string          `json:"allowed"`
 	Category    string          `json:"category"`
@@ -50,12 +51,14 @@ type entryView struct {
 func viewOf(e settings.Entry) entryView {
 	return entryView{
 		Name: e.Name, Value: e.Value, Default: e.Default, Source: e.Source,
-		ManagedPath: e.ManagedPath, Problem: e.Problem,
+		ManagedPath: e.ManagedPath, Problem: e.Problem, Blocking: e.Blocking,
 		Type: e.Definition.Type, Allowed: e.Definition.Allowed(), Category: e.Definition.Category,
 	}
 }
 
-func writeEntries(w io.Writer, format string, entries []settings.Entry) error {
+// writeEntries prints entries; the table also prints the problems that belong
+// to no entry (overlay files that name no setting).
+func writeEntries(w io.Writer, format string, entries []settings.Entry, problems ...settings.Problem) error {
 	views := make([]entryView, len(entries))
 	for i, e := range entries {
 		views[i] = viewOf(e)
@@ -73,13 +76,25 @@ func writeEntries(w io.Writer, format string, entries []settings.Entry) error {
 		_, err = w.Write(out)
 		return err
 	}
-	return writeTable(w, views)
+	var orphans []string
+	for _, p := range problems {
+		if p.Setting == "" {
+			orphans = append(orphans, "! "+p.Message+blocksActing(p.Blocking))
+		}
+	}
+	return writeTable(w, views, orphans)
 }
 
-func writeTable(w io.Writer, views []entryView) error {
+func blocksActing(b bool) string {
+	if b {
+		return " (blocks acting: vigil-manager run does not act until this is fixed)"
+	}
+	return ""
+}
+
+func writeTable(w io.Writer, views []entryView, problems []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVALUE\tDEFAULT\tSOURCE")
-	var problems []string
 	for _, v := range views {
 		src := string(v.Source)
 		if v.ManagedPath != "" {
@@ -87,7 +102,7 @@ func writeTable(w io.Writer, views []entryView) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, orEmpty(v.Value), orEmpty(v.Default), src)
 		if v.Problem != "" {
-			problems = append(problems, fmt.Sprintf("! %s: %s", v.Name, v.Problem))
+			problems = append(problems, fmt.Sprintf("! %s: %s%s", v.Name, v.Problem, blocksActing(v.Blocking)))
 		}
 	}
 	if err := tw.Flush(); err != nil {

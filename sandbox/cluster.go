@@ -108,6 +108,9 @@ func preflight(cfg Config) error {
 func newState(cfg Config) (*state, error) {
 	st := &state{Name: cfg.Name, WorkDir: cfg.WorkDir, BinDir: cfg.BinDir, Subnet: cfg.Subnet,
 		LeaseSeconds: cfg.NodeLeaseDurationSeconds, Kubeconfig: filepath.Join(cfg.WorkDir, "kubeconfig")}
+	if cfg.AuditLog {
+		st.AuditLog = filepath.Join(cfg.WorkDir, "audit.log")
+	}
 	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
@@ -231,6 +234,11 @@ func kwokctlConfig(cfg Config, st *state) string {
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: advertise-address, value: %q}\n", st.Nodes[0].HostIP)
+	if st.AuditLog != "" {
+		fmt.Fprintf(&b, "  - {key: audit-policy-file, value: %q}\n", auditPolicyPath(st))
+		fmt.Fprintf(&b, "  - {key: audit-log-path, value: %q}\n", st.AuditLog)
+		b.WriteString("  - {key: audit-log-format, value: json}\n  - {key: audit-log-mode, value: blocking}\n")
+	}
 	return b.String()
 }
 
@@ -241,6 +249,9 @@ const scaleQPS = "  - {key: kube-api-qps, value: \"500\"}\n  - {key: kube-api-bu
 
 func createCluster(ctx context.Context, cfg Config, st *state) error {
 	confPath := filepath.Join(st.WorkDir, "kwokctl.yaml")
+	if err := writeAuditPolicy(st); err != nil {
+		return err
+	}
 	if err := os.WriteFile(confPath, []byte(kwokctlConfig(cfg, st)), 0o644); err != nil {
 		return fmt.Errorf("write kwokctl config: %w", err)
 	}

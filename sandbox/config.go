@@ -66,6 +66,10 @@ type Config struct {
 	Subnet string
 	// APIServerPort is the API server's port; 0 picks a free one.
 	APIServerPort int
+	// AuditLog makes the API server record every request made by a
+	// ServiceAccount of namespace vigil-system (Vigil's components running
+	// under their own identities) in WorkDir/audit.log; AuditEvents reads it.
+	AuditLog bool
 	// Logf, when set, receives progress lines.
 	Logf func(format string, args ...any)
 }

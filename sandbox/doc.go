@@ -105,6 +105,15 @@
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
 // end-to-end tests in test/e2e use both.
 //
+// # The audit log
+//
+// With Config.AuditLog the API server records, at metadata level, every request
+// made by a ServiceAccount of vigil-system (Vigil's components under the
+// identities of deploy/) in WorkDir/audit.log, before it answers (blocking mode);
+// AuditEvents returns them (who, verb, resource, name, status code, and the
+// user's extra attributes such as the node a token is bound to), so a test can
+// match each call to the RBAC rules that allowed or refused it.
+//
 // # Workloads
 //
 // Workload builds StatefulSets, Deployments, DaemonSets, Jobs and bare pods that

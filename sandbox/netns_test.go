@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 func TestStartDetached_InNetns(t *testing.T) {
-	RequireRoot(t)
+	testenv.RequireRoot(t, "network namespaces and veth links")
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.5", NodeIP: "10.213.251.6"}
 	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", NodeName(0), 0)
 	t.Cleanup(func() { _ = deleteLink(n) })

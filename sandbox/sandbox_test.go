@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 func TestConfig_Validate_Defaults(t *testing.T) {
@@ -130,9 +132,7 @@ func TestDownWorkDir_NotUp(t *testing.T) {
 }
 
 func TestKillAll_ProcessGroup(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
+	testenv.RequireTool(t, "sh", "dash or bash")
 	log := filepath.Join(t.TempDir(), "p.log")
 	// A shell with a child: the child dies with the group.
 	pid, start, err := startDetached("", []string{"sh", "-c", "sleep 60 & echo $! > " + log + ".child; wait"}, nil, log)
@@ -217,9 +217,10 @@ func atoiOrZero(s string) int {
 }
 
 func TestBinDir_MatchesTestbinScript(t *testing.T) {
+	testenv.RequireTool(t, "bash", "bash")
 	out, err := exec.Command("bash", "tools/testbin.sh", "--dir").Output()
 	if err != nil {
-		t.Skipf("bash tools/testbin.sh --dir: %v", err)
+		t.Fatalf("bash tools/testbin.sh --dir: %v", err)
 	}
 	if got := strings.TrimSpace(string(out)); got != BinDir() {
 		t.Errorf("testbin.sh --dir = %s, BinDir() = %s: the two must agree", got, BinDir())

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 func TestStackConfig_WithDefaults_Bad(t *testing.T) {
@@ -37,9 +39,7 @@ func TestUnescapeMountPath_Octal(t *testing.T) {
 // A process killed by a power cut leaves its mounts in the host's namespace;
 // cleanupMounts removes the nested ones under the work dir, deepest first.
 func TestCleanupMounts_Nested(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "mount(2)")
 	dir := t.TempDir()
 	outer, inner := filepath.Join(dir, "a b"), filepath.Join(dir, "a b", "inner")
 	if err := os.MkdirAll(outer, 0o755); err != nil {

@@ -24,8 +24,10 @@ type state struct {
 	ClusterUp     bool   `json:"clusterUp"`
 	// DatapathPort is the Vigil stack's datapath port (its forwarders listen on
 	// it on the host end of every node link); 0 while no stack runs.
-	DatapathPort int     `json:"datapathPort,omitempty"`
-	Forwarders   []*proc `json:"forwarders,omitempty"`
+	DatapathPort int `json:"datapathPort,omitempty"`
+	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
+	AuditLog   string  `json:"auditLog,omitempty"`
+	Forwarders []*proc `json:"forwarders,omitempty"`
 	// Host is the processes of the Vigil stack that run on the host (StartStack).
 	Host  []*proc      `json:"host,omitempty"`
 	Nodes []*nodeState `json:"nodes"`

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/vigil-storage/vigil/internal/testenv"
+
 	"context"
 	"os"
 	"os/exec"
@@ -38,13 +40,7 @@ func UpForTest(t testing.TB, cfg Config) *Sandbox {
 // machine lacking it cannot pass quietly; elsewhere it skips.
 func RequirePrerequisite(t testing.TB, ok bool, what string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing under CI=true: %s", what)
-	}
-	t.Skipf("prerequisite missing: %s", what)
+	testenv.Require(t, what, ok, "the sandbox needs it")
 }
 
 // RequireRoot is RequirePrerequisite for root (network namespaces, nftables,

@@ -2,6 +2,8 @@ package settings
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,7 +21,16 @@ import (
 // process holding the file before it fails with ErrStoreUnavailable.
 const DefaultBoltLockTimeout = 5 * time.Second
 
-var settingsBucket = []byte("settings")
+var (
+	settingsBucket = []byte("settings")
+	// historyBucket holds the change records: keys are the bucket's sequence
+	// numbers (8 bytes, big-endian, so in commit order), values JSON.
+	historyBucket = []byte("history")
+)
+
+// errNoChange rolls back an Update that changed nothing, so the file is not
+// written (and its watchers are not woken) for nothing.
+var errNoChange = errors.New("no change")
 
 // boltStore keeps settings in one bbolt file. bbolt holds an exclusive flock while
 // a database is open for writing, so the file is opened per operation (with a lock
@@ -120,6 +131,16 @@ func (b *boltStore) update(fn func(*bolt.Tx) error) error {
 }
 
 func (b *boltStore) view(fn func(*bolt.Bucket) error) error {
+	return b.viewTx(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(settingsBucket)
+		if bk == nil {
+			return fmt.Errorf("settings file %s: no %q bucket: not a settings file", b.path, settingsBucket)
+		}
+		return fn(bk)
+	})
+}
+
+func (b *boltStore) viewTx(fn func(*bolt.Tx) error) error {
 	if err := b.checkOpen(); err != nil {
 		return err
 	}
@@ -130,13 +151,7 @@ func (b *boltStore) view(fn func(*bolt.Bucket) error) error {
 		return err
 	}
 	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(settingsBucket)
-		if bk == nil {
-			return fmt.Errorf("settings file %s: no %q bucket: not a settings file", b.path, settingsBucket)
-		}
-		return fn(bk)
-	})
+	return db.View(fn)
 }
 
 func (b *boltStore) Get(_ context.Context, name string) (string, bool, error) {
@@ -197,6 +212,126 @@ func (b *boltStore) List(context.Context) (map[string]string, error) {
 			out[string(k)] = string(v)
 			return nil
 		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Update is one bbolt write transaction: the values and the records commit
+// together or not at all.
+func (b *boltStore) Update(_ context.Context, fn UpdateFunc) error {
+	var fnErr error
+	changed := false
+	err := b.update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(settingsBucket)
+		if err != nil {
+			return err
+		}
+		hb, err := tx.CreateBucketIfNotExists(historyBucket)
+		if err != nil {
+			return err
+		}
+		before := make(map[string]string)
+		if err := bk.ForEach(func(k, v []byte) error { before[string(k)] = string(v); return nil }); err != nil {
+			return err
+		}
+		values := maps.Clone(before)
+		records, err := fn(values, boltNewest(hb))
+		if err != nil {
+			fnErr = err
+			return err
+		}
+		events := diff(before, values)
+		if len(events) == 0 && len(records) == 0 {
+			return errNoChange
+		}
+		for _, ev := range events {
+			if ev.Deleted {
+				err = bk.Delete([]byte(ev.Name))
+			} else {
+				err = bk.Put([]byte(ev.Name), []byte(ev.Value))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		changed = len(events) > 0
+		return appendHistory(hb, records)
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case errors.Is(err, errNoChange):
+		return nil
+	case changed:
+		b.wakeAll()
+	}
+	return err
+}
+
+// appendHistory adds records to hb and drops the oldest beyond HistoryLimit.
+func appendHistory(hb *bolt.Bucket, records []ChangeRecord) error {
+	for _, r := range records {
+		seq, err := hb.NextSequence()
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := hb.Put(binary.BigEndian.AppendUint64(nil, seq), data); err != nil {
+			return err
+		}
+	}
+	c := hb.Cursor()
+	first, _ := c.First()
+	last, _ := c.Last()
+	if len(first) != 8 || len(last) != 8 {
+		return nil // empty, or not keys this store wrote
+	}
+	lo, hi := binary.BigEndian.Uint64(first), binary.BigEndian.Uint64(last)
+	for seq := lo; hi-seq+1 > HistoryLimit; seq++ { // keys are consecutive
+		if err := hb.Delete(binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// boltNewest searches hb from its newest record back; a record that does not
+// decode is skipped.
+func boltNewest(hb *bolt.Bucket) func(func(ChangeRecord) bool) (ChangeRecord, bool) {
+	return func(match func(ChangeRecord) bool) (ChangeRecord, bool) {
+		c := hb.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			var r ChangeRecord
+			if json.Unmarshal(v, &r) == nil && match(r) {
+				return r, true
+			}
+		}
+		return ChangeRecord{}, false
+	}
+}
+
+func (b *boltStore) History(_ context.Context, limit int) ([]ChangeRecord, error) {
+	var out []ChangeRecord
+	err := b.viewTx(func(tx *bolt.Tx) error {
+		hb := tx.Bucket(historyBucket)
+		if hb == nil {
+			return nil // written before the history existed, or never changed
+		}
+		c := hb.Cursor()
+		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
+			var r ChangeRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("settings file %s: history record %x: %w", b.path, k, err)
+			}
+			out = append(out, r)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package settings
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,9 +32,21 @@ var configMapRetry = wait.Backoff{Steps: 40, Duration: 5 * time.Millisecond, Fac
 // configMapSyncTimeout bounds how long Watch waits for the informer's first list.
 const configMapSyncTimeout = 30 * time.Second
 
-// configMapStore keeps settings in one ConfigMap, one key per setting. Every write
-// is read-modify-update with the resourceVersion read, retried on conflict, so
-// concurrent writers (several manager replicas, kubectl) never lose an update.
+// HistoryKey is the key of the settings ConfigMap that holds the change history:
+// one JSON record per line, oldest first. Its leading dot keeps it apart from
+// setting names (and a mounted ConfigMap's reader skips it); the store hides it
+// from Get, List and Watch and refuses to Set or Delete it.
+const HistoryKey = ".vigil-history"
+
+// historyMaxBytes bounds the history key, so that it leaves the ConfigMap
+// (1 MiB in all) room for the values: the oldest records go first.
+const historyMaxBytes = 512 << 10
+
+// configMapStore keeps settings in one ConfigMap, one key per setting, and the
+// change history under HistoryKey of the same ConfigMap, so a change and its
+// record are one update. Every write is read-modify-update with the
+// resourceVersion read, retried on conflict, so concurrent writers (several
+// manager replicas, kubectl) never lose an update.
 type configMapStore struct {
 	client          kubernetes.Interface
 	namespace, name string
@@ -95,6 +108,9 @@ func (c *configMapStore) Get(ctx context.Context, name string) (string, bool, er
 	if err != nil || !found {
 		return "", false, err
 	}
+	if name == HistoryKey {
+		return "", false, nil
+	}
 	v, ok := cm.Data[name]
 	return v, ok, nil
 }
@@ -107,38 +123,165 @@ func (c *configMapStore) List(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]string)
-	if found {
-		maps.Copy(out, cm.Data)
+	if !found {
+		return map[string]string{}, nil
 	}
-	return out, nil
+	return settingValues(cm.Data), nil
+}
+
+// settingValues is a copy of data without the history.
+func settingValues(data map[string]string) map[string]string {
+	out := maps.Clone(data)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, HistoryKey)
+	return out
+}
+
+func (c *configMapStore) reserved(name string) error {
+	if name == HistoryKey {
+		return fmt.Errorf("%s: %q is reserved for the change history, not a setting", c.ref(), name)
+	}
+	return nil
 }
 
 func (c *configMapStore) Set(ctx context.Context, name, value string) error {
-	return c.modify(ctx, func(data map[string]string) bool {
+	if err := c.reserved(name); err != nil {
+		return err
+	}
+	return c.modify(ctx, func(data map[string]string) (bool, error) {
 		if old, ok := data[name]; ok && old == value {
-			return false
+			return false, nil
 		}
 		data[name] = value
-		return true
+		return true, nil
 	})
 }
 
 func (c *configMapStore) Delete(ctx context.Context, name string) error {
-	return c.modify(ctx, func(data map[string]string) bool {
+	if err := c.reserved(name); err != nil {
+		return err
+	}
+	return c.modify(ctx, func(data map[string]string) (bool, error) {
 		if _, ok := data[name]; !ok {
-			return false
+			return false, nil
 		}
 		delete(data, name)
-		return true
+		return true, nil
 	})
 }
 
+// Update is one update of the ConfigMap (values and history key together),
+// retried from a fresh read after a conflict: fn then runs again.
+func (c *configMapStore) Update(ctx context.Context, fn UpdateFunc) error {
+	return c.modify(ctx, func(data map[string]string) (bool, error) {
+		before := settingValues(data)
+		values := maps.Clone(before)
+		hist := data[HistoryKey]
+		records, err := fn(values, func(match func(ChangeRecord) bool) (ChangeRecord, bool) {
+			return newestLine(hist, match)
+		})
+		if err != nil {
+			return false, err
+		}
+		if _, ok := values[HistoryKey]; ok {
+			return false, c.reserved(HistoryKey)
+		}
+		events := diff(before, values)
+		for _, ev := range events {
+			if ev.Deleted {
+				delete(data, ev.Name)
+			} else {
+				data[ev.Name] = ev.Value
+			}
+		}
+		if len(records) > 0 {
+			h, err := appendLines(hist, records)
+			if err != nil {
+				return false, err
+			}
+			data[HistoryKey] = h
+		}
+		return len(events) > 0 || len(records) > 0, nil
+	})
+}
+
+func (c *configMapStore) History(ctx context.Context, limit int) ([]ChangeRecord, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	cm, found, err := c.read(ctx)
+	if err != nil || !found {
+		return nil, err
+	}
+	var out []ChangeRecord
+	lines := strings.Split(strings.TrimSuffix(cm.Data[HistoryKey], "\n"), "\n")
+	for i := len(lines) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		if lines[i] == "" {
+			continue
+		}
+		var r ChangeRecord
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil {
+			return nil, fmt.Errorf("%s: key %s, line %d: not a change record: %w", c.ref(), HistoryKey, i+1, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// newestLine searches the history text from its last line back; a line that
+// does not decode is skipped.
+func newestLine(hist string, match func(ChangeRecord) bool) (ChangeRecord, bool) {
+	for rest := strings.TrimSuffix(hist, "\n"); rest != ""; {
+		i := strings.LastIndexByte(rest, '\n')
+		line := rest[i+1:]
+		rest = rest[:max(i, 0)]
+		var r ChangeRecord
+		if json.Unmarshal([]byte(line), &r) == nil && match(r) {
+			return r, true
+		}
+	}
+	return ChangeRecord{}, false
+}
+
+// appendLines appends records to the history text and drops the oldest lines
+// beyond HistoryLimit or historyMaxBytes.
+func appendLines(hist string, records []ChangeRecord) (string, error) {
+	var b strings.Builder
+	b.WriteString(hist)
+	if hist != "" && !strings.HasSuffix(hist, "\n") {
+		b.WriteByte('\n')
+	}
+	for _, r := range records {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return "", err
+		}
+		b.Write(data)
+		b.WriteByte('\n')
+	}
+	out := b.String()
+	for n := strings.Count(out, "\n"); n > HistoryLimit || (len(out) > historyMaxBytes && n > 1); n-- {
+		out = out[strings.IndexByte(out, '\n')+1:]
+	}
+	return out, nil
+}
+
 // modify applies change to a fresh copy of the data and writes it back under the
-// resourceVersion it read, retrying from the read after a conflict.
-func (c *configMapStore) modify(ctx context.Context, change func(map[string]string) bool) error {
+// resourceVersion it read, retrying from the read after a conflict. An error of
+// change is returned as is.
+func (c *configMapStore) modify(ctx context.Context, change func(map[string]string) (bool, error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
+	}
+	var changeErr error
+	apply := func(data map[string]string) bool {
+		changed, err := change(data)
+		if err != nil {
+			changeErr = err
+		}
+		return changed && err == nil
 	}
 	retriable := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
 	err := retry.OnError(configMapRetry, retriable, func() error {
@@ -148,8 +291,8 @@ func (c *configMapStore) modify(ctx context.Context, change func(map[string]stri
 		}
 		if !found {
 			data := map[string]string{}
-			if !change(data) {
-				return nil
+			if !apply(data) {
+				return changeErr
 			}
 			_, err := c.client.CoreV1().ConfigMaps(c.namespace).Create(ctx, c.newConfigMap(data),
 				metav1.CreateOptions{FieldManager: vigil.FieldManager})
@@ -159,8 +302,8 @@ func (c *configMapStore) modify(ctx context.Context, change func(map[string]stri
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		if !change(cm.Data) {
-			return nil
+		if !apply(cm.Data) {
+			return changeErr
 		}
 		_, err = c.client.CoreV1().ConfigMaps(c.namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: vigil.FieldManager})
 		return err
@@ -168,6 +311,8 @@ func (c *configMapStore) modify(ctx context.Context, change func(map[string]stri
 	switch {
 	case err == nil:
 		return nil
+	case changeErr != nil && errors.Is(err, changeErr):
+		return changeErr
 	case errors.Is(err, ErrStoreUnavailable):
 		return err
 	case retriable(err):
@@ -242,7 +387,7 @@ func (c *configMapStore) handler(q *queue[StoreEvent]) cache.ResourceEventHandle
 		if !ok || cm.Name != c.name || cm.Namespace != c.namespace {
 			return nil, false
 		}
-		return cm.Data, true
+		return settingValues(cm.Data), true
 	}
 	push := func(before, after map[string]string) {
 		for _, ev := range diff(before, after) {

@@ -175,6 +175,9 @@ func parseBool(v string) (any, string) {
 	case "false":
 		return false, ""
 	}
+	if s := closest(v, []string{"true", "false"}); s != "" {
+		return nil, fmt.Sprintf("not a boolean (did you mean %s?)", s)
+	}
 	return nil, "not a boolean"
 }
 
@@ -210,7 +213,7 @@ func parseList(v string) (any, string) {
 			continue
 		}
 		if slices.Contains(out, item) {
-			return nil, fmt.Sprintf("%q is listed twice", item)
+			return nil, Echo(item) + " is listed twice"
 		}
 		out = append(out, item)
 	}

@@ -3,6 +3,8 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Sentinel errors. Every error this package returns for a caller's mistake wraps one
@@ -36,9 +38,9 @@ type UnknownSettingError struct {
 
 func (e *UnknownSettingError) Error() string {
 	if e.Suggestion != "" {
-		return fmt.Sprintf("unknown setting %q (did you mean %s?)", e.Name, e.Suggestion)
+		return fmt.Sprintf("unknown setting %s (did you mean %s?)", Echo(e.Name), e.Suggestion)
 	}
-	return fmt.Sprintf("unknown setting %q (see `vigil-manager settings list`)", e.Name)
+	return fmt.Sprintf("unknown setting %s (see `vigil-manager settings list`)", Echo(e.Name))
 }
 
 // Is makes errors.Is(err, ErrUnknownSetting) true.
@@ -52,8 +54,10 @@ type ValueError struct {
 	Allowed string // what is allowed, e.g. "one of: never, wait, immediate"
 }
 
+// Error names the setting first, then the value (shortened by Echo when long),
+// why it was refused and what is allowed.
 func (e *ValueError) Error() string {
-	msg := fmt.Sprintf("invalid value %q for setting %s", e.Value, e.Setting)
+	msg := fmt.Sprintf("setting %s: invalid value %s", e.Setting, Echo(e.Value))
 	if e.Reason != "" {
 		msg += ": " + e.Reason
 	}
@@ -75,3 +79,21 @@ func (e *ManagedError) Error() string {
 
 // Is makes errors.Is(err, ErrManaged) true.
 func (e *ManagedError) Is(target error) bool { return target == ErrManaged }
+
+// maxEcho is the longest text, in bytes, that an error message repeats whole.
+const maxEcho = 64
+
+// Echo quotes s for an error message. Text longer than 64 bytes is cut after its
+// first 48 bytes (at a character boundary) and followed by its full length, so a
+// 10 KB value never floods a one-line error: "xxx…"… (10240 bytes). The error
+// types keep the full text in their fields.
+func Echo(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	cut := maxEcho - 16
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}

@@ -37,7 +37,7 @@ func ExampleSettings_Set_invalid() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// invalid value "delete-everything" for setting node-down-pod-deletion-policy: not a choice; allowed: one of do-nothing, delete-statefulset-pod, delete-deployment-pod, delete-both-statefulset-and-deployment-pod
+	// setting node-down-pod-deletion-policy: invalid value "delete-everything": not a choice; allowed: one of do-nothing, delete-statefulset-pod, delete-deployment-pod, delete-both-statefulset-and-deployment-pod
 }
 
 func ExampleSettings_Subscribe() {
@@ -85,7 +85,7 @@ func ExampleParseValue() {
 	fmt.Println(err)
 	// Output:
 	// ["ebs.csi.aws.com" "pd.csi.storage.gke.io"]
-	// invalid value "0" for setting crash-loop-restart-limit: out of range; allowed: an integer from 1 to 1000
+	// setting crash-loop-restart-limit: invalid value "0": out of range; allowed: an integer from 1 to 1000
 }
 
 func ExampleOpenStore() {
@@ -110,4 +110,40 @@ func ExampleOpenStore() {
 func ExampleMarkdownTable() {
 	fmt.Println(len(settings.MarkdownTable()) > 0)
 	// Output: true
+}
+
+func ExampleSettings_SetMany() {
+	store := settings.NewMemoryStore()
+	s, _ := settings.New(store, "")
+	defer s.Close()
+	ctx := context.Background()
+	who := settings.Actor{Source: settings.ActorAPI, Identity: "ops@example.com"}
+
+	// All or nothing: one bad value and nothing changes.
+	err := s.SetMany(ctx, map[string]string{"dry-run": "true", "crash-loop-restart-limit": "0"}, who)
+	var ve *settings.ValueError
+	fmt.Println(errors.As(err, &ve), ve.Setting, ve.Value, s.DryRun())
+
+	_ = s.SetMany(ctx, map[string]string{"dry-run": "true", "crash-loop-restart-limit": "8"}, who)
+	history, _ := s.History(ctx, 0)
+	for _, r := range history {
+		fmt.Println(r.Setting, r.Old, r.OldSource, "->", r.New, r.NewSource, "by", r.Actor.Source, r.Actor.Identity)
+	}
+	// Output:
+	// true crash-loop-restart-limit 0 false
+	// dry-run false default -> true store by api ops@example.com
+	// crash-loop-restart-limit 5 default -> 8 store by api ops@example.com
+}
+
+func ExampleSettings_ActBlocked() {
+	dir, _ := os.MkdirTemp("", "overlay")
+	defer os.RemoveAll(dir)
+	_ = os.WriteFile(filepath.Join(dir, "dry-run"), []byte("ture"), 0o644) // a typo, at startup
+
+	s, _ := settings.New(settings.NewMemoryStore(), dir)
+	defer s.Close()
+	err := s.ActBlocked()
+	fmt.Println(s.DryRun(), errors.Is(err, settings.ErrActBlocked))
+	// Output:
+	// false true
 }

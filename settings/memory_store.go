@@ -3,6 +3,7 @@ package settings
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -10,6 +11,7 @@ import (
 type memoryStore struct {
 	mu       sync.Mutex
 	values   map[string]string
+	history  []ChangeRecord // oldest first, at most HistoryLimit
 	closed   bool
 	watchers watchers
 }
@@ -80,6 +82,38 @@ func (m *memoryStore) Watch(ctx context.Context) (<-chan StoreEvent, error) {
 		return nil, err
 	}
 	return q.out, nil
+}
+
+func (m *memoryStore) Update(_ context.Context, fn UpdateFunc) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	values := maps.Clone(m.values)
+	records, err := fn(values, newestIn(m.history))
+	if err != nil {
+		return err
+	}
+	events := diff(m.values, values)
+	m.values = values
+	m.history = append(m.history, records...)
+	if over := len(m.history) - HistoryLimit; over > 0 {
+		m.history = slices.Delete(m.history, 0, over)
+	}
+	for _, ev := range events {
+		m.watchers.broadcast(ev)
+	}
+	return nil
+}
+
+func (m *memoryStore) History(_ context.Context, limit int) ([]ChangeRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	return newestFirst(m.history, limit), nil
 }
 
 func (m *memoryStore) Close() error {

@@ -148,13 +148,15 @@ func (s *Settings) applyOverlay(files map[string]overlayFile) {
 	if s.closed {
 		return
 	}
+	defer s.problemsMayHaveChangedLocked()
+	before, paths := s.snap.Load(), make(map[string]string, len(s.managed))
+	for name, mk := range s.managed {
+		paths[name] = mk.path
+	}
+	defer s.observeOverlayLocked(before, paths)
 	for name, f := range files {
 		if _, err := Lookup(name); err != nil {
-			if !s.unknownLogged["overlay:"+name] {
-				s.unknownLogged["overlay:"+name] = true
-				s.metrics.overlayRejected.WithLabelValues("unknown").Inc()
-				s.log.Error("settings overlay file names no setting; ignored", "path", f.path, "error", err)
-			}
+			s.unknownOverlayFileLocked(name, f, err)
 			continue
 		}
 		s.applyOverlayFileLocked(name, f)
@@ -165,13 +167,36 @@ func (s *Settings) applyOverlay(files map[string]overlayFile) {
 			s.publishLocked(name)
 		}
 	}
-	for key := range s.unknownLogged {
-		if name, ok := strings.CutPrefix(key, "overlay:"); ok {
-			if _, present := files[name]; !present {
-				delete(s.unknownLogged, key) // report it again if it comes back
-			}
+	for name := range s.unknownFiles {
+		if _, ok := files[name]; !ok {
+			delete(s.unknownFiles, name) // reported again if it comes back
 		}
 	}
+}
+
+// unknownOverlayFileLocked refuses a file that names no setting. It blocks acting
+// while present: whatever it was meant to change is not in force.
+func (s *Settings) unknownOverlayFileLocked(name string, f overlayFile, err error) {
+	raw := overlayContent(f)
+	if old, ok := s.unknownFiles[name]; ok && old.raw == raw {
+		return
+	}
+	s.unknownFiles[name] = &refusal{
+		path: f.path, raw: raw, value: f.raw, err: err,
+		message: fmt.Sprintf("overlay file %s names no setting: %v", f.path, err),
+	}
+	s.metrics.overlayRejected.WithLabelValues("unknown").Inc()
+	s.log.Error("settings overlay file names no setting; ignored, and Vigil does not act while it is there",
+		"path", f.path, "error", err)
+}
+
+// overlayContent identifies the content of a file for "reported already": the
+// text, or the read error of an unreadable file.
+func overlayContent(f overlayFile) string {
+	if f.err != nil {
+		return "\x00unreadable: " + f.err.Error()
+	}
+	return f.raw
 }
 
 func (s *Settings) applyOverlayFileLocked(name string, f overlayFile) {
@@ -184,26 +209,31 @@ func (s *Settings) applyOverlayFileLocked(name string, f overlayFile) {
 	var (
 		parsed any
 		err    = f.err
-		raw    = f.raw
 	)
 	if err == nil {
-		parsed, err = byName[name].Parse(raw)
+		parsed, err = byName[name].Parse(f.raw)
 	} else {
-		raw = "\x00unreadable: " + err.Error()
 		err = fmt.Errorf("read %s: %w", f.path, err)
 	}
 	if err != nil {
-		if mk.rejected != raw {
-			mk.rejected = raw
-			mk.problem = fmt.Sprintf("overlay file %s refused: %v", f.path, err)
+		raw := overlayContent(f)
+		if mk.refused == nil || mk.refused.raw != raw {
+			mk.refused = &refusal{path: f.path, raw: raw, value: f.raw, err: err,
+				message: fmt.Sprintf("overlay file %s refused: %v", f.path, err)}
 			s.metrics.overlayRejected.WithLabelValues(name).Inc()
-			s.log.Error("settings overlay value refused; the last good value stays in force",
-				"setting", name, "path", f.path, "error", err)
+			if mk.good != nil {
+				s.log.Error("settings overlay value refused; the last good value stays in force",
+					"setting", name, "path", f.path, "in_force", mk.good.text, "error", err)
+			} else {
+				s.log.Error("settings overlay value refused, and this process never saw a good one: "+
+					"the value in force is not the one given, and ActBlocked reports it until the file is fixed",
+					"setting", name, "path", f.path, "error", err)
+			}
 		}
 		s.publishLocked(name) // the key may have just become managed
 		return
 	}
-	mk.rejected, mk.problem = "", ""
+	mk.refused = nil
 	mk.good = &value{text: Format(parsed), parsed: parsed}
 	s.publishLocked(name)
 }

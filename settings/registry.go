@@ -200,7 +200,7 @@ var csiDriverName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z
 func validateDriverNames(v any) error {
 	for _, name := range v.([]string) {
 		if !csiDriverName.MatchString(name) {
-			return fmt.Errorf("%q is not a valid CSI driver name", name)
+			return fmt.Errorf("%s is not a valid CSI driver name", Echo(name))
 		}
 	}
 	return nil

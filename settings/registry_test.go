@@ -86,6 +86,9 @@ func TestParseValue_Invalid(t *testing.T) {
 		{"node-down-pod-deletion-policy", "Do-Nothing", []string{"lower case", "did you mean do-nothing"}},
 		{"volume-attachment-recovery-policy", "wiat", []string{"never, wait, immediate", "did you mean wait"}},
 		{"fast-fenced-trigger", "yes", []string{"false, true"}},
+		{"fast-fenced-trigger", "ture", []string{"did you mean true"}},
+		{"volume-attachment-recovery-policy", "IMMEDIATE", []string{"did you mean immediate"}},
+		{"volume-attachment-recovery-policy", "WIAT", []string{"did you mean wait"}},
 		{"node-down-grace-period", "11m", []string{"out of range", "from 0s to 10m"}},
 		{"node-down-grace-period", "-1s", []string{"from 0s to 10m"}},
 		{"node-down-grace-period", "2", []string{"not a duration"}},
@@ -118,6 +121,10 @@ func TestLookup_Unknown(t *testing.T) {
 	tests := []struct{ name, suggestion string }{
 		{"node-down-pod-delete-policy", "node-down-pod-deletion-policy"},
 		{"dryrun", "dry-run"},
+		{"DRY-RUN", "dry-run"},
+		{"Dry-Run", "dry-run"},
+		{"dry_run", "dry-run"},
+		{"NODE-DOWN-GRACE-PERIOD", "node-down-grace-period"},
 		{"crash-loop-restart-limt", "crash-loop-restart-limit"},
 		{"something-else-entirely", ""},
 	}
@@ -143,6 +150,47 @@ func TestFormatDuration(t *testing.T) {
 	} {
 		if got := settings.FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestValueError_Error_LongValueNamesSettingFirstAndIsShortened: a 10 KB value
+// is not echoed whole; the setting comes first and the length is given.
+func TestValueError_Error_LongValueNamesSettingFirstAndIsShortened(t *testing.T) {
+	long := strings.Repeat("x", 10*1024)
+	for _, name := range []string{"node-down-grace-period", "extra-protected-provisioners", "node-down-pod-deletion-policy", "dry-run"} {
+		_, err := settings.ParseValue(name, long)
+		var ve *settings.ValueError
+		if !errors.As(err, &ve) || ve.Value != long {
+			t.Fatalf("%s: %v, want a *ValueError carrying the whole value", name, err)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "setting "+name+": ") {
+			t.Errorf("%s: message %q does not start with the setting", name, msg[:min(len(msg), 80)])
+		}
+		if len(msg) > 600 || !strings.Contains(msg, "(10240 bytes)") {
+			t.Errorf("%s: message of %d bytes, want a shortened value and its length: %.200q", name, len(msg), msg)
+		}
+	}
+	_, err := settings.Lookup(long)
+	if msg := err.Error(); len(msg) > 200 || !strings.Contains(msg, "(10240 bytes)") {
+		t.Errorf("unknown 10 KB name: message of %d bytes: %.200q", len(msg), msg)
+	}
+}
+
+func TestEcho(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", `""`},
+		{"wait", `"wait"`},
+		{strings.Repeat("a", 64), `"` + strings.Repeat("a", 64) + `"`},
+		{strings.Repeat("a", 65), `"` + strings.Repeat("a", 48) + `"… (65 bytes)`},
+		// A cut never splits a character: 47 'a' then 'é' (2 bytes) straddles 48.
+		{strings.Repeat("a", 47) + strings.Repeat("é", 20), `"` + strings.Repeat("a", 47) + `"… (87 bytes)`},
+		{"a\nb", `"a\nb"`}, // a newline is escaped, never breaks the line
+	}
+	for _, tc := range tests {
+		if got := settings.Echo(tc.in); got != tc.want {
+			t.Errorf("Echo(%.20q…) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
 }

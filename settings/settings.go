@@ -39,7 +39,11 @@ type Entry struct {
 	ManagedPath string `json:"managedPath,omitempty"`
 	// Problem describes the last value refused for this setting (from the overlay
 	// or the store); the value in force is the last good one.
-	Problem    string      `json:"problem,omitempty"`
+	Problem string `json:"problem,omitempty"`
+	// Blocking: the refused value came with no good value from its source since
+	// this process started, so the value in force is not the one given; acting
+	// is blocked (ActBlocked) until it is fixed.
+	Blocking   bool        `json:"blocking,omitempty"`
 	Definition *Definition `json:"-"`
 }
 
@@ -60,10 +64,15 @@ type Settings struct {
 	closed        bool
 	defaults      map[string]value
 	stored        map[string]value
-	storeProblem  map[string]string
+	storeProblem  map[string]*refusal // the store's value refused, by setting
+	watchedGen    map[string]uint64   // per name: store values taken from the store's read and watch
 	managed       map[string]*managedKey
-	unknownLogged map[string]bool
+	unknownFiles  map[string]*refusal // overlay files that name no setting
+	unknownLogged map[string]bool     // unknown names in the store, logged once
 	subs          map[*subscriber]struct{}
+	problemsCh    chan struct{}       // closed and replaced when the problems may have changed
+	observed      *queue[observation] // changes to record (WithObservedHistory); nil otherwise
+	overlaySeen   bool                // the overlay was read once
 }
 
 // value is a parsed value with its canonical text.
@@ -74,10 +83,9 @@ type value struct {
 
 // managedKey is a setting whose file is present in the overlay directory.
 type managedKey struct {
-	path     string
-	good     *value // last good value from the file; nil if it never had one
-	rejected string // raw content last refused, to report each bad content once
-	problem  string
+	path    string
+	good    *value   // last good value from the file; nil if it never had one
+	refused *refusal // the content last read, when it was refused
 }
 
 // snapshot is the immutable set of values in force, swapped atomically.
@@ -92,6 +100,7 @@ type Option func(*options)
 type options struct {
 	registerer prometheus.Registerer
 	logger     *slog.Logger
+	observe    bool
 }
 
 // WithRegisterer registers the settings metrics (vigil_settings_overlay_rejected_total
@@ -122,8 +131,10 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 	s := &Settings{
 		store: store, log: o.logger, metrics: m,
 		defaults: make(map[string]value), stored: make(map[string]value),
-		storeProblem: make(map[string]string), managed: make(map[string]*managedKey),
-		unknownLogged: make(map[string]bool), subs: make(map[*subscriber]struct{}),
+		storeProblem: make(map[string]*refusal), managed: make(map[string]*managedKey),
+		unknownFiles: make(map[string]*refusal), unknownLogged: make(map[string]bool),
+		subs: make(map[*subscriber]struct{}), watchedGen: make(map[string]uint64),
+		problemsCh: make(chan struct{}),
 	}
 	for i := range definitions {
 		d := &definitions[i]
@@ -136,31 +147,42 @@ func New(store Store, overlayDir string, opts ...Option) (*Settings, error) {
 	s.rebuild()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	if o.observe {
+		s.observed = newQueue[observation](ctx.Done())
+	}
 	if err := s.start(ctx, overlayDir); err != nil {
 		cancel()
 		s.wg.Wait()
 		return nil, err
 	}
+	if s.observed != nil {
+		s.wg.Go(func() { s.recordObserved(ctx) })
+	}
 	return s, nil
 }
 
+// start reads the store and the overlay and follows both. The watch starts
+// before the store is read, so no change falls between the two, and its events
+// are taken only after what was read is applied: an event is never older than
+// the read it follows, so the read can never overwrite a newer value.
 func (s *Settings) start(ctx context.Context, overlayDir string) error {
 	events, err := s.store.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("watch the settings store: %w", err)
 	}
-	s.wg.Go(func() {
-		for ev := range events {
-			s.applyStore(ev)
-		}
-	})
 	all, err := s.store.List(ctx)
 	if err != nil {
 		return fmt.Errorf("read the settings store: %w", err)
 	}
 	for name, v := range all {
-		s.applyStore(StoreEvent{Name: name, Value: v})
+		s.applyWatched(StoreEvent{Name: name, Value: v})
 	}
+	s.wg.Go(func() {
+		for ev := range events {
+			s.applyWatched(ev)
+			s.observeStore(ev.Name)
+		}
+	})
 	if overlayDir != "" {
 		ow, err := startOverlay(ctx, overlayDir, s.log, s.applyOverlay)
 		if err != nil {
@@ -222,38 +244,52 @@ func (s *Settings) Subscribe() (changes <-chan Change, cancel func()) {
 
 type subscriber struct{ q *queue[Change] }
 
-// Set validates value and writes it to the store. It refuses an unknown name
+// Set validates value and writes it to the store, recorded in the history as
+// made by ActorUnknown (SetAs says who). It refuses an unknown name
 // (*UnknownSettingError), a bad value (*ValueError) and a managed setting
 // (*ManagedError) without writing anything. The new value is in force when Set
-// returns.
+// returns, unless another writer changed the setting meanwhile: then the value
+// in force is the store's latest, never the older of the two.
 func (s *Settings) Set(ctx context.Context, name, value string) error {
-	d, err := s.writable(name)
-	if err != nil {
-		return err
-	}
-	parsed, err := d.Parse(value)
-	if err != nil {
-		return err
-	}
-	text := Format(parsed)
-	if err := s.store.Set(ctx, name, text); err != nil {
-		return fmt.Errorf("set %s in the settings store: %w", name, err)
-	}
-	s.applyStore(StoreEvent{Name: name, Value: text})
-	return nil
+	return s.SetAs(ctx, name, value, Actor{Source: ActorUnknown})
 }
 
 // Reset removes the stored value of name, so its default is in force (unless the
-// overlay manages it, in which case Reset is refused with a *ManagedError).
+// overlay manages it, in which case Reset is refused with a *ManagedError). It
+// is recorded as made by ActorUnknown; ResetAs says who.
 func (s *Settings) Reset(ctx context.Context, name string) error {
-	if _, err := s.writable(name); err != nil {
-		return err
+	return s.ResetAs(ctx, name, Actor{Source: ActorUnknown})
+}
+
+// watchedGeneration counts the store values of name taken in from the store
+// (its first read and its watch). A writer reads it before writing.
+func (s *Settings) watchedGeneration(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watchedGen[name]
+}
+
+// applyOwn puts this process's own write in force at once, without waiting for
+// the watch to report it, unless the watch reported anything about the setting
+// since gen was read: that may be a newer write of another process, which the
+// own value must not overwrite. Skipping is always safe, because the watch
+// reports the write too.
+func (s *Settings) applyOwn(ev StoreEvent, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchedGen[ev.Name] != gen {
+		return
 	}
-	if err := s.store.Delete(ctx, name); err != nil {
-		return fmt.Errorf("reset %s in the settings store: %w", name, err)
-	}
-	s.applyStore(StoreEvent{Name: name, Deleted: true})
-	return nil
+	s.applyStoreLocked(ev)
+}
+
+// applyWatched takes a value read from the store (its first read or its watch)
+// into the live view.
+func (s *Settings) applyWatched(ev StoreEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchedGen[ev.Name]++
+	s.applyStoreLocked(ev)
 }
 
 func (s *Settings) writable(name string) (*Definition, error) {
@@ -298,22 +334,23 @@ func (s *Settings) entryLocked(d *Definition) Entry {
 	snap := s.snap.Load()
 	e := Entry{
 		Name: d.Name, Value: snap.values[d.Name].text, Default: d.Default,
-		Source: snap.source[d.Name], Problem: s.storeProblem[d.Name], Definition: d,
+		Source: snap.source[d.Name], Definition: d,
+	}
+	if r := s.storeProblem[d.Name]; r != nil {
+		e.Problem, e.Blocking = r.message, s.storeBlockingLocked(d.Name)
 	}
 	if mk, ok := s.managed[d.Name]; ok {
 		e.ManagedPath = mk.path
-		if mk.problem != "" {
-			e.Problem = mk.problem
+		if mk.refused != nil {
+			e.Problem, e.Blocking = mk.refused.message, mk.good == nil
 		}
 	}
 	return e
 }
 
-// applyStore takes a change read from the store into the live view.
-func (s *Settings) applyStore(ev StoreEvent) {
+// applyStoreLocked takes a store value into the live view.
+func (s *Settings) applyStoreLocked(ev StoreEvent) {
 	d, err := Lookup(ev.Name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
@@ -324,6 +361,7 @@ func (s *Settings) applyStore(ev StoreEvent) {
 		}
 		return
 	}
+	defer s.problemsMayHaveChangedLocked()
 	if ev.Deleted {
 		delete(s.stored, ev.Name)
 		delete(s.storeProblem, ev.Name)
@@ -332,10 +370,17 @@ func (s *Settings) applyStore(ev StoreEvent) {
 	}
 	parsed, err := d.Parse(ev.Value)
 	if err != nil {
-		if s.storeProblem[ev.Name] != err.Error() {
-			s.storeProblem[ev.Name] = err.Error()
+		if old := s.storeProblem[ev.Name]; old == nil || old.raw != ev.Value {
+			s.storeProblem[ev.Name] = &refusal{raw: ev.Value, value: ev.Value, err: err,
+				message: "settings store value refused: " + err.Error()}
 			s.metrics.storeRejected.WithLabelValues(ev.Name).Inc()
-			s.log.Error("settings store value refused; the last good value stays in force", "setting", ev.Name, "error", err)
+			if good, ok := s.stored[ev.Name]; ok {
+				s.log.Error("settings store value refused; the last good value stays in force",
+					"setting", ev.Name, "in_force", good.text, "error", err)
+			} else {
+				s.log.Error("settings store value refused, and this process never saw a good one: "+
+					"ActBlocked reports it until it is fixed or reset", "setting", ev.Name, "error", err)
+			}
 		}
 		return
 	}
@@ -362,10 +407,7 @@ func (s *Settings) effectiveLocked(name string) (value, Source) {
 	if mk, ok := s.managed[name]; ok && mk.good != nil {
 		return *mk.good, SourceManaged
 	}
-	if v, ok := s.stored[name]; ok {
-		return v, SourceStore
-	}
-	return s.defaults[name], SourceDefault
+	return s.belowOverlayLocked(name)
 }
 
 // rebuild swaps in a fresh snapshot of every value in force. Called with mu held

@@ -7,10 +7,11 @@ import (
 	"sync"
 )
 
-// Store persists raw setting values, one string per name. Stores do not validate:
-// Settings parses every value it reads and refuses bad ones, because a store can be
-// edited behind Vigil's back (a ConfigMap by kubectl, a bolt file by another
-// process). Every method is safe for concurrent use.
+// Store persists raw setting values, one string per name, and the history of
+// their changes. Stores do not validate: Settings parses every value it reads and
+// refuses bad ones, because a store can be edited behind Vigil's back (a
+// ConfigMap by kubectl, a bolt file by another process). Every method is safe for
+// concurrent use.
 //
 // Implementations: NewMemoryStore (tests), OpenBolt (a file; the default),
 // NewConfigMapStore (a Kubernetes ConfigMap). settings/settingstest holds the
@@ -31,8 +32,47 @@ type Store interface {
 	// quick writes to one name made by another process may arrive as one event
 	// with the last value, never as a stale value.
 	Watch(ctx context.Context) (<-chan StoreEvent, error)
+	// Update runs fn on a copy of every stored value and then, unless fn returns
+	// an error, stores what fn left in the map (changed and new names set,
+	// missing names deleted) and appends the records fn returned to the
+	// history, all at once: no reader, watcher or other process sees part of it.
+	// fn may run more than once (a store that retries after a conflict) and
+	// must have no effect outside its return values; its error is returned as
+	// is and changes nothing. Watchers see one event per name changed.
+	Update(ctx context.Context, fn UpdateFunc) error
+	// History returns up to limit records (limit <= 0: all), newest first, in
+	// the order Update committed them. A store keeps at most HistoryLimit
+	// records; the oldest are dropped.
+	History(ctx context.Context, limit int) ([]ChangeRecord, error)
 	// Close releases the store; watches end. Closing twice is harmless.
 	Close() error
+}
+
+// newestIn returns the newest record of records (oldest first) that match
+// accepts.
+func newestIn(records []ChangeRecord) func(func(ChangeRecord) bool) (ChangeRecord, bool) {
+	return func(match func(ChangeRecord) bool) (ChangeRecord, bool) {
+		for i := len(records) - 1; i >= 0; i-- {
+			if match(records[i]) {
+				return records[i], true
+			}
+		}
+		return ChangeRecord{}, false
+	}
+}
+
+// newestFirst returns up to limit (<= 0: all) of records (oldest first), newest
+// first, as a new slice.
+func newestFirst(records []ChangeRecord, limit int) []ChangeRecord {
+	n := len(records)
+	if limit > 0 && limit < n {
+		n = limit
+	}
+	out := make([]ChangeRecord, 0, n)
+	for i := len(records) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, records[i])
+	}
+	return out
 }
 
 // StoreEvent is one change seen by Store.Watch.

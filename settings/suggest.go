@@ -1,20 +1,32 @@
 package settings
 
-// closest returns the candidate with the smallest edit distance to s, if that
-// distance is small enough to be a plausible typo (at most a third of the
-// candidate's length, and at least 1), or "" otherwise.
+import "strings"
+
+// closest returns the candidate nearest to s, ignoring case ("DRY-RUN" suggests
+// dry-run as "Dry-Run" does), if its edit distance is small enough to be a
+// plausible typo (at most a third of the candidate's length, and at least 1), or
+// "" otherwise.
 func closest(s string, candidates []string) string {
+	s = strings.ToLower(s)
 	best, bestDist := "", -1
 	for _, c := range candidates {
-		d := editDistance(s, c)
-		if bestDist < 0 || d < bestDist {
+		limit := max(len(c)/3, 1)
+		if abs(len(s)-len(c)) > limit {
+			continue // the distance is at least the difference in length
+		}
+		d := editDistance(s, strings.ToLower(c))
+		if d <= limit && (bestDist < 0 || d < bestDist) {
 			best, bestDist = c, d
 		}
 	}
-	if best == "" || bestDist > max(len(best)/3, 1) {
-		return ""
-	}
 	return best
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // editDistance is the optimal-string-alignment distance between a and b, in

@@ -63,7 +63,7 @@ func (s *NodeRecoveryStatus) DeepCopyInto(out *NodeRecoveryStatus) {
 	}
 }
 
-func copyTime(t *metav1.Time) *metav1.Time {
+func copyTime(t *metav1.MicroTime) *metav1.MicroTime {
 	if t == nil {
 		return nil
 	}
@@ -95,3 +95,13 @@ func (l *NodeRecoveryList) DeepCopy() *NodeRecoveryList {
 
 // DeepCopyObject implements runtime.Object.
 func (l *NodeRecoveryList) DeepCopyObject() runtime.Object { return l.DeepCopy() }
+
+// DeepCopy returns a deep copy.
+func (s *NodeRecoveryStatus) DeepCopy() *NodeRecoveryStatus {
+	if s == nil {
+		return nil
+	}
+	out := new(NodeRecoveryStatus)
+	s.DeepCopyInto(out)
+	return out
+}

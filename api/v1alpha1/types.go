@@ -86,19 +86,21 @@ type NodeRecoverySpec struct {
 	NodeUID types.UID `json:"nodeUID,omitempty"`
 }
 
-// NodeRecoveryStatus is the timeline.
+// NodeRecoveryStatus is the timeline. Its times are metav1.MicroTime: a
+// recovery takes seconds, so whole seconds would say nothing (and a fence time
+// rounded down would look earlier than writes it refused).
 type NodeRecoveryStatus struct {
 	Phase Phase `json:"phase,omitempty"`
 	// DetectedAt is when the manager judged the node down; Reason says why
 	// (ready-unknown, not-ready, deleted, out-of-service, storage-isolated).
-	DetectedAt *metav1.Time `json:"detectedAt,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
+	DetectedAt *metav1.MicroTime `json:"detectedAt,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
 	// Message is a human sentence about the current state or the last problem.
 	Message string `json:"message,omitempty"`
 	// FencedAt is when every volume of the node was fenced and TaintedAt when the
 	// node got vigil.io/fenced.
-	FencedAt  *metav1.Time `json:"fencedAt,omitempty"`
-	TaintedAt *metav1.Time `json:"taintedAt,omitempty"`
+	FencedAt  *metav1.MicroTime `json:"fencedAt,omitempty"`
+	TaintedAt *metav1.MicroTime `json:"taintedAt,omitempty"`
 	// Volumes are the fenced volumes.
 	Volumes []FencedVolume `json:"volumes,omitempty"`
 	// Pods are the pods force-deleted from the node.
@@ -109,8 +111,8 @@ type NodeRecoveryStatus struct {
 	Replacements []Replacement `json:"replacements,omitempty"`
 	// RecoveredAt is when the last covered pod's replacement was Running;
 	// RecoverySeconds is RecoveredAt - DetectedAt.
-	RecoveredAt     *metav1.Time `json:"recoveredAt,omitempty"`
-	RecoverySeconds *float64     `json:"recoverySeconds,omitempty"`
+	RecoveredAt     *metav1.MicroTime `json:"recoveredAt,omitempty"`
+	RecoverySeconds *float64          `json:"recoverySeconds,omitempty"`
 	// TimeToRecover is RecoverySeconds for people ("4.21s"), a printer column.
 	TimeToRecover string `json:"timeToRecover,omitempty"`
 	// Return is the node's way back.
@@ -121,46 +123,48 @@ type NodeRecoveryStatus struct {
 
 // FencedVolume is one volume fenced on the node.
 type FencedVolume struct {
-	Handle   string      `json:"handle"`
-	PVName   string      `json:"pvName,omitempty"`
-	Epoch    uint64      `json:"epoch"`
-	FencedAt metav1.Time `json:"fencedAt"`
+	Handle   string           `json:"handle"`
+	PVName   string           `json:"pvName,omitempty"`
+	Epoch    uint64           `json:"epoch"`
+	FencedAt metav1.MicroTime `json:"fencedAt"`
 }
 
 // ReapedPod is one pod force-deleted from the node.
 type ReapedPod struct {
-	Namespace string      `json:"namespace"`
-	Name      string      `json:"name"`
-	UID       types.UID   `json:"uid"`
-	Owner     string      `json:"owner,omitempty"`
-	Trigger   string      `json:"trigger,omitempty"`
-	ReapedAt  metav1.Time `json:"reapedAt"`
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	UID       types.UID        `json:"uid"`
+	Owner     string           `json:"owner,omitempty"`
+	Trigger   string           `json:"trigger,omitempty"`
+	ReapedAt  metav1.MicroTime `json:"reapedAt"`
 }
 
 // FreedAttachment is one VolumeAttachment of the node freed for another node.
 type FreedAttachment struct {
-	Name    string      `json:"name"`
-	PVName  string      `json:"pvName,omitempty"`
-	Action  string      `json:"action"`
-	FreedAt metav1.Time `json:"freedAt"`
+	Name    string           `json:"name"`
+	PVName  string           `json:"pvName,omitempty"`
+	Action  string           `json:"action"`
+	FreedAt metav1.MicroTime `json:"freedAt"`
 }
 
 // Replacement is a pod that took over from a reaped one (same owner, other node).
 type Replacement struct {
-	Namespace   string       `json:"namespace"`
-	Name        string       `json:"name"`
-	UID         types.UID    `json:"uid"`
-	NodeName    string       `json:"nodeName,omitempty"`
-	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
-	RunningAt   *metav1.Time `json:"runningAt,omitempty"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	// Replaces is the UID of the reaped pod this one took over from.
+	Replaces    types.UID         `json:"replaces,omitempty"`
+	NodeName    string            `json:"nodeName,omitempty"`
+	ScheduledAt *metav1.MicroTime `json:"scheduledAt,omitempty"`
+	RunningAt   *metav1.MicroTime `json:"runningAt,omitempty"`
 }
 
 // NodeReturn is the node coming back.
 type NodeReturn struct {
 	// ReadyAt is when the node was Ready again; UntaintedAt is when its engine,
 	// having cleaned up what the reaped pods left, removed vigil.io/fenced.
-	ReadyAt     *metav1.Time `json:"readyAt,omitempty"`
-	UntaintedAt *metav1.Time `json:"untaintedAt,omitempty"`
+	ReadyAt     *metav1.MicroTime `json:"readyAt,omitempty"`
+	UntaintedAt *metav1.MicroTime `json:"untaintedAt,omitempty"`
 }
 
 // NodeRecoveryList is a list of NodeRecovery.

@@ -17,7 +17,7 @@ import (
 // full returns a NodeRecovery with every field set, so that a field added to the
 // types without its deep copy (or its CRD schema) fails the tests below.
 func full() *NodeRecovery {
-	t := metav1.NewTime(time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC))
+	t := metav1.NewMicroTime(time.Date(2026, 11, 23, 1, 2, 3, 456789000, time.UTC))
 	secs := 4.2
 	return &NodeRecovery{
 		TypeMeta:   metav1.TypeMeta{Kind: Kind, APIVersion: SchemeGroupVersion.String()},
@@ -29,7 +29,7 @@ func full() *NodeRecovery {
 			Volumes:     []FencedVolume{{Handle: "vol-1", PVName: "pv-1", Epoch: 3, FencedAt: t}},
 			Pods:        []ReapedPod{{Namespace: "ns", Name: "p", UID: "u", Owner: "StatefulSet", Trigger: "fast", ReapedAt: t}},
 			Attachments: []FreedAttachment{{Name: "csi-1", PVName: "pv-1", Action: "deleted", FreedAt: t}},
-			Replacements: []Replacement{{Namespace: "ns", Name: "p", UID: "u2", NodeName: "node-2",
+			Replacements: []Replacement{{Namespace: "ns", Name: "p", UID: "u2", Replaces: "u", NodeName: "node-2",
 				ScheduledAt: &t, RunningAt: &t}},
 			RecoveredAt: &t, RecoverySeconds: &secs, TimeToRecover: "4.20s",
 			Return:   &NodeReturn{ReadyAt: &t, UntaintedAt: &t},
@@ -81,7 +81,7 @@ func assertNoZeroField(t *testing.T, v reflect.Value, path string) {
 		}
 		assertNoZeroField(t, v.Index(0), path+"[0]")
 	case reflect.Struct:
-		if v.Type() == reflect.TypeOf(metav1.Time{}) {
+		if v.Type() == reflect.TypeOf(metav1.MicroTime{}) {
 			return
 		}
 		for i := 0; i < v.NumField(); i++ {
@@ -155,7 +155,7 @@ func compareSchema(t *testing.T, path string, schema map[string]any, typ reflect
 			}
 			ft = ft.Elem()
 		}
-		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(metav1.Time{}) && sub != nil {
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(metav1.MicroTime{}) && sub != nil {
 			compareSchema(t, path+"."+name, sub, ft)
 		}
 	}

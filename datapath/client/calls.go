@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -173,4 +174,72 @@ func (c *Client) Connectivity(ctx context.Context, node, volumeID string, within
 		Connected: resp.Connected, LastHeartbeat: unixTime(resp.LastHeartbeat),
 		IOActive: resp.IOActive, LastIO: unixTime(resp.LastIO), Now: unixTime(resp.Now),
 	}, nil
+}
+
+// NodeGrants returns node's row on every volume that has one (live, fenced or
+// released), sorted by volume id. A node the server never granted anything
+// gets an empty list.
+func (c *Client) NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error) {
+	var resp wire.NodeGrantList
+	if err := c.invoke(ctx, wire.MethodNodeGrants, &wire.NodeRef{Node: node}, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.Attachment, len(resp.Items))
+	for i, g := range resp.Items {
+		out[i] = datapath.Attachment{
+			VolumeID: g.VolumeID, Node: node, Epoch: g.Epoch,
+			State: datapath.AttachmentState(g.State), Updated: unixTime(g.UpdatedUnix),
+		}
+	}
+	return out, nil
+}
+
+// FenceNode fences node on every volume where it holds a live grant, each with
+// a new epoch, and returns those volumes; every fence is durable and, as with
+// Fence, no write from node lands on them afterwards. Volumes where node is
+// already fenced or released are left alone: calling it again returns an empty
+// list. On an error some volumes may be fenced already; NodeGrants tells which,
+// and calling FenceNode again fences the rest.
+func (c *Client) FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error) {
+	var resp wire.FencedList
+	if err := c.invoke(ctx, wire.MethodFenceNode, &wire.NodeRef{Node: node}, &resp, retryTransport); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.FencedVolume, len(resp.Items))
+	for i, f := range resp.Items {
+		out[i] = datapath.FencedVolume{VolumeID: f.VolumeID, Epoch: f.Epoch}
+	}
+	return out, nil
+}
+
+// Leave announces that node's agent stops on purpose (a rolling update) and
+// may be silent for up to d: until then its silence is not a failure. The
+// server refuses a d that is not positive and cuts one longer than
+// datapath.MaxLeave; it keeps the announcement across its own restarts, and
+// node's next heartbeat ends it. It returns when the announcement runs out,
+// on the server's clock.
+func (c *Client) Leave(ctx context.Context, node string, d time.Duration) (until time.Time, err error) {
+	var resp wire.Int
+	if err := c.invoke(ctx, wire.MethodLeave, &wire.LeaveRequest{Node: node, DurationNanos: int64(d)}, &resp, retryTransport); err != nil {
+		return time.Time{}, err
+	}
+	return unixTime(resp.Value), nil
+}
+
+// Nodes reports every node the server knows: those that heartbeated or did
+// I/O since it started, those that hold a live grant (even if silent since
+// the start), and those with an announced stop no heartbeat has cleared yet.
+func (c *Client) Nodes(ctx context.Context) (datapath.NodesReport, error) {
+	var resp wire.NodeList
+	if err := c.invoke(ctx, wire.MethodNodes, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return datapath.NodesReport{}, err
+	}
+	r := datapath.NodesReport{Now: unixTime(resp.NowUnix), Started: unixTime(resp.StartedUnix), Nodes: make([]datapath.NodeStatus, len(resp.Items))}
+	for i, n := range resp.Items {
+		r.Nodes[i] = datapath.NodeStatus{
+			Node: n.Node, LastHeartbeat: unixTime(n.LastHeartbeat), LastIO: unixTime(n.LastIO),
+			LeavingUntil: unixTime(n.LeavingUntil), LiveGrants: int(min(n.LiveGrants, math.MaxInt32)),
+		}
+	}
+	return r, nil
 }

@@ -3,9 +3,10 @@
 // heartbeats).
 //
 // Every call has a per-attempt timeout and is retried with backoff on transport
-// failures (gRPC Unavailable). Reads and metadata calls are also retried when an
-// attempt times out. Writes, flushes, grants, fences and releases are retried
-// only on Unavailable, and a write always with the epoch the caller passed: the
+// failures (gRPC Unavailable). Reads and metadata calls (NodeGrants and Nodes
+// among them) are also retried when an attempt times out. Writes, flushes,
+// grants, fences (Fence and FenceNode), releases and Leave are retried only on
+// Unavailable, and a write always with the epoch the caller passed: the
 // client never changes an epoch, so if the volume was fenced or re-granted in
 // between, the retry is refused with ErrFenced and the client returns that at
 // once. A write is therefore never retried across an epoch change. A write's

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 // memBackend is an in-memory Backend whose writes can be switched to fail.
@@ -53,9 +55,7 @@ func (m *memBackend) snapshot(off, n int) (string, int) {
 
 func mountForTest(t *testing.T, b *memBackend, o Options) *Disk {
 	t.Helper()
-	if err := Usable(); err != nil {
-		t.Skip(err)
-	}
+	testenv.RequireNoError(t, "FUSE", Usable())
 	d, err := Mount(t.TempDir(), int64(len(b.data)), b, o)
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 func TestAttach_File_SizeAndAutoclear(t *testing.T) {
-	if err := Usable(); err != nil {
-		t.Skip(err)
-	}
+	testenv.RequireNoError(t, "loop devices", Usable())
 	dir := t.TempDir()
 	backing := filepath.Join(dir, "img")
 	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,22 +24,18 @@ import (
 	"github.com/vigil-storage/vigil/engine-node/loopdev"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
-// requireRealStack skips unless the engine's FUSE + loop + ext4 stack works here.
+// requireRealStack needs the engine's FUSE + loop + ext4 stack (testenv: a
+// skip on a developer's machine, a failure in CI).
 func requireRealStack(t *testing.T) {
 	t.Helper()
-	if err := fusedisk.Usable(); err != nil {
-		t.Skipf("needs FUSE: %v", err)
-	}
-	if err := loopdev.Usable(); err != nil {
-		t.Skipf("needs loop devices: %v", err)
-	}
-	for _, tool := range []string{"mkfs.ext4", "blkid"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
+	testenv.RequireNoError(t, "FUSE", fusedisk.Usable())
+	testenv.RequireNoError(t, "loop devices", loopdev.Usable())
+	testenv.RequireTool(t, "mkfs.ext4", "e2fsprogs")
+	testenv.RequireTool(t, "blkid", "util-linux")
 }
 
 // mountsUnder lists the mount points below dir.

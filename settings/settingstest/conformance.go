@@ -26,7 +26,8 @@ type Backend struct {
 // EventTimeout bounds how long the suite waits for a watch event.
 var EventTimeout = 5 * time.Second
 
-// RunStoreConformance runs every behaviour Store documents against b.
+// RunStoreConformance runs every behaviour Store documents against b, and the
+// change history that Settings keeps through Update and History.
 func RunStoreConformance(t *testing.T, b Backend) {
 	tests := []struct {
 		name       string
@@ -47,7 +48,7 @@ func RunStoreConformance(t *testing.T, b Backend) {
 		{"WatchSeesOtherInstance", true, testWatchOtherInstance},
 		{"ConcurrentInstancesLoseNothing", true, testConcurrentInstances},
 	}
-	for _, tc := range tests {
+	for _, tc := range append(tests, historyTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.persistent && !b.Persistent {
 				t.Skip("backend is not persistent")

@@ -35,6 +35,8 @@ type managerOpts struct {
 	store          string // bolt settings file
 	leaseNamespace string
 	leaseName      string
+	extra          []string // more flags of `run`
+	kubeconfig     string   // the cluster; default the shared sandbox's
 }
 
 // startManager runs bin/vigil-manager run on a free port and waits for its
@@ -49,9 +51,14 @@ func startManager(t *testing.T, name string, o managerOpts) *manager {
 	m := &manager{name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(m.log)
 	must(t, err)
-	m.cmd = exec.Command(bin, "run", "--kubeconfig", sb.Kubeconfig(), "--settings-store", "bolt:"+o.store,
+	kubeconfig := o.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = sb.Kubeconfig()
+	}
+	m.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:"+o.store,
 		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", o.leaseNamespace,
-		"--leader-elect-lease-name", o.leaseName, "--resync", "10m")
+		"--leader-elect-lease-name", o.leaseName, "--resync", "10m", "--state-dir", filepath.Join(t.TempDir(), "state"))
+	m.cmd.Args = append(m.cmd.Args, o.extra...)
 	m.cmd.Stderr = logf
 	stdout, err := m.cmd.StdoutPipe()
 	must(t, err)

@@ -30,6 +30,10 @@ const (
 	MethodFlush        = "Flush"
 	MethodHeartbeat    = "Heartbeat"
 	MethodConnectivity = "Connectivity"
+	MethodNodeGrants   = "NodeGrants"
+	MethodFenceNode    = "FenceNode"
+	MethodLeave        = "Leave"
+	MethodNodes        = "Nodes"
 )
 
 // FullMethod returns "/service/method" as gRPC invokes it.

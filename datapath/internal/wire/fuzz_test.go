@@ -15,6 +15,7 @@ func messages() []Message {
 		&Empty{}, &CreateVolumeRequest{}, &Volume{}, &VolumeList{}, &VolumeRef{}, &Int{},
 		&AttachRequest{}, &Epoch{}, &AttachmentList{}, &WriteRequest{}, &ReadRequest{},
 		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
+		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{},
 	}
 }
 
@@ -64,6 +65,18 @@ func normalize(m Message) Message {
 		if len(v.Items) == 0 {
 			v.Items = nil
 		}
+	case *NodeGrantList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
+	case *FencedList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
+	case *NodeList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
 	}
 	return m
 }
@@ -87,6 +100,10 @@ func seedMessages() []Message {
 		&NodeRef{Node: "node-1"},
 		&ConnectivityRequest{Node: "node-1", VolumeID: "vol-0123456789abcdef", WithinNanos: 5e9},
 		&Connectivity{Connected: true, LastHeartbeat: 1, IOActive: false, LastIO: 2, Now: 3},
+		&NodeGrantList{Node: "node-1", Items: []NodeGrant{{VolumeID: "vol-0123456789abcdef", Epoch: 4, State: "granted", UpdatedUnix: 9}}},
+		&FencedList{Items: []FencedVolume{{VolumeID: "vol-0123456789abcdef", Epoch: 5}}},
+		&LeaveRequest{Node: "node-1", DurationNanos: 60e9},
+		&NodeList{NowUnix: 10, StartedUnix: 1, Items: []NodeStatus{{Node: "node-1", LastHeartbeat: 8, LastIO: 7, LeavingUntil: 70, LiveGrants: 3}}},
 	}
 }
 

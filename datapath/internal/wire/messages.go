@@ -113,7 +113,8 @@ func (m *VolumeRef) Unmarshal(b []byte) error {
 	return d.finish("VolumeRef")
 }
 
-// Int is a single signed number (Capacity's answer).
+// Int is a single signed number (Capacity's answer; Leave's: when the
+// announcement runs out, Unix nanoseconds).
 type Int struct{ Value int64 }
 
 func (m *Int) MarshalAppend(b []byte) []byte {

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/fencing"
+)
+
+// FenceReason says why a node is fenced; it appears in Events, the taint's value
+// and the NodeRecovery.
+type FenceReason string
+
+// Fence reasons.
+const (
+	FenceReasonStorageIsolated FenceReason = "storage-isolated"
+	FenceReasonNodeDown        FenceReason = "node-down-past-grace"
+)
+
+// fenceDecision is decideFence's answer.
+type fenceDecision struct {
+	Fence  bool
+	Reason FenceReason
+	// RecheckAfter, when positive, is when the answer may change by the clock
+	// alone (the grace running out).
+	RecheckAfter time.Duration
+}
+
+// decideFence is the fence coordinator's decision for one node. It is pure.
+// With the fast trigger on and a fencing back end configured, a node is fenced
+// once per episode: at once when its engine is storage-isolated (the threshold
+// is the debounce), or when Kubernetes has called it down for the grace period
+// (a node cut off from the API server only is fenced then, and from then on its
+// I/O is refused: that is the point). Nothing is fenced ahead of time with the
+// fast trigger off.
+func decideFence(o nodeObservation, v NodeVerdict, set *ReaperSettings, hasFencer bool, now time.Time) fenceDecision {
+	switch {
+	case !set.FastFencedTrigger || !hasFencer || o.Fenced:
+		return fenceDecision{}
+	case o.Isolated:
+		return fenceDecision{Fence: true, Reason: FenceReasonStorageIsolated}
+	case v.State.KubernetesDown():
+		if until := v.Since.Add(set.NodeDownGracePeriod).Sub(now); until > 0 {
+			return fenceDecision{RecheckAfter: until}
+		}
+		return fenceDecision{Fence: true, Reason: FenceReasonNodeDown}
+	}
+	return fenceDecision{}
+}
+
+// fenceNode carries out a fence decision: every volume granted to the node is
+// fenced at the back end (durable before FenceNode returns), then the Node gets
+// vigil.io/fenced:NoSchedule, and only then is the node marked fenced, which is
+// what lets the reaper's fast trigger and attachment recovery act. A failure at
+// any step leaves the node unmarked and returns an error, so the step is retried;
+// every step is idempotent, so a retry or a new leader repeats nothing that
+// matters (FenceNode skips volumes no longer live).
+func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *ReaperSettings) error {
+	ref := nodeRef(name)
+	if set.DryRun {
+		r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventWouldFence,
+			fmt.Sprintf("dry run: would fence node %s at the datapath and taint it %s (%s; verdict %s)", name, vigil.FencedTaintKey, d.Reason, v.State))
+		return nil
+	}
+	start := r.now()
+	fenced, err := r.fencer.FenceNode(ctx, name)
+	if err != nil {
+		r.metrics.Fences.WithLabelValues(outcomeFailed).Inc()
+		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed,
+			fmt.Sprintf("cannot fence node %s (%s): %v; nothing is proven fenced, so nothing fast happens; retrying", name, d.Reason, err))
+		return fmt.Errorf("fence node %s: %w", name, err)
+	}
+	fencedAt := r.now()
+	r.metrics.FenceDuration.Observe(fencedAt.Sub(start).Seconds())
+	r.metrics.Fences.WithLabelValues(outcomeDone).Inc()
+	r.recoveries.fenced(name, fenced, fencedAt)
+	if _, err := r.proofs.refresh(ctx, name); err != nil {
+		return err
+	}
+	if node != nil {
+		if err := r.taintFenced(ctx, name, d.Reason); err != nil {
+			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed,
+				fmt.Sprintf("fenced node %s at the datapath but cannot taint it %s: %v; retrying", name, vigil.FencedTaintKey, err))
+			return fmt.Errorf("taint node %s: %w", name, err)
+		}
+		r.recoveries.tainted(name, r.now())
+	}
+	r.nodes.markFenced(name, fencedAt)
+	r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeFenced,
+		fmt.Sprintf("fenced node %s (%s; verdict %s) in %s: %s; tainted %s:%s until its engine has cleaned up",
+			name, d.Reason, v.State, fencedAt.Sub(start).Round(time.Millisecond), describeFenced(fenced),
+			vigil.FencedTaintKey, corev1.TaintEffectNoSchedule))
+	return nil
+}
+
+func describeFenced(fs []fencing.Fenced) string {
+	if len(fs) == 0 {
+		return "no live grant left"
+	}
+	parts := make([]string, 0, len(fs))
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%s→epoch %d", f.Handle, f.Epoch))
+	}
+	sort.Strings(parts)
+	const show = 10
+	if len(parts) > show {
+		return fmt.Sprintf("%d volumes (%s, …)", len(parts), strings.Join(parts[:show], ", "))
+	}
+	return fmt.Sprintf("%d volume(s) (%s)", len(parts), strings.Join(parts, ", "))
+}
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// taintFenced adds vigil.io/fenced:NoSchedule to the node unless it is there.
+// Taints have no merge key, so the list is read live (the informer's copy keeps
+// only Vigil's taints) and replaced with a JSON patch that first tests the
+// resourceVersion: a concurrent change of the node is a conflict, retried, never
+// overwritten.
+func (r *Reaper) taintFenced(ctx context.Context, name string, reason FenceReason) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing to taint
+		}
+		if err != nil {
+			return err
+		}
+		if fencedTaint(node) != nil {
+			return nil
+		}
+		now := metav1.NewTime(r.now())
+		taints := append(node.Spec.Taints, corev1.Taint{Key: vigil.FencedTaintKey, Value: string(reason),
+			Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+		patch, _ := json.Marshal([]jsonPatchOp{
+			{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
+			{Op: "add", Path: "/spec/taints", Value: taints},
+		})
+		_, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: vigil.FieldManager})
+		if isTestFailed(err) {
+			// The test op failed: the node changed since the GET.
+			return apierrors.NewConflict(corev1.Resource("nodes"), name, err)
+		}
+		return err
+	})
+}
+
+// isTestFailed recognizes the API server's answer to a JSON patch whose test
+// operation failed (a bad request naming the test).
+func isTestFailed(err error) bool {
+	return err != nil && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "test")
+}

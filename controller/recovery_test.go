@@ -1,0 +1,246 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vigil-storage/vigil"
+	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/fencing"
+)
+
+// fakeRecoveryClient keeps NodeRecoveries in memory, with resourceVersions.
+type fakeRecoveryClient struct {
+	mu      sync.Mutex
+	objs    map[string]*v1alpha1.NodeRecovery
+	rv      int
+	writes  int
+	failing bool
+}
+
+func newFakeRecoveryClient() *fakeRecoveryClient {
+	return &fakeRecoveryClient{objs: map[string]*v1alpha1.NodeRecovery{}}
+}
+
+func (c *fakeRecoveryClient) List(context.Context, metav1.ListOptions) (*v1alpha1.NodeRecoveryList, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := &v1alpha1.NodeRecoveryList{}
+	for _, o := range c.objs {
+		l.Items = append(l.Items, *o.DeepCopy())
+	}
+	return l, nil
+}
+
+func (c *fakeRecoveryClient) Get(_ context.Context, name string, _ metav1.GetOptions) (*v1alpha1.NodeRecovery, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.objs[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(v1alpha1.GroupVersionResource.GroupResource(), name)
+	}
+	return o.DeepCopy(), nil
+}
+
+func (c *fakeRecoveryClient) Create(_ context.Context, r *v1alpha1.NodeRecovery, _ metav1.CreateOptions) (*v1alpha1.NodeRecovery, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failing {
+		return nil, apierrors.NewServiceUnavailable("down")
+	}
+	if _, ok := c.objs[r.Name]; ok {
+		return nil, apierrors.NewAlreadyExists(v1alpha1.GroupVersionResource.GroupResource(), r.Name)
+	}
+	c.rv++
+	o := r.DeepCopy()
+	o.Status = v1alpha1.NodeRecoveryStatus{} // the status subresource ignores it on create
+	o.ResourceVersion, o.UID = fmt.Sprint(c.rv), types.UID("uid-"+r.Name)
+	c.objs[r.Name] = o
+	c.writes++
+	return o.DeepCopy(), nil
+}
+
+func (c *fakeRecoveryClient) UpdateStatus(_ context.Context, r *v1alpha1.NodeRecovery, _ metav1.UpdateOptions) (*v1alpha1.NodeRecovery, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.objs[r.Name]
+	switch {
+	case c.failing:
+		return nil, apierrors.NewServiceUnavailable("down")
+	case !ok:
+		return nil, apierrors.NewNotFound(v1alpha1.GroupVersionResource.GroupResource(), r.Name)
+	case cur.ResourceVersion != r.ResourceVersion:
+		return nil, apierrors.NewConflict(v1alpha1.GroupVersionResource.GroupResource(), r.Name, fmt.Errorf("rv %s != %s", r.ResourceVersion, cur.ResourceVersion))
+	}
+	c.rv++
+	cur.Status = *r.Status.DeepCopy()
+	cur.ResourceVersion = fmt.Sprint(c.rv)
+	c.writes++
+	return cur.DeepCopy(), nil
+}
+
+func (c *fakeRecoveryClient) only(t *testing.T) *v1alpha1.NodeRecovery {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.objs) != 1 {
+		t.Fatalf("%d NodeRecoveries, want 1", len(c.objs))
+	}
+	for _, o := range c.objs {
+		return o.DeepCopy()
+	}
+	return nil
+}
+
+func cached(ns, name, node string, uid types.UID, owner []metav1.OwnerReference, phase corev1.PodPhase) *cachedPod {
+	p := newPod(ns, name, node, owner)
+	p.UID, p.Status.Phase = uid, phase
+	return toCachedPod(p)
+}
+
+func TestRecoveries_TimelineFromDetectionToNodeReturn(t *testing.T) {
+	client := newFakeRecoveryClient()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := controllerRef("apps/v1", "StatefulSet", "db", "uid-sts")
+	owners := map[string][]types.UID{"app/StatefulSet/db": {"uid-db-0", "uid-db-1"}}
+	rs := newRecoveries(client, m, func(k string) []types.UID { return owners[k] })
+	ctx := context.Background()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+	rs.detected("node-1", "uid-node-1", "storage-isolated", at(0))
+	rs.detected("node-1", "uid-node-1", "ready-unknown", at(0.1)) // idempotent while open
+	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.2))
+	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.3)) // a new leader's repeat adds nothing
+	rs.tainted("node-1", at(0.25))
+	pod := newPod("app", "db-0", "node-1", sts)
+	pod.UID = "uid-db-0"
+	rs.podReaped("node-1", pod, OwnerStatefulSet, "app/StatefulSet/db", string(ReasonProvenFenced), at(0.4))
+	rs.attachmentFreed("node-1", "csi-abc", "pv-a", actionLabelDeleteAttachment, at(0.45))
+	rs.flush(ctx)
+	got := client.only(t)
+	if got.Spec.NodeName != "node-1" || got.Status.Phase != v1alpha1.PhaseReaping || len(got.Status.Volumes) != 1 ||
+		got.Status.Volumes[0].Epoch != 4 || got.Status.PodCount != 1 || got.Labels[vigil.NodeLabel] != "node-1" {
+		t.Fatalf("after the reap: %+v", got)
+	}
+	if !strings.HasPrefix(got.Name, "node-1-20261120-120000") {
+		t.Errorf("name %q", got.Name)
+	}
+
+	// The other replica on node-2 existed before: not a replacement. The new
+	// db-0 (new UID) is scheduled, then Running.
+	rs.observePod(cached("app", "db-1", "node-2", "uid-db-1", sts, corev1.PodRunning), "app/StatefulSet/db", at(1))
+	rs.observePod(cached("app", "db-0", "", "uid-new", sts, corev1.PodPending), "app/StatefulSet/db", at(1.1))
+	rs.observePod(cached("app", "db-0", "node-2", "uid-new", sts, corev1.PodPending), "app/StatefulSet/db", at(1.2))
+	rs.observePod(cached("app", "db-0", "node-2", "uid-new", sts, corev1.PodRunning), "app/StatefulSet/db", at(2.5))
+	rs.flush(ctx)
+	got = client.only(t)
+	s := got.Status
+	if len(s.Replacements) != 1 || s.Replacements[0].UID != "uid-new" || s.Replacements[0].Replaces != "uid-db-0" ||
+		s.Replacements[0].NodeName != "node-2" || !s.Replacements[0].ScheduledAt.Time.Equal(at(1.2)) {
+		t.Fatalf("replacements %+v", s.Replacements)
+	}
+	if s.Phase != v1alpha1.PhaseRecovered || s.RecoverySeconds == nil || *s.RecoverySeconds != 2.5 || s.TimeToRecover != "2.50s" {
+		t.Fatalf("not recovered: phase %s seconds %v %q", s.Phase, s.RecoverySeconds, s.TimeToRecover)
+	}
+	if n := testutil.CollectAndCount(m.RecoveryDuration); n != 1 {
+		t.Errorf("recovery duration observed in %d series", n)
+	}
+
+	// The node comes back Ready but still tainted, then its engine untaints it.
+	tainted := newNode("node-1", corev1.ConditionTrue, 0, corev1.Taint{Key: vigil.FencedTaintKey, Effect: corev1.TaintEffectNoSchedule})
+	rs.nodeUp("node-1", tainted, at(30))
+	rs.flush(ctx)
+	if got = client.only(t); got.Status.Phase != v1alpha1.PhaseRecovered || got.Status.Return == nil || got.Status.Return.ReadyAt == nil {
+		t.Fatalf("ready but tainted: %+v", got.Status)
+	}
+	rs.nodeUp("node-1", newNode("node-1", corev1.ConditionTrue, 0), at(31))
+	rs.flush(ctx)
+	if got = client.only(t); got.Status.Phase != v1alpha1.PhaseNodeReturned || got.Status.Return.UntaintedAt == nil {
+		t.Fatalf("untainted: %+v", got.Status)
+	}
+	if rs.open("node-1") {
+		t.Error("closed recovery still open in memory")
+	}
+	// A closed record takes no more steps; a new failure opens a new one.
+	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-b", Epoch: 9}}, at(40))
+	rs.detected("node-1", "uid-node-1", "ready-unknown", at(50))
+	rs.flush(ctx)
+	if n := len(client.objs); n != 2 {
+		t.Fatalf("%d records after a second failure, want 2", n)
+	}
+}
+
+func TestRecoveries_ShortBlipIsAbandoned(t *testing.T) {
+	client := newFakeRecoveryClient()
+	rs := newRecoveries(client, nil, nil)
+	rs.detected("node-1", "", "ready-unknown", t0)
+	rs.nodeUp("node-1", newNode("node-1", corev1.ConditionTrue, 0), t0.Add(time.Second))
+	rs.flush(context.Background())
+	if got := client.only(t); got.Status.Phase != v1alpha1.PhaseAbandoned {
+		t.Fatalf("phase %s, want Abandoned", got.Status.Phase)
+	}
+}
+
+func TestRecoveries_FailedWritesAreRetriedAndANewLeaderContinues(t *testing.T) {
+	client := newFakeRecoveryClient()
+	rs := newRecoveries(client, nil, nil)
+	ctx := context.Background()
+	client.failing = true
+	rs.detected("node-1", "", "ready-unknown", t0)
+	rs.flush(ctx)
+	if len(client.objs) != 0 {
+		t.Fatal("written while the API fails")
+	}
+	client.failing = false
+	rs.flush(ctx)
+	client.only(t)
+	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(time.Second))
+	rs.flush(ctx)
+
+	// A new leader loads the open record and continues it.
+	next := newRecoveries(client, nil, nil)
+	if err := next.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !next.open("node-1") {
+		t.Fatal("the new leader does not see the open recovery")
+	}
+	next.detected("node-1", "", "ready-unknown", t0.Add(2*time.Second)) // must not open a second record
+	next.fenced("node-1", []fencing.Fenced{{Handle: "vol-b", Epoch: 3}}, t0.Add(3*time.Second))
+	next.flush(ctx)
+	got := client.only(t)
+	if len(got.Status.Volumes) != 2 || got.Status.Phase != v1alpha1.PhaseFenced {
+		t.Fatalf("continued record %+v", got.Status)
+	}
+}
+
+func TestRecoveryName_LongNodeNames(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	n := recoveryName(long, t0)
+	if len(n) > 253 || !strings.HasSuffix(n, "-20261120-120000") {
+		t.Fatalf("name %q (%d)", n, len(n))
+	}
+	if recoveryName(long, t0) != n {
+		t.Error("not deterministic")
+	}
+	if other := recoveryName(strings.Repeat("a", 252)+"b", t0); other == n {
+		t.Error("two long node names share a record name")
+	}
+	if got := recoveryName("Node-A", t0); got != "node-a-20261120-120000" {
+		t.Errorf("name %q", got)
+	}
+}

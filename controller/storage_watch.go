@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vigil-storage/vigil/fencing"
+)
+
+// connectivityPoll is how often the leader asks the fencing back end which
+// engines still talk to it. Detection takes the threshold plus at most this.
+const connectivityPoll = 250 * time.Millisecond
+
+// isolation is the pure part of the storage watch: which nodes a report shows
+// storage-isolated under threshold, with when their silence began on the
+// manager's clock (now minus the silence the back end measured on its own).
+//
+// When more than half of the nodes the report lists (and at least two) are
+// silent at once, the likelier cause is the storage side itself (the datapath
+// cut off from the nodes, not the nodes gone), and fencing them all would take
+// down every workload for nothing: then no node is judged isolated and
+// suppressed is true. Kubernetes' own verdicts still stand.
+func isolation(r fencing.Report, threshold time.Duration, now time.Time) (isolated map[string]time.Time, suppressed bool) {
+	isolated = map[string]time.Time{}
+	for _, n := range r.Nodes {
+		silence, ok := r.Silence(n.Node)
+		if ok && silence >= threshold {
+			isolated[n.Node] = now.Add(-silence)
+		}
+	}
+	if len(r.Nodes) >= 2 && 2*len(isolated) > len(r.Nodes) {
+		return map[string]time.Time{}, true
+	}
+	return isolated, false
+}
+
+// watchStorage polls the Fencer's connectivity report until ctx ends and turns
+// it into isolation marks on the node tracker, queueing every node whose mark
+// changed. Only the leader runs it. A back end that does not answer changes no
+// mark: nothing can be fenced then anyway.
+func (r *Reaper) watchStorage(ctx context.Context) {
+	if r.fencer == nil {
+		return
+	}
+	t := time.NewTicker(connectivityPoll)
+	defer t.Stop()
+	reachable, warnedSuppressed := true, false
+	for {
+		r.pollStorage(ctx, &reachable, &warnedSuppressed)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Reaper) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
+	log := klog.FromContext(ctx)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	rep, err := r.fencer.Connectivity(pctx)
+	cancel()
+	if err != nil {
+		r.metrics.DatapathReachable.Set(0)
+		if *reachable && ctx.Err() == nil {
+			log.Error(err, "fencing back end unreachable: storage isolation is not judged and nothing can be fenced until it answers", "driver", r.fencer.Driver())
+		}
+		*reachable = false
+		return
+	}
+	r.metrics.DatapathReachable.Set(1)
+	if !*reachable {
+		log.Info("fencing back end answers again", "driver", r.fencer.Driver())
+	}
+	*reachable = true
+	threshold := r.settings.DatapathConnectivityLossThreshold()
+	now := r.now()
+	isolated, suppressed := isolation(rep, threshold, now)
+	if suppressed && !*warnedSuppressed {
+		log.Info("most nodes are silent at the datapath at once: treating it as a storage-side problem, not judging any node storage-isolated",
+			"silentOver", threshold, "nodes", len(rep.Nodes))
+	}
+	*warnedSuppressed = suppressed
+	before := r.nodes.isolatedNodes()
+	for name := range before {
+		if _, still := isolated[name]; !still {
+			r.nodes.setIsolated(name, false, time.Time{})
+			r.queue.Add(queueKey{kind: keyNode, name: name})
+		}
+	}
+	for name, since := range isolated {
+		if r.nodes.setIsolated(name, true, since) {
+			ref := nodeRef(name)
+			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeStorageIsolated,
+				fmt.Sprintf("node %s: its engine has sent no heartbeat to the datapath for %s (threshold %s)",
+					name, now.Sub(since).Round(100*time.Millisecond), threshold))
+			r.queue.Add(queueKey{kind: keyNode, name: name})
+		}
+	}
+	r.metrics.NodesIsolated.Set(float64(len(isolated)))
+}

@@ -1,0 +1,104 @@
+package fencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/fencing"
+)
+
+// Datapath is what Fencer calls on the datapath; *datapath/client.Client
+// satisfies it.
+type Datapath interface {
+	FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error)
+	NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error)
+	Nodes(ctx context.Context) (datapath.NodesReport, error)
+}
+
+// Fencer fences nodes on the datapath. It is safe for concurrent use (as
+// safe as its Datapath; the client is).
+type Fencer struct {
+	dp Datapath
+}
+
+// New returns a Fencer over dp.
+func New(dp Datapath) *Fencer { return &Fencer{dp: dp} }
+
+// Driver is the CSI driver whose volumes the datapath serves.
+func (f *Fencer) Driver() string { return vigil.DriverName }
+
+// FenceNode fences node on every volume where it holds a live grant and
+// returns those volumes with their new epochs; every fence is durable when it
+// returns. A node without a live grant gets an empty list; calling it again is
+// safe. On an error some volumes may be fenced already: Grants tells which.
+func (f *Fencer) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error) {
+	fs, err := f.dp.FenceNode(ctx, node)
+	if err != nil {
+		return nil, wrap("fence node "+node, err)
+	}
+	out := make([]fencing.Fenced, len(fs))
+	for i, v := range fs {
+		out[i] = fencing.Fenced{Handle: v.VolumeID, Epoch: v.Epoch}
+	}
+	return out, nil
+}
+
+// Grants lists node's row on every volume that has one.
+func (f *Fencer) Grants(ctx context.Context, node string) ([]fencing.Grant, error) {
+	as, err := f.dp.NodeGrants(ctx, node)
+	if err != nil {
+		return nil, wrap("grants of node "+node, err)
+	}
+	out := make([]fencing.Grant, len(as))
+	for i, a := range as {
+		st, err := state(a)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = fencing.Grant{Handle: a.VolumeID, Epoch: a.Epoch, State: st, Updated: a.Updated}
+	}
+	return out, nil
+}
+
+// Connectivity reports, on the datapath's clock, when each node last
+// heartbeated or did I/O since the datapath started, and which nodes announced
+// a graceful stop. A node with a live grant is listed even if it has been
+// silent since the start.
+func (f *Fencer) Connectivity(ctx context.Context) (fencing.Report, error) {
+	r, err := f.dp.Nodes(ctx)
+	if err != nil {
+		return fencing.Report{}, wrap("nodes", err)
+	}
+	out := fencing.Report{Now: r.Now, Since: r.Started, Nodes: make([]fencing.NodeConnectivity, len(r.Nodes))}
+	for i, n := range r.Nodes {
+		out.Nodes[i] = fencing.NodeConnectivity{Node: n.Node, LastHeartbeat: n.LastSeen(), LeavingUntil: n.LeavingUntil}
+	}
+	return out, nil
+}
+
+// state maps a datapath attachment state; an unknown one is an error, so a
+// newer server's state is never read as proof that a node cannot write.
+func state(a datapath.Attachment) (fencing.State, error) {
+	switch a.State {
+	case datapath.StateGranted:
+		return fencing.StateGranted, nil
+	case datapath.StateFenced:
+		return fencing.StateFenced, nil
+	case datapath.StateReleased:
+		return fencing.StateReleased, nil
+	}
+	return "", fmt.Errorf("%w: datapath reports node %s on volume %s in state %q, which this manager does not know (known: %s, %s, %s)",
+		fencing.ErrUnavailable, a.Node, a.VolumeID, a.State, datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
+}
+
+// wrap marks every failure but a refusal of the caller's input as the back
+// end being unavailable: nothing is proven.
+func wrap(op string, err error) error {
+	if errors.Is(err, datapath.ErrInvalidArgument) {
+		return fmt.Errorf("datapath: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: datapath: %s: %w", fencing.ErrUnavailable, op, err)
+}

@@ -1,0 +1,151 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/controller"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/fencer"
+)
+
+// The datapath is the manager's fencing back end.
+var _ controller.Fencer = (*fencer.Fencer)(nil)
+
+// Flags of `vigil-manager run` that wire the closed loop: the fencing back end
+// and the NodeRecovery records.
+const (
+	flagDatapath          = "datapath"
+	flagDatapathTokenFile = "datapath-token-file"
+	flagDatapathTimeout   = "datapath-timeout"
+	flagRecoveries        = "recoveries"
+)
+
+func loopFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagDatapath, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
+			Usage: "address (host:port) of the datapath, the fencing back end: with it the manager fences down nodes " +
+				"(fast-fenced-trigger), judges storage isolation from engine heartbeats and frees proven-fenced volumes; " +
+				"without it nothing is fenced by Vigil and only Kubernetes' own proofs count"},
+		&cli.StringFlag{Name: flagDatapathTokenFile, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
+			Usage: "file holding the datapath token (required with --" + flagDatapath + ")"},
+		&cli.DurationFlag{Name: flagDatapathTimeout, Value: 5 * time.Second,
+			Usage: "how long one datapath call may take (a fence of every volume of a node is one call)"},
+		&cli.BoolFlag{Name: flagRecoveries, Value: true,
+			Usage: "write a NodeRecovery (vigil.io/v1alpha1) per node failure; needs the CRD (deploy/crds), and is turned off with a warning when the API server does not serve it"},
+	}
+}
+
+// loopOptions are the validated closed-loop flags.
+type loopOptions struct {
+	datapath, tokenFile string
+	timeout             time.Duration
+	recoveries          bool
+}
+
+func parseLoopOptions(c *cli.Context) (loopOptions, error) {
+	o := loopOptions{datapath: c.String(flagDatapath), tokenFile: c.String(flagDatapathTokenFile),
+		timeout: c.Duration(flagDatapathTimeout), recoveries: c.Bool(flagRecoveries)}
+	switch {
+	case o.datapath != "" && o.tokenFile == "":
+		return o, fmt.Errorf("--%s %s needs --%s (the file holding the datapath token)", flagDatapath, o.datapath, flagDatapathTokenFile)
+	case o.datapath == "" && o.tokenFile != "":
+		return o, fmt.Errorf("--%s given without --%s: name the datapath's address (host:port)", flagDatapathTokenFile, flagDatapath)
+	case o.timeout <= 0:
+		return o, fmt.Errorf("--%s %s: must be positive", flagDatapathTimeout, o.timeout)
+	}
+	return o, nil
+}
+
+// loopWiring is what the closed loop adds to the controller Config.
+type loopWiring struct {
+	fencer     controller.Fencer
+	recoveries controller.RecoveryClient
+	close      func()
+}
+
+// wireLoop connects the fencing back end and the NodeRecovery client.
+func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring, error) {
+	w := loopWiring{close: func() {}}
+	if o.datapath != "" {
+		token, err := datapath.ReadTokenFile(o.tokenFile)
+		if err != nil {
+			return w, fmt.Errorf("--%s: %w", flagDatapathTokenFile, err)
+		}
+		dp, err := client.Dial(ctx, o.datapath, token, client.WithTimeout(o.timeout))
+		if err != nil {
+			return w, fmt.Errorf("--%s %s: %w", flagDatapath, o.datapath, err)
+		}
+		w.fencer, w.close = fencer.New(dp), func() { _ = dp.Close() }
+		slog.Info("vigil-manager: fencing back end", "datapath", o.datapath)
+	} else {
+		slog.Warn("vigil-manager: no --datapath: nothing is fenced by Vigil, storage isolation is not judged, and the fast trigger fires only on Kubernetes' own proofs (a deleted node, the out-of-service taint)")
+	}
+	if o.recoveries {
+		rc, err := recoveryClient(cfg)
+		if err != nil {
+			return w, err
+		}
+		if rc != nil {
+			w.recoveries = rc
+		}
+	}
+	return w, nil
+}
+
+// recoveryClient returns a NodeRecovery client, or nil with a warning when the
+// API server does not serve the CRD (records are then not written).
+func recoveryClient(cfg *rest.Config) (*v1alpha1.Client, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	res, err := dc.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	served := false
+	if err == nil {
+		for _, r := range res.APIResources {
+			served = served || r.Name == v1alpha1.Resource
+		}
+	}
+	if !served {
+		slog.Warn("vigil-manager: the API server does not serve noderecoveries.vigil.io (apply deploy/crds); recoveries are not recorded",
+			"err", err)
+		return nil, nil
+	}
+	return v1alpha1.NewForConfig(cfg)
+}
+
+// checkNoOtherLeader refuses --leader-elect=false while another manager holds
+// the Lease: two managers acting at once would race to do the same deletes.
+func checkNoOtherLeader(ctx context.Context, c kubernetes.Interface, namespace, name string, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	lease, err := c.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("--%s=false: check the Lease %s/%s: %w", flagLeaderElect, namespace, name, err)
+	}
+	s := lease.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return nil
+	}
+	expires := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
+	if now.Before(expires) {
+		return fmt.Errorf("--%s=false is for a single manager only, but %s holds the Lease %s/%s (renewed %s ago, valid until %s): stop it first, or run with leader election",
+			flagLeaderElect, *s.HolderIdentity, namespace, name, now.Sub(s.RenewTime.Time).Round(time.Second), expires.Format(time.RFC3339))
+	}
+	return nil
+}

@@ -1,0 +1,441 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vigil "github.com/vigil-storage/vigil"
+	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/datapath"
+	dpclient "github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/settings"
+)
+
+// The closed-loop tests run a sandbox of their own with Vigil's whole stack and
+// `vigil-manager run` wired to the datapath: nothing in these tests fences,
+// taints, reaps or frees an attachment; the manager does all of it.
+const (
+	loopName   = "e2e-loop"
+	loopSubnet = "10.213.176.0/24"
+	loopNS     = "loop"
+	loopNodes  = 3
+)
+
+// loopEnv is the closed-loop sandbox: the stack, the manager, and clients.
+type loopEnv struct {
+	s     *sandbox.Sandbox
+	stk   *sandbox.Stack
+	mgr   *manager
+	store string // the manager's bolt settings file
+	dp    *dpclient.Client
+	rc    *v1alpha1.Client
+}
+
+// TestLoop is issue 9's end-to-end proof, one sandbox for all of its cases, run
+// in order (each leaves every node healthy and untainted for the next).
+func TestLoop(t *testing.T) {
+	e := upLoop(t)
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"PowerCut", e.testPowerCut},
+		{"Zombie", e.testZombie},
+		{"DatapathOnlyCut", e.testDatapathOnlyCut},
+		{"GracefulEngineRestart", e.testGracefulEngineRestart},
+		{"AttachmentPolicies", e.testAttachmentPolicies},
+		{"CrashLoop", e.testCrashLoop},
+	} {
+		if !t.Run(c.name, c.run) {
+			t.Logf("%s failed; the cases after it share its sandbox and are skipped", c.name)
+			return
+		}
+	}
+}
+
+// upLoop brings up the loop sandbox: 3 nodes, the stack, the CRDs, and the
+// manager with delete-both, the fast trigger and immediate attachment recovery.
+func upLoop(t *testing.T) *loopEnv {
+	t.Helper()
+	workDir := filepath.Join(os.TempDir(), "vigil-e2e-loop")
+	must(t, sandbox.DownWorkDir(workDir))
+	t.Cleanup(func() {
+		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
+			return
+		}
+		if mps := mountsUnder(t, workDir); len(mps) > 0 {
+			t.Errorf("after sandbox down, still mounted under %s: %v", workDir, mps)
+		}
+		if loops := loopsUnder(t, workDir); len(loops) > 0 {
+			t.Errorf("after sandbox down, loop devices backed under %s: %v", workDir, loops)
+		}
+	})
+	cfg := sandbox.Config{Name: loopName, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: loopSubnet}
+	cfg.Logf = t.Logf
+	t.Cleanup(func() {
+		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
+			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s; bin/vigil-sandbox --workdir %s down removes it", workDir, workDir)
+			return
+		}
+		if err := sandbox.DownWorkDir(workDir); err != nil {
+			t.Errorf("sandbox down: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := sandbox.Up(ctx, cfg)
+	if err != nil {
+		t.Fatalf("sandbox up: %v", err)
+	}
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
+	must(t, err)
+	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	must(t, sandbox.InstallCRDs(ctx, s.RESTConfig()))
+	for _, ns := range []string{vigil.Namespace, loopNS} {
+		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
+	}
+	e := &loopEnv{s: s, stk: stk, store: filepath.Join(t.TempDir(), "settings.db")}
+	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
+	e.set(t, settings.NameFastFencedTrigger, "true")
+	e.set(t, settings.NameVolumeAttachmentRecoveryPolicy, string(settings.RecoveryImmediate))
+	e.rc, err = v1alpha1.NewForConfig(s.RESTConfig())
+	must(t, err)
+	tok, err := datapath.ReadTokenFile(stk.TokenFile)
+	must(t, err)
+	e.dp, err = dpclient.Dial(ctx, stk.DatapathAddr, tok)
+	must(t, err)
+	t.Cleanup(func() { _ = e.dp.Close() })
+	e.mgr = startManager(t, "loop", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
+	return e
+}
+
+// set changes a setting of the running manager the way an operator would.
+func (e *loopEnv) set(t *testing.T, name, value string) {
+	t.Helper()
+	bin, err := filepath.Abs(managerBin)
+	must(t, err)
+	out, err := exec.Command(bin, "settings", "set", "--store", "bolt:"+e.store, name, value).CombinedOutput()
+	if err != nil {
+		t.Fatalf("settings set %s %s: %v: %s", name, value, err, out)
+	}
+}
+
+// loopApp is one StatefulSet of one pod on one dynamically provisioned claim.
+type loopApp struct {
+	name, claim, pv, handle string
+}
+
+// newLoopApp provisions the claim and starts the StatefulSet, preferring node.
+func (e *loopEnv) newLoopApp(t *testing.T, name, node string) loopApp {
+	t.Helper()
+	ctx := context.Background()
+	c := e.s.Client()
+	a := loopApp{name: name, claim: name + "-data"}
+	must(t, sandbox.CreateClaim(ctx, c, loopNS, a.claim, e.stk.StorageClass, "256Mi"))
+	must(t, sandbox.WaitPVCsBound(ctx, c, loopNS, []string{a.claim}, 60*time.Second))
+	pvc, err := c.CoreV1().PersistentVolumeClaims(loopNS).Get(ctx, a.claim, metav1.GetOptions{})
+	must(t, err)
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	must(t, err)
+	a.pv, a.handle = pv.Name, pv.Spec.CSI.VolumeHandle
+	grace := int64(30)
+	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
+		TerminationGracePeriodSeconds: &grace}
+	_, err = c.AppsV1().StatefulSets(loopNS).Create(ctx, w.StatefulSet(1), metav1.CreateOptions{})
+	must(t, err)
+	return a
+}
+
+// waitAppPod waits for a pod of app other than notUID, scheduled on a node other
+// than notNode, and returns it.
+func (e *loopEnv) waitAppPod(t *testing.T, app loopApp, notUID, notNode string, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	must(t, sandbox.Poll(context.Background(), timeout, fmt.Sprintf("pod of %s not on %q", app.name, notNode), func(ctx context.Context) (bool, string, error) {
+		pods, err := e.s.Client().CoreV1().Pods(loopNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app.name})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, p := range pods.Items {
+			if string(p.UID) != notUID && p.DeletionTimestamp == nil && p.Spec.NodeName != "" && p.Spec.NodeName != notNode {
+				pod = p
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%d pods", len(pods.Items)), nil
+	}, e.describe))
+	return pod
+}
+
+func (e *loopEnv) describe(ctx context.Context) string {
+	c := e.s.Client()
+	out := sandbox.DescribePods(ctx, c, loopNS, "") + describeAttachments(ctx, c) + sandbox.DescribeNodes(ctx, c)
+	if recs, err := e.rc.List(ctx, metav1.ListOptions{}); err == nil {
+		for _, r := range recs.Items {
+			out += fmt.Sprintf("NodeRecovery %s: node %s phase %s reason %s message %q pods %d attachments %d replacements %+v\n",
+				r.Name, r.Spec.NodeName, r.Status.Phase, r.Status.Reason, r.Status.Message, len(r.Status.Pods), len(r.Status.Attachments), r.Status.Replacements)
+		}
+	}
+	return out + "\n--- manager\n" + e.mgr.tail()
+}
+
+// waitVolumesInUse waits until node's status.volumesInUse lists the volume: the
+// kubelet stand-in reported it mounted, so the attach-detach controller will
+// not detach it on its own before its 6-minute timeout.
+func (e *loopEnv) waitVolumesInUse(t *testing.T, node, handle string) {
+	t.Helper()
+	want := corev1.UniqueVolumeName("kubernetes.io/csi/" + vigil.DriverName + "^" + handle)
+	must(t, sandbox.Poll(context.Background(), 30*time.Second, fmt.Sprintf("%s in %s's volumesInUse", want, node), func(ctx context.Context) (bool, string, error) {
+		n, err := e.s.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, v := range n.Status.VolumesInUse {
+			if v == want {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%v", n.Status.VolumesInUse), nil
+	}, e.describe))
+}
+
+// waitRecovery waits for the NodeRecovery of node created after since to reach
+// at least phase, and returns it.
+func (e *loopEnv) waitRecovery(t *testing.T, node string, since time.Time, phase v1alpha1.Phase, timeout time.Duration) *v1alpha1.NodeRecovery {
+	t.Helper()
+	var rec *v1alpha1.NodeRecovery
+	must(t, sandbox.Poll(context.Background(), timeout, fmt.Sprintf("NodeRecovery of %s in phase %s", node, phase), func(ctx context.Context) (bool, string, error) {
+		recs, err := e.rc.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for i := range recs.Items {
+			r := &recs.Items[i]
+			if r.Spec.NodeName != node || r.Status.DetectedAt == nil || r.Status.DetectedAt.Time.Before(since.Add(-time.Second)) {
+				continue
+			}
+			rec = r
+			return v1alpha1.PhaseOrder(r.Status.Phase) >= v1alpha1.PhaseOrder(phase), string(r.Status.Phase), nil
+		}
+		return false, fmt.Sprintf("%d records, none for %s", len(recs.Items), node), nil
+	}, e.describe))
+	return rec
+}
+
+// grants returns node's row on the volume at the datapath.
+func (e *loopEnv) grants(t *testing.T, handle string) map[string]datapath.Attachment {
+	t.Helper()
+	atts, err := e.dp.Attachments(context.Background(), handle)
+	must(t, err)
+	out := map[string]datapath.Attachment{}
+	for _, a := range atts {
+		out[a.Node] = a
+	}
+	return out
+}
+
+// waitNodeClean waits for node to be Ready, untainted and with nothing mounted
+// or attached to a loop device under its directory.
+func (e *loopEnv) waitNodeClean(t *testing.T, node string, tl *timeline) {
+	t.Helper()
+	dir := nodeDir(e.s, node)
+	must(t, sandbox.Poll(context.Background(), 90*time.Second, node+" Ready, clean and untainted", func(ctx context.Context) (bool, string, error) {
+		n, err := e.s.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		now := time.Now()
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		tainted := fencedTaintOn(n)
+		mps, loops := mountsUnder(t, dir), loopsUnder(t, dir)
+		if ready && tl != nil {
+			tl.mark(node+" Ready", now)
+		}
+		if !tainted && tl != nil {
+			tl.mark(node+"'s engine cleaned up and removed "+vigil.FencedTaintKey, now)
+		}
+		return ready && !tainted && len(mps) == 0 && len(loops) == 0,
+			fmt.Sprintf("ready %t tainted %t mounts %v loops %v", ready, tainted, mps, loops), nil
+	}, e.describe))
+}
+
+func fencedTaintOn(n *corev1.Node) bool {
+	for _, tn := range n.Spec.Taints {
+		if tn.Key == vigil.FencedTaintKey {
+			return true
+		}
+	}
+	return false
+}
+
+// readyStatus returns the node's Ready condition status as Kubernetes sees it.
+func (e *loopEnv) readyStatus(t *testing.T, node string) corev1.ConditionStatus {
+	t.Helper()
+	n, err := e.s.Client().CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	must(t, err)
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// markRecovery adds the manager's own record of the recovery to the timeline.
+func markRecovery(tl *timeline, rec *v1alpha1.NodeRecovery) {
+	s := rec.Status
+	type ev struct {
+		at   time.Time
+		what string
+	}
+	var evs []ev
+	add := func(t *metav1.MicroTime, what string) {
+		if t != nil {
+			evs = append(evs, ev{t.Time, "manager: " + what})
+		}
+	}
+	add(s.DetectedAt, "detected ("+s.Reason+")")
+	add(s.FencedAt, fmt.Sprintf("fenced %d volume(s) at the datapath", len(s.Volumes)))
+	add(s.TaintedAt, "tainted "+vigil.FencedTaintKey)
+	for i := range s.Pods {
+		add(&s.Pods[i].ReapedAt, "force-deleted pod "+s.Pods[i].Name+" ("+s.Pods[i].Trigger+")")
+	}
+	for i := range s.Attachments {
+		add(&s.Attachments[i].FreedAt, s.Attachments[i].Action+" "+s.Attachments[i].Name)
+	}
+	for _, r := range s.Replacements {
+		add(r.RunningAt, "saw replacement "+r.Name+" Running on "+r.NodeName)
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	for _, e := range evs {
+		tl.mark(e.what, e.at)
+	}
+}
+
+// testPowerCut: a node holding a StatefulSet's pod loses power. The manager
+// sees its engine go silent at the datapath, fences and taints it, reaps the
+// pod and frees its attachment; the replacement runs elsewhere with the data,
+// long before Kubernetes calls the node NotReady. The node is started again:
+// its engine cleans up and removes the taint, and the NodeRecovery closes.
+func (e *loopEnv) testPowerCut(t *testing.T) {
+	ctx := context.Background()
+	app := e.newLoopApp(t, "pc", "node-1")
+	podA := e.waitAppPod(t, app, "", "", 60*time.Second)
+	victim := podA.Spec.NodeName
+	epochA := waitAttached(t, ctx, e.s, app.pv, victim)
+	targetA := waitPublished(t, ctx, e.s, victim, podA, app.pv)
+	payload := writePayload(t, targetA)
+	waitVolumesAttached(t, ctx, e.s, victim, app.handle)
+	e.waitVolumesInUse(t, victim, app.handle)
+	t.Logf("pod %s on %s, attached with epoch %d, published at %s", podA.Name, victim, epochA, targetA)
+
+	start := time.Now()
+	must(t, e.s.Stop(victim))
+	tl := newTimeline(start)
+	tl.mark("power cut of "+victim+" (kwok, engine, kubelet stand-in SIGKILLed)", time.Now())
+	podB := e.waitAppPod(t, app, string(podA.UID), victim, 60*time.Second)
+	nodeB := podB.Spec.NodeName
+	tl.mark("replacement scheduled on "+nodeB, time.Now())
+	epochB := waitAttached(t, ctx, e.s, app.pv, nodeB)
+	tl.mark("replacement's VolumeAttachment attached on "+nodeB, time.Now())
+	targetB := waitPublished(t, ctx, e.s, nodeB, podB, app.pv)
+	tl.mark("replacement's volume staged and published on "+nodeB, time.Now())
+	got, err := os.ReadFile(filepath.Join(targetB, stackPayload))
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Errorf("on %s, %s holds %q (err %v), want %q written on %s before the power cut", nodeB, stackPayload, got, err, payload, victim)
+	}
+	dataAt := time.Now()
+	tl.mark("data written before the power cut read on "+nodeB, dataAt)
+	kubeSaw := e.readyStatus(t, victim)
+
+	g := e.grants(t, app.handle)
+	if a := g[victim]; a.Live() || a.Epoch <= epochA {
+		t.Errorf("datapath: %s's row %+v, want fenced or released at an epoch above %d", victim, a, epochA)
+	}
+	if b := g[nodeB]; !b.Live() || b.Epoch != epochB || epochB <= g[victim].Epoch {
+		t.Errorf("datapath: %s's row %+v, want a live grant of epoch %d above the fence", nodeB, b, epochB)
+	}
+
+	rec := e.waitRecovery(t, victim, start, v1alpha1.PhaseRecovered, 30*time.Second)
+	e.checkRecovery(t, rec, app, podA.UID, podB.UID)
+	markRecovery(tl, rec)
+	t.Log(tl.table(fmt.Sprintf("Power cut of %s → replacement on %s, with nothing but Vigil acting (Kubernetes still said Ready=%s when the data was read)",
+		victim, nodeB, kubeSaw)))
+	t.Logf("figures: power cut → data readable on %s %.2fs; NodeRecovery %s: time to recover %s; epochs %s %d → fence %d → %s %d",
+		nodeB, dataAt.Sub(start).Seconds(), rec.Name, rec.Status.TimeToRecover, victim, epochA, g[victim].Epoch, nodeB, epochB)
+	if v, ok := e.mgr.metric(t, `vigil_fences_total{outcome="done"}`); !ok || v < 1 {
+		t.Errorf("vigil_fences_total{outcome=\"done\"} = %v (present %t), want ≥ 1", v, ok)
+	}
+
+	boot := time.Now()
+	must(t, e.s.Start(victim))
+	tb := newTimeline(boot)
+	tb.mark(victim+" started (new boot id)", time.Now())
+	e.waitNodeClean(t, victim, tb)
+	rec = e.waitRecovery(t, victim, start, v1alpha1.PhaseNodeReturned, 30*time.Second)
+	if r := rec.Status.Return; r == nil || r.ReadyAt == nil || r.UntaintedAt == nil {
+		t.Errorf("NodeRecovery %s return %+v, want Ready and untainted times", rec.Name, r)
+	}
+	t.Log(tb.table("Start of " + victim + " → its engine cleans up what the reaped pod left and removes the taint"))
+	if _, err := os.Stat(targetA); err == nil {
+		t.Errorf("the old pod's target path %s still exists on %s", targetA, victim)
+	}
+}
+
+// checkRecovery checks the NodeRecovery's timeline against what happened.
+func (e *loopEnv) checkRecovery(t *testing.T, rec *v1alpha1.NodeRecovery, app loopApp, reaped, replacement any) {
+	t.Helper()
+	s := rec.Status
+	var problems []string
+	if s.DetectedAt == nil || s.FencedAt == nil || s.TaintedAt == nil || s.RecoveredAt == nil || s.RecoverySeconds == nil {
+		problems = append(problems, "a time is missing")
+	}
+	fenced := false
+	for _, v := range s.Volumes {
+		fenced = fenced || v.Handle == app.handle
+	}
+	if !fenced {
+		problems = append(problems, "volume "+app.handle+" not listed as fenced")
+	}
+	var pods, repls []string
+	for _, p := range s.Pods {
+		pods = append(pods, string(p.UID))
+	}
+	for _, r := range s.Replacements {
+		if r.RunningAt != nil {
+			repls = append(repls, string(r.UID))
+		}
+	}
+	if !strings.Contains(strings.Join(pods, ","), fmt.Sprint(reaped)) {
+		problems = append(problems, fmt.Sprintf("reaped pods %v lack %v", pods, reaped))
+	}
+	if !strings.Contains(strings.Join(repls, ","), fmt.Sprint(replacement)) {
+		problems = append(problems, fmt.Sprintf("running replacements %v lack %v", repls, replacement))
+	}
+	if len(s.Attachments) == 0 {
+		problems = append(problems, "no attachment freed")
+	}
+	if len(problems) > 0 {
+		t.Errorf("NodeRecovery %s: %s\n%+v", rec.Name, strings.Join(problems, "; "), s)
+	}
+}

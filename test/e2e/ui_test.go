@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/deploy"
+)
+
+// uiRun is the real `vigil-manager run` the browser tests drive: a bolt store in
+// a temp dir (dry run on, so the policies the test sets never act on the shared
+// sandbox), a managed overlay directory that locks crash-loop-restart-limit, and
+// the API token in a file.
+type uiRun struct {
+	m       *manager
+	store   string
+	token   string
+	overlay string
+	base    string
+}
+
+const uiToken = "e2e-ui-token-0123456789abcdef"
+
+func startUIManager(t *testing.T) *uiRun {
+	t.Helper()
+	ctx := context.Background()
+	ns := "ui-e2e"
+	if _, err := sb.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := &uiRun{store: filepath.Join(dir, "settings.db"), token: uiToken, overlay: filepath.Join(dir, "overlay")}
+	must(t, os.MkdirAll(r.overlay, 0o755))
+	must(t, os.WriteFile(filepath.Join(r.overlay, "crash-loop-restart-limit"), []byte("7\n"), 0o644))
+	tokenFile := filepath.Join(dir, "token")
+	must(t, os.WriteFile(tokenFile, []byte(r.token+"\n"), 0o600))
+	setSetting(t, r.store, "dry-run", "true")
+	r.m = startManager(t, "ui", managerOpts{store: r.store, leaseNamespace: ns, leaseName: "vigil-manager-ui",
+		extra: []string{"--api-token-file", tokenFile, "--settings-dir", r.overlay}})
+	r.base = "http://" + r.m.addr
+	return r
+}
+
+// getSetting runs `vigil-manager settings get NAME -o value` on the store.
+func (r *uiRun) getSetting(t *testing.T, name string) string {
+	t.Helper()
+	bin, err := filepath.Abs(managerBin)
+	must(t, err)
+	out, err := exec.Command(bin, "settings", "get", "--store", "bolt:"+r.store, "-o", "value", name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("settings get %s: %v\n%s", name, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// installCRD applies the NodeRecovery CRD (embedded in package deploy) and waits
+// until it is served.
+func installCRD(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	raw, err := deploy.CRDs.ReadFile("crds/vigil.io_noderecoveries.yaml")
+	must(t, err)
+	obj := &unstructured.Unstructured{}
+	must(t, yaml.Unmarshal(raw, &obj.Object))
+	dyn, err := dynamic.NewForConfig(sb.RESTConfig())
+	must(t, err)
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create the NodeRecovery CRD: %v", err)
+	}
+	c, err := v1alpha1.NewForConfig(sb.RESTConfig())
+	must(t, err)
+	for {
+		if _, err := c.List(ctx, metav1.ListOptions{}); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the NodeRecovery CRD is not served after 60 s")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// createRecovery writes a finished recovery of a sandbox node to the API server,
+// as the closed-loop controller will (until it does, the test writes it).
+func createRecovery(t *testing.T, name, node string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := v1alpha1.NewForConfig(sb.RESTConfig())
+	must(t, err)
+	_ = c.Delete(ctx, name, metav1.DeleteOptions{})
+	nr, err := c.Create(ctx, &v1alpha1.NodeRecovery{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeRecoverySpec{NodeName: node}}, metav1.CreateOptions{})
+	must(t, err)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t0 := time.Now().Add(-2 * time.Minute).Truncate(time.Second)
+	at := func(s float64) metav1.MicroTime {
+		return metav1.NewMicroTime(t0.Add(time.Duration(s * float64(time.Second))))
+	}
+	atp := func(s float64) *metav1.MicroTime { x := at(s); return &x }
+	secs := 4.6
+	nr.Status = v1alpha1.NodeRecoveryStatus{
+		Phase: v1alpha1.PhaseNodeReturned, Reason: "ready-unknown", DetectedAt: atp(0), FencedAt: atp(0.31), TaintedAt: atp(0.35),
+		Message:      "node " + node + " lost power; 2 StatefulSet pods moved to node-2",
+		Volumes:      []v1alpha1.FencedVolume{{Handle: "vol-pg-0", PVName: "pvc-pg-0", Epoch: 12, FencedAt: at(0.31)}, {Handle: "vol-pg-1", PVName: "pvc-pg-1", Epoch: 9, FencedAt: at(0.31)}},
+		Pods:         []v1alpha1.ReapedPod{{Namespace: "db", Name: "pg-0", Owner: "StatefulSet/pg", Trigger: "fast-fenced", ReapedAt: at(2.2)}, {Namespace: "db", Name: "pg-1", Owner: "StatefulSet/pg", Trigger: "fast-fenced", ReapedAt: at(2.25)}},
+		Attachments:  []v1alpha1.FreedAttachment{{Name: "csi-7f3a", PVName: "pvc-pg-0", Action: "deleted", FreedAt: at(2.1)}, {Name: "csi-91c2", PVName: "pvc-pg-1", Action: "deleted", FreedAt: at(2.12)}},
+		Replacements: []v1alpha1.Replacement{{Namespace: "db", Name: "pg-0", NodeName: "node-2", RunningAt: atp(4.6)}, {Namespace: "db", Name: "pg-1", NodeName: "node-2", RunningAt: atp(4.4)}},
+		RecoveredAt:  atp(4.6), RecoverySeconds: &secs, TimeToRecover: "4.6s", PodCount: 2,
+		Return: &v1alpha1.NodeReturn{ReadyAt: atp(52), UntaintedAt: atp(53.4)},
+	}
+	_, err = c.UpdateStatus(ctx, nr, metav1.UpdateOptions{})
+	must(t, err)
+}
+
+// setControl sets a form control's value as a person's choice does, with the
+// input and change events the page listens to.
+func setControl(sel, value string) chromedp.Action {
+	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q;
+		e.dispatchEvent(new Event("input", {bubbles: true})); e.dispatchEvent(new Event("change", {bubbles: true})); return true; })()`, sel, value), nil)
+}
+
+func textOf(sel string, out *string) chromedp.Action {
+	return chromedp.Text(sel, out, chromedp.ByQuery, chromedp.NodeVisible)
+}
+
+// The settings page in a real browser against the real binary: policies changed
+// through the controls are in force for `vigil-manager settings get`, an invalid
+// duration shows its error inline and changes nothing, a managed setting is
+// locked, two settings are saved at once, a CLI change reaches the open page
+// through the event stream, and the nodes and recoveries pages show the cluster.
+func TestUI_Browser(t *testing.T) {
+	installCRD(t)
+	r := startUIManager(t)
+	b := newBrowser(t)
+
+	t.Run("load the settings page", func(t *testing.T) {
+		var title string
+		b.run(t, "load /", chromedp.Navigate(r.base+"/"), chromedp.WaitVisible("#settings-form", chromedp.ByQuery), chromedp.Title(&title))
+		if title != "Settings · Vigil" {
+			t.Errorf("title %q", title)
+		}
+		fcp, resp := b.paintTiming(t)
+		t.Logf("settings page, first load in a new browser: first contentful paint %.1f ms, response end %.1f ms (navigation timing)", fcp, resp)
+		for i := range 3 {
+			b.run(t, "load / again", chromedp.Navigate(r.base+"/"), chromedp.WaitVisible("#settings-form", chromedp.ByQuery))
+			fcp, resp = b.paintTiming(t)
+			t.Logf("settings page, load %d: first contentful paint %.1f ms, response end %.1f ms", i+2, fcp, resp)
+		}
+		var banner string
+		b.run(t, "dry-run banner", textOf("#dry-run-banner", &banner), chromedp.WaitVisible(`#live-status.on`, chromedp.ByQuery))
+		if !strings.Contains(banner, "Dry run.") {
+			t.Errorf("dry-run banner %q", banner)
+		}
+		b.screenshot(t, "settings")
+	})
+
+	t.Run("a managed setting is locked", func(t *testing.T) {
+		var disabled, note string
+		var ok bool
+		b.run(t, "locked control", chromedp.AttributeValue("#in-crash-loop-restart-limit", "disabled", &disabled, &ok, chromedp.ByQuery),
+			textOf("#setting-crash-loop-restart-limit .locked-note", &note))
+		if !ok || !strings.Contains(note, filepath.Join(r.overlay, "crash-loop-restart-limit")) {
+			t.Errorf("disabled=%t note %q", ok, note)
+		}
+	})
+
+	t.Run("change a policy through the controls", func(t *testing.T) {
+		var saved string
+		b.run(t, "choose and save",
+			chromedp.SendKeys("#token", r.token, chromedp.ByQuery),
+			setControl("#in-node-down-pod-deletion-policy", "delete-statefulset-pod"),
+			chromedp.WaitVisible("#setting-node-down-pod-deletion-policy.dirty", chromedp.ByQuery),
+			chromedp.Click("#save", chromedp.ByQuery),
+			chromedp.WaitVisible("#saved-banner", chromedp.ByQuery), textOf("#saved-banner", &saved))
+		if got := r.getSetting(t, "node-down-pod-deletion-policy"); got != "delete-statefulset-pod" {
+			t.Fatalf("settings get after saving in the UI: %q (banner %q)", got, saved)
+		}
+		var kept bool
+		b.run(t, "token kept for the tab", chromedp.Evaluate(`sessionStorage.getItem("vigil-api-token") !== null`, &kept))
+		if !kept {
+			t.Error("the token was not kept for the tab")
+		}
+	})
+
+	t.Run("an invalid duration shows an inline error and changes nothing", func(t *testing.T) {
+		var inline, banner string
+		b.run(t, "type an invalid duration",
+			chromedp.Evaluate(`document.querySelector("#in-node-down-grace-period").value = ""`, nil),
+			chromedp.SendKeys("#in-node-down-grace-period", "5 minutes", chromedp.ByQuery),
+			chromedp.WaitVisible("#err-node-down-grace-period", chromedp.ByQuery),
+			textOf("#err-node-down-grace-period", &inline),
+			chromedp.Click("#save", chromedp.ByQuery),
+			chromedp.WaitVisible("#error-banner", chromedp.ByQuery), textOf("#error-banner", &banner))
+		if !strings.Contains(inline, `invalid value "5 minutes" for setting node-down-grace-period`) || !strings.Contains(inline, "allowed: a duration") {
+			t.Errorf("inline error %q", inline)
+		}
+		if !strings.Contains(banner, "Nothing was saved") {
+			t.Errorf("banner %q", banner)
+		}
+		b.screenshot(t, "settings-invalid")
+		if got := r.getSetting(t, "node-down-grace-period"); got != "2s" {
+			t.Fatalf("the store changed: node-down-grace-period = %q", got)
+		}
+		// Leaving with the unsaved change asks first (the guard); the test accepts.
+		before := b.dialogCount()
+		b.run(t, "reload", chromedp.Reload(), chromedp.WaitVisible("#settings-form", chromedp.ByQuery))
+		if b.dialogCount() != before+1 {
+			t.Errorf("no unsaved-changes dialog on leaving (%d dialogs)", b.dialogCount())
+		}
+	})
+
+	t.Run("save two settings at once", func(t *testing.T) {
+		b.run(t, "two changes, one save",
+			chromedp.WaitVisible("#token-kept", chromedp.ByQuery),
+			chromedp.Click("#in-fast-fenced-trigger", chromedp.ByQuery),
+			setControl("#in-volume-attachment-recovery-policy", "immediate"),
+			chromedp.WaitVisible("#setting-volume-attachment-recovery-policy.dirty", chromedp.ByQuery),
+			chromedp.Click("#save", chromedp.ByQuery),
+			chromedp.Poll(`document.querySelector("#saved-banner")?.textContent.includes("2 setting(s) changed") === true`, nil,
+				chromedp.WithPollingTimeout(20*time.Second)))
+		if a, v := r.getSetting(t, "fast-fenced-trigger"), r.getSetting(t, "volume-attachment-recovery-policy"); a != "true" || v != "immediate" {
+			t.Fatalf("after one save: fast-fenced-trigger=%q volume-attachment-recovery-policy=%q", a, v)
+		}
+		b.screenshot(t, "settings-saved")
+	})
+
+	t.Run("a CLI change appears in the open page", func(t *testing.T) {
+		t0 := time.Now()
+		setSetting(t, r.store, "node-not-ready-debounce", "42s")
+		b.run(t, "wait for the value", chromedp.Poll(
+			`document.querySelector("#setting-node-not-ready-debounce [data-role=value]").textContent === "42s"`, nil,
+			chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second)))
+		t.Logf("CLI change → open page: %s (from starting `vigil-manager settings set` to the page showing the value)", time.Since(t0).Round(time.Millisecond))
+	})
+
+	t.Run("the nodes page shows the sandbox's nodes", func(t *testing.T) {
+		b.run(t, "load /nodes", chromedp.Navigate(r.base+"/nodes"), chromedp.WaitVisible("#node-node-1", chromedp.ByQuery),
+			chromedp.WaitVisible("#node-node-3", chromedp.ByQuery))
+		b.screenshot(t, "nodes")
+	})
+
+	t.Run("the recoveries page shows a recovery from the API server", func(t *testing.T) {
+		node := "node-1"
+		name := "ui-e2e-" + node
+		b.run(t, "load /recoveries", chromedp.Navigate(r.base+"/recoveries"), chromedp.WaitVisible("#live", chromedp.ByQuery))
+		createRecovery(t, name, node)
+		var ttr string
+		// The open page shows it live, through the event stream.
+		b.run(t, "the recovery appears", chromedp.Poll(`document.querySelector("#recovery-`+name+` .ttr strong")?.textContent === "4.6s"`, nil,
+			chromedp.WithPollingTimeout(20*time.Second)), textOf("#recovery-"+name+" .ttr", &ttr),
+			chromedp.WaitVisible("#recovery-"+name+" + .timeline-row svg", chromedp.ByQuery))
+		if ttr != "4.6s" {
+			t.Errorf("time to recover %q", ttr)
+		}
+		b.screenshot(t, "recoveries")
+		var steps string
+		b.run(t, "the recovery's page", chromedp.Navigate(r.base+"/recoveries/"+name), chromedp.WaitVisible("svg.timeline", chromedp.ByQuery),
+			textOf("main", &steps))
+		for _, want := range []string{"Recovery of " + node, "Pods reaped", "db/pg-0 of StatefulSet/pg", "epoch 12"} {
+			if !strings.Contains(steps, want) {
+				t.Errorf("recovery page lacks %q", want)
+			}
+		}
+		b.screenshot(t, "recovery")
+	})
+}

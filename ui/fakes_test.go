@@ -1,0 +1,166 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/httpapi"
+	"github.com/vigil-storage/vigil/settings"
+)
+
+// recordingSettings is the test double of httpapi.SettingsService until package
+// settings records history itself: the real *settings.Settings on the memory
+// store plus an in-memory history and an all-or-nothing SetMany.
+type recordingSettings struct {
+	*settings.Settings
+	mu      sync.Mutex
+	history []httpapi.ChangeRecord
+}
+
+func (f *recordingSettings) SetAs(ctx context.Context, name, value string, who httpapi.Actor) error {
+	before, _ := f.Get(name)
+	if err := f.Set(ctx, name, value); err != nil {
+		return err
+	}
+	after, _ := f.Get(name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.history = append([]httpapi.ChangeRecord{{Time: time.Now(), Setting: name, Old: before.Value, New: after.Value,
+		OldSource: before.Source, NewSource: after.Source, Actor: who}}, f.history...)
+	return nil
+}
+
+func (f *recordingSettings) ResetAs(ctx context.Context, name string, who httpapi.Actor) error {
+	return f.Reset(ctx, name)
+}
+
+func (f *recordingSettings) SetMany(ctx context.Context, values map[string]string, who httpapi.Actor) error {
+	var errs []error
+	for name, v := range values {
+		if _, err := settings.ParseValue(name, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for name, v := range values {
+		if err := f.SetAs(ctx, name, v, who); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *recordingSettings) History(_ context.Context, limit int) ([]httpapi.ChangeRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]httpapi.ChangeRecord(nil), f.history[:min(limit, len(f.history))]...), nil
+}
+
+const testToken = "ui-test-token"
+
+type fixture struct {
+	set *recordingSettings
+	srv *httptest.Server
+	ui  *UI
+}
+
+func newFixture(t testing.TB, managed map[string]string, tokenForReads bool) *fixture {
+	t.Helper()
+	dir := ""
+	if len(managed) > 0 {
+		dir = t.TempDir()
+		for name, v := range managed {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store := settings.NewMemoryStore()
+	s, err := settings.New(store, dir, settings.WithRegisterer(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &recordingSettings{Settings: s}
+	api, err := httpapi.New(httpapi.Config{Settings: set, Token: testToken, TokenForReads: tokenForReads,
+		Nodes: fakeNodes{}, Recoveries: fakeRecoveries{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := New(Config{API: api, Now: func() time.Time { return t0.Add(90 * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	api.Register(mux)
+	u.Register(mux)
+	srv := httptest.NewServer(httpapi.Secure(mux))
+	t.Cleanup(func() { srv.Close(); _ = s.Close(); _ = store.Close() })
+	return &fixture{set: set, srv: srv, ui: u}
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+
+type fakeNodes struct{}
+
+func (fakeNodes) Nodes(context.Context) ([]httpapi.NodeView, error) {
+	since := t0
+	hb := 0.8
+	return []httpapi.NodeView{
+		{Name: "node-a", Verdict: "down", Reason: "Ready=Unknown", Since: &since, Fenced: true, Tainted: true, Source: "controller",
+			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "fenced"}}},
+		{Name: "node-b", Verdict: "up", Since: &since, HeartbeatAgeSeconds: &hb, Source: "controller",
+			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "granted"}}},
+	}, nil
+}
+
+type fakeRecoveries struct{}
+
+func at(sec float64) metav1.MicroTime {
+	return metav1.NewMicroTime(t0.Add(time.Duration(sec * float64(time.Second))))
+}
+func atp(sec float64) *metav1.MicroTime {
+	t := at(sec)
+	return &t
+}
+
+func sampleRecovery() v1alpha1.NodeRecovery {
+	secs := 4.21
+	return v1alpha1.NodeRecovery{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a-20260102-030000"},
+		Spec:       v1alpha1.NodeRecoverySpec{NodeName: "node-a"},
+		Status: v1alpha1.NodeRecoveryStatus{
+			Phase: v1alpha1.PhaseNodeReturned, Reason: "ready-unknown", DetectedAt: atp(0), FencedAt: atp(0.35), TaintedAt: atp(0.4),
+			Volumes:      []v1alpha1.FencedVolume{{Handle: "vol-1", PVName: "pv-db-0", Epoch: 8, FencedAt: at(0.35)}},
+			Pods:         []v1alpha1.ReapedPod{{Namespace: "db", Name: "pg-0", Owner: "StatefulSet/pg", ReapedAt: at(2.2)}},
+			Attachments:  []v1alpha1.FreedAttachment{{Name: "csi-0a1b", PVName: "pv-db-0", Action: "deleted", FreedAt: at(2.3)}},
+			Replacements: []v1alpha1.Replacement{{Namespace: "db", Name: "pg-0", NodeName: "node-b", RunningAt: atp(4.21)}},
+			RecoveredAt:  atp(4.21), RecoverySeconds: &secs, TimeToRecover: "4.21s",
+			Return: &v1alpha1.NodeReturn{ReadyAt: atp(70), UntaintedAt: atp(71.2)},
+		},
+	}
+}
+
+func (fakeRecoveries) Recoveries(context.Context) ([]v1alpha1.NodeRecovery, error) {
+	return []v1alpha1.NodeRecovery{sampleRecovery()}, nil
+}
+
+func (fakeRecoveries) Recovery(_ context.Context, name string) (*v1alpha1.NodeRecovery, error) {
+	r := sampleRecovery()
+	if name != r.Name {
+		return nil, httpapi.ErrNotFound
+	}
+	return &r, nil
+}
