@@ -142,26 +142,20 @@ func (h *Harness) startManagers() error {
 
 // createWorkload creates a StatefulSet of 3 (a volumeClaimTemplate, one pod per
 // node) and a Deployment of 1 on its own claim, all on RWO volumes of the stack's
-// StorageClass, and waits for the claims to be bound.
+// StorageClass. The claims, the StatefulSet's included, are created first and
+// bound before any pod exists: a pod the scheduler first sees with an unbound
+// claim can wait minutes before it is tried again.
 func (h *Harness) createWorkload(ctx context.Context) error {
 	c := h.sb.Client()
 	grace := podGrace
-	if err := sandbox.CreateClaim(ctx, c, namespace, deploymentClaim, h.stk.StorageClass, volumeSize); err != nil {
-		return err
-	}
-	ss := sandbox.Workload{Namespace: namespace, Name: statefulSetName, StorageClass: h.stk.StorageClass, Size: volumeSize,
-		Spread: true, TerminationGracePeriodSeconds: &grace}
-	if _, err := c.AppsV1().StatefulSets(namespace).Create(ctx, ss.StatefulSet(3), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create StatefulSet: %w", err)
-	}
-	dep := sandbox.Workload{Namespace: namespace, Name: deploymentName, Claims: []string{deploymentClaim},
-		TerminationGracePeriodSeconds: &grace}
-	if _, err := c.AppsV1().Deployments(namespace).Create(ctx, dep.Deployment(1), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create Deployment: %w", err)
-	}
 	names := []string{deploymentClaim}
 	for i := range 3 {
 		names = append(names, fmt.Sprintf("data-%s-%d", statefulSetName, i))
+	}
+	for _, n := range names {
+		if err := sandbox.CreateClaim(ctx, c, namespace, n, h.stk.StorageClass, volumeSize); err != nil {
+			return err
+		}
 	}
 	if err := sandbox.WaitPVCsBound(ctx, c, namespace, names, 2*time.Minute); err != nil {
 		return err
@@ -179,6 +173,16 @@ func (h *Harness) createWorkload(ctx context.Context) error {
 			return fmt.Errorf("PV %s of claim %s has no CSI source", pv.Name, n)
 		}
 		h.claims[n] = claimInfo{PV: pv.Name, Handle: pv.Spec.CSI.VolumeHandle}
+	}
+	ss := sandbox.Workload{Namespace: namespace, Name: statefulSetName, StorageClass: h.stk.StorageClass, Size: volumeSize,
+		Spread: true, TerminationGracePeriodSeconds: &grace}
+	if _, err := c.AppsV1().StatefulSets(namespace).Create(ctx, ss.StatefulSet(3), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create StatefulSet: %w", err)
+	}
+	dep := sandbox.Workload{Namespace: namespace, Name: deploymentName, Claims: []string{deploymentClaim},
+		TerminationGracePeriodSeconds: &grace}
+	if _, err := c.AppsV1().Deployments(namespace).Create(ctx, dep.Deployment(1), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create Deployment: %w", err)
 	}
 	return nil
 }
