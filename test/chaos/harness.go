@@ -107,7 +107,8 @@ func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...a
 // Loop reports whether the managers fence and reap by themselves.
 func (h *Harness) Loop() bool { return h.loop }
 
-// startManagers writes the settings of a closed-loop run and starts two managers.
+// startManagers writes the settings of a closed-loop run, installs Vigil's CRDs
+// (the managers record each recovery in a NodeRecovery) and starts two managers.
 func (h *Harness) startManagers() error {
 	mgr := filepath.Join(h.bin, sandbox.BinVigilManager)
 	loop, err := managerHasLoop(mgr)
@@ -128,8 +129,11 @@ func (h *Harness) startManagers() error {
 	if err := sandbox.EnsureNamespace(ctx, h.sb.Client(), namespace); err != nil {
 		return err
 	}
-	args := managerArgs(mgr, h.sb.Kubeconfig(), store, h.stk.DatapathAddr, h.stk.TokenFile, loop)
+	if err := sandbox.InstallCRDs(ctx, h.sb.RESTConfig()); err != nil {
+		return err
+	}
 	for _, name := range []string{"manager-a", "manager-b"} {
+		args := managerArgs(mgr, h.sb.Kubeconfig(), store, filepath.Join(h.dir, name), h.stk.DatapathAddr, h.stk.TokenFile, loop)
 		m := newManager(name, args, h.dir)
 		h.mgrs = append(h.mgrs, m)
 		if err := m.start(); err != nil {

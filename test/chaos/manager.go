@@ -35,11 +35,12 @@ type manager struct {
 // managerArgs is the command line of the suite's managers: short Lease timings,
 // so that a SIGKILLed leader is replaced within seconds.
 //
-// Seam for the closed loop: when `vigil-manager run` has the datapath flags
-// (--datapath, --datapath-token-file, as `vigil-manager csi serve` has), they are
-// passed, and the manager can fence; until then it runs without a datapath.
-func managerArgs(bin, kubeconfig, store, dpAddr, tokenFile string, loop bool) []string {
-	args := []string{bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:" + store,
+// When `vigil-manager run` has the datapath flags (--datapath,
+// --datapath-token-file) they are passed, and the manager fences, reaps and
+// frees attachments by itself (the closed loop); a manager without them runs
+// without a datapath, and the faults that need the loop are not drawn.
+func managerArgs(bin, kubeconfig, store, stateDir, dpAddr, tokenFile string, loop bool) []string {
+	args := []string{bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:" + store, "--state-dir", stateDir,
 		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", namespace, "--leader-elect-lease-name", leaseName,
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s"}
 	if loop {
