@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -254,5 +256,41 @@ func TestNewState_Racks(t *testing.T) {
 	}
 	if (Config{Racks: 10}).Validate() != nil {
 		t.Error("10 racks of the default 50 refused")
+	}
+}
+
+// A descriptor the test process inherited (flock's lock, say) is not passed on
+// to the processes the sandbox starts.
+func TestStartDetached_InheritedDescriptorNotPassedOn(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "lockfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Make it look inherited: a descriptor without close-on-exec.
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	closeInheritedOnExec = sync.OnceFunc(closeInheritedOnExecBody)
+	out := filepath.Join(dir, "fds")
+	pid, _, err := startDetached("", []string{"sh", "-c", "ls -l /proc/$$/fd > " + out}, nil, filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := procStartTime(pid); err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "lockfile") {
+		t.Errorf("the started process got the inherited descriptor:\n%s", b)
 	}
 }
