@@ -78,8 +78,16 @@ image: ## build the container image IMAGE from the Dockerfile (needs a running c
 	fi
 	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-run: build ## for now: show the settings (becomes the sandbox demo)
-	$(BIN)/vigil-manager settings list
+# make run: the live demo (sandbox/demo); DEMO=auto cuts a node's power, shows
+# the recovery and exits. It needs root, like the sandbox.
+DEMO ?=
+run: ## the live demo: a 3-node sandbox with Vigil until Ctrl-C (DEMO=auto: a power cut, the recovery, exit 0)
+	@case "$(DEMO)" in ""|auto) ;; *) echo "make run: DEMO=$(DEMO): want DEMO=auto, or no DEMO for the interactive demo"; exit 2;; esac
+	@echo "vigil demo: [build 1/2] the sandbox's control plane (make testbin; built once into a cache, the first time takes 20-40 minutes on 2 cores)"
+	@$(MAKE) --no-print-directory testbin GO=$(GO)
+	@echo "vigil demo: [build 2/2] Vigil's binaries (make build)"
+	@$(MAKE) --no-print-directory build GO=$(GO)
+	$(BIN)/vigil-sandbox demo$(if $(DEMO), --auto)
 
 bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test)
 	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/

@@ -41,6 +41,10 @@ const (
 // default (loopback; the gRPC volume server).
 const DefaultDatapathAddress = "127.0.0.1:9600"
 
+// DatapathServiceAccount is the datapath's ServiceAccount (in Namespace) in
+// deploy/; its one API call is TokenReview.
+const DatapathServiceAccount = "vigil-datapath"
+
 // Kubernetes Event reasons the engine-node records on its own Node.
 const (
 	// EventReasonFenceCleanupFailed: something a reaped pod left on a fenced node
@@ -59,6 +63,25 @@ const (
 	ManagerLeaseName = "vigil-manager"
 	// ManagerComponent is the source component of the manager's Events.
 	ManagerComponent = "vigil-manager"
+)
+
+// The datapath's Kubernetes identities: ServiceAccount tokens for this
+// audience, checked with a TokenReview; the names are those of deploy/.
+const (
+	// DatapathTokenAudience is the audience of the projected ServiceAccount
+	// tokens callers present to the datapath.
+	DatapathTokenAudience = "vigil-datapath"
+	// NodeNameTokenExtra is the TokenReview user extra in which the API
+	// server names the node a ServiceAccount token is bound to (through its
+	// pod, or a TokenRequest bound to the Node itself).
+	NodeNameTokenExtra = "authentication.kubernetes.io/node-name"
+	// ManagerServiceAccount, CSIControllerServiceAccount and
+	// EngineServiceAccount are the ServiceAccounts (in Namespace) of the
+	// manager and the CSI controller (the datapath's controller role) and of
+	// the engines (the engine role, each as the node its token is bound to).
+	ManagerServiceAccount       = "vigil-manager"
+	CSIControllerServiceAccount = "vigil-csi-controller"
+	EngineServiceAccount        = "vigil-engine-node"
 )
 
 // Kubernetes Event reasons vigil-manager run records on its leader-election

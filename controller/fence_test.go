@@ -60,30 +60,37 @@ func TestDecideFence_Table(t *testing.T) {
 
 func TestIsolation_SilenceThresholdLeaveAndSuppression(t *testing.T) {
 	now := t0
+	none := map[string]bool{}
 	rep := heartbeatReport(now, map[string]time.Duration{"a": 500 * time.Millisecond, "b": 4 * time.Second, "c": time.Second, "d": 0})
-	got, suppressed := isolation(rep, 3*time.Second, now)
+	got, suppressed := isolation(rep, 3*time.Second, none, now)
 	if suppressed || len(got) != 1 || !got["b"].Equal(now.Add(-4*time.Second)) {
 		t.Fatalf("isolated %v suppressed %t, want only b since 4s ago", got, suppressed)
 	}
 	// A node that announced a graceful stop is not isolated while it lasts.
 	rep.Nodes[1].LeavingUntil = now.Add(10 * time.Second)
-	if got, _ := isolation(rep, 3*time.Second, now); len(got) != 0 {
+	if got, _ := isolation(rep, 3*time.Second, map[string]bool{"b": true}, now); len(got) != 0 {
 		t.Fatalf("leaving node judged isolated: %v", got)
 	}
 	// Silence since the back end restarted counts from its start, not from before.
 	rep = heartbeatReport(now, map[string]time.Duration{"a": time.Hour, "b": 0, "c": 0})
 	rep.Since = now.Add(-time.Second)
-	if got, _ := isolation(rep, 3*time.Second, now); len(got) != 0 {
+	if got, _ := isolation(rep, 3*time.Second, none, now); len(got) != 0 {
 		t.Fatalf("a node silent only since the back end's start judged isolated: %v", got)
 	}
 	// Most nodes silent at once: a storage-side problem, nobody is isolated.
 	rep = heartbeatReport(now, map[string]time.Duration{"a": time.Minute, "b": time.Minute, "c": 0})
-	if got, suppressed := isolation(rep, 3*time.Second, now); !suppressed || len(got) != 0 {
+	if got, suppressed := isolation(rep, 3*time.Second, none, now); !suppressed || len(got) != 0 {
 		t.Fatalf("2 of 3 silent: isolated %v suppressed %t, want none and suppressed", got, suppressed)
+	}
+	// A node isolated before stays isolated while silent, even when the others
+	// fall silent too (only a heartbeat ends an isolation), but no new one is added.
+	if got, suppressed := isolation(rep, 3*time.Second, map[string]bool{"a": true}, now); !suppressed || len(got) != 1 ||
+		got["a"].IsZero() {
+		t.Fatalf("2 of 3 silent, a isolated before: isolated %v suppressed %t, want a only", got, suppressed)
 	}
 	// Exactly half is not "most".
 	rep = heartbeatReport(now, map[string]time.Duration{"a": time.Minute, "b": 0})
-	if got, suppressed := isolation(rep, 3*time.Second, now); suppressed || len(got) != 1 {
+	if got, suppressed := isolation(rep, 3*time.Second, none, now); suppressed || len(got) != 1 {
 		t.Fatalf("1 of 2 silent: isolated %v suppressed %t", got, suppressed)
 	}
 }

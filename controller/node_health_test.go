@@ -196,7 +196,7 @@ func TestReaper_NodeStatuses_ReportsTheTracker(t *testing.T) {
 	}
 	st := f.reaper.NodeStatuses()
 	if len(st) != 1 || st[0].Name != "node-1" || st[0].State != NodeDownStorageIsolated || !st[0].Down || !st[0].Isolated ||
-		st[0].FencedAt.IsZero() || !st[0].SilentSince.Equal(t0.Add(-4*time.Second)) {
+		st[0].FencedAt.IsZero() || !st[0].SilentSince.Equal(t0.Add(-4*time.Second)) || !st[0].Since.Equal(st[0].SilentSince) {
 		t.Fatalf("statuses %+v", st)
 	}
 }

@@ -28,6 +28,7 @@ type nodeRecord struct {
 	fencedAt      time.Time // zero: not fenced by Vigil in this episode
 	deletedAt     time.Time // when a live GET last confirmed the node deleted
 	down          bool
+	downSince     time.Time // the verdict's Since while down
 	state         NodeState
 	grants        grantsView
 }
@@ -155,7 +156,7 @@ func (t *nodeTracker) record(name string, v NodeVerdict) (changed bool) {
 		r = t.get(name)
 	}
 	changed = r.down != down
-	r.down, r.state = down, v.State
+	r.down, r.state, r.downSince = down, v.State, v.Since
 	if !down {
 		r.fencedAt = time.Time{}
 		r.grants = grantsView{}
@@ -220,9 +221,11 @@ func (t *nodeTracker) deletedAt(name string) time.Time {
 type NodeStatus struct {
 	Name  string
 	State NodeState
-	// Down mirrors State.Down(); NotReadySince is when the manager first saw the
-	// node not Ready in this episode (zero while Ready).
+	// Down mirrors State.Down(); Since is when the node became down (zero
+	// unless Down); NotReadySince is when the manager first saw the node not
+	// Ready in this episode (zero while Ready).
 	Down          bool
+	Since         time.Time
 	NotReadySince time.Time
 	// Isolated: the engine has been silent at the datapath since SilentSince.
 	Isolated    bool
@@ -240,7 +243,7 @@ func (r *Reaper) NodeStatuses() []NodeStatus {
 	defer t.mu.Unlock()
 	out := make([]NodeStatus, 0, len(t.nodes))
 	for name, rec := range t.nodes {
-		out = append(out, NodeStatus{Name: name, State: rec.state, Down: rec.down, NotReadySince: rec.notReadySince,
+		out = append(out, NodeStatus{Name: name, State: rec.state, Down: rec.down, Since: rec.downSince, NotReadySince: rec.notReadySince,
 			Isolated: rec.isolated, SilentSince: rec.silentSince, FencedAt: rec.fencedAt})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -16,26 +16,33 @@ import (
 const connectivityPoll = 250 * time.Millisecond
 
 // isolation is the pure part of the storage watch: which nodes a report shows
-// storage-isolated under threshold, with when their silence began on the
-// manager's clock (now minus the silence the back end measured on its own).
+// storage-isolated under threshold, given the nodes isolated before, with when
+// their silence began on the manager's clock (now minus the silence the back end
+// measured on its own).
 //
 // When more than half of the nodes the report lists (and at least two) are
 // silent at once, the likelier cause is the storage side itself (the datapath
 // cut off from the nodes, not the nodes gone), and fencing them all would take
-// down every workload for nothing: then no node is judged isolated and
-// suppressed is true. Kubernetes' own verdicts still stand.
-func isolation(r fencing.Report, threshold time.Duration, now time.Time) (isolated map[string]time.Time, suppressed bool) {
-	isolated = map[string]time.Time{}
+// down every workload for nothing: then no node becomes isolated and suppressed
+// is true. A node isolated before stays isolated while it is silent, suppressed
+// or not: only positive evidence (a heartbeat, or an announced graceful stop)
+// ends its isolation. Kubernetes' own verdicts still stand.
+func isolation(r fencing.Report, threshold time.Duration, before map[string]bool, now time.Time) (isolated map[string]time.Time, suppressed bool) {
+	silent := map[string]time.Time{}
 	for _, n := range r.Nodes {
 		silence, ok := r.Silence(n.Node)
 		if ok && silence >= threshold {
-			isolated[n.Node] = now.Add(-silence)
+			silent[n.Node] = now.Add(-silence)
 		}
 	}
-	if len(r.Nodes) >= 2 && 2*len(isolated) > len(r.Nodes) {
-		return map[string]time.Time{}, true
+	suppressed = len(r.Nodes) >= 2 && 2*len(silent) > len(r.Nodes)
+	isolated = map[string]time.Time{}
+	for name, since := range silent {
+		if !suppressed || before[name] {
+			isolated[name] = since
+		}
 	}
-	return isolated, false
+	return isolated, suppressed
 }
 
 // watchStorage polls the Fencer's connectivity report until ctx ends and turns
@@ -79,13 +86,13 @@ func (r *Reaper) pollStorage(ctx context.Context, reachable, warnedSuppressed *b
 	*reachable = true
 	threshold := r.settings.DatapathConnectivityLossThreshold()
 	now := r.now()
-	isolated, suppressed := isolation(rep, threshold, now)
+	before := r.nodes.isolatedNodes()
+	isolated, suppressed := isolation(rep, threshold, before, now)
 	if suppressed && !*warnedSuppressed {
-		log.Info("most nodes are silent at the datapath at once: treating it as a storage-side problem, not judging any node storage-isolated",
+		log.Info("most nodes are silent at the datapath at once: treating it as a storage-side problem, not judging any more node storage-isolated",
 			"silentOver", threshold, "nodes", len(rep.Nodes))
 	}
 	*warnedSuppressed = suppressed
-	before := r.nodes.isolatedNodes()
 	for name := range before {
 		if _, still := isolated[name]; !still {
 			r.nodes.setIsolated(name, false, time.Time{})

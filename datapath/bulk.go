@@ -2,8 +2,7 @@ package datapath
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"crypto/subtle"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -129,9 +128,18 @@ func (b *bulkServer) stop(grace time.Duration) {
 // than the extra system calls.
 const spliceMin = 64 << 10
 
+// bulkReauth is how often a bulk connection's token is taken to the
+// authenticator again: an identity proved at the hello does not outlive its
+// token (a TokenReview result is cached for a bounded time, so this is cheap).
+// A variable for tests.
+var bulkReauth = 10 * time.Second
+
 // bulkSession is the server's state for one bulk connection.
 type bulkSession struct {
 	s        *Server
+	id       Identity  // proved by the hello's token
+	token    string    // to prove it again every bulkReauth
+	proved   time.Time // when id was last proved
 	c        net.Conn
 	in       *drainReader
 	raw      syscall.RawConn // nil: no splicing on this connection
@@ -152,10 +160,12 @@ func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	defer s.bulk.untrack(c)
 	defer c.Close()
 	b := &bulkSession{s: s, c: c, in: &drainReader{br: br, c: c}, sem: make(chan struct{}, bulkInFlight), stages: make(chan *stage, bulkInFlight)}
-	if err := s.bulkHello(br); err != nil {
+	var err error
+	if b.id, b.token, err = s.bulkHello(br); err != nil {
 		_ = b.reply(0, err)
 		return
 	}
+	b.proved = time.Now()
 	_ = c.SetReadDeadline(time.Time{})
 	if err := b.reply(0, nil); err != nil {
 		return
@@ -200,6 +210,11 @@ func (b *bulkSession) next() bool {
 		return false
 	}
 	volumeID, node := string(nm[:req.VolLen]), string(nm[req.VolLen:])
+	if err := b.authorize(node); err != nil {
+		// Nothing of the payload is read: the connection ends here.
+		_ = b.reply(req.ID, fmt.Errorf("%w; closing the bulk connection", err))
+		return false
+	}
 	b.sem <- struct{}{}
 	if st := b.stage(req.DataLen); st != nil {
 		got, err := st.fill(b.raw, req.DataLen)
@@ -326,24 +341,41 @@ func (d *drainReader) Read(p []byte) (int, error) {
 	return d.c.Read(p)
 }
 
-// bulkHello reads the token that follows the magic and checks it like the gRPC
-// path does (SHA-256 digests compared in constant time).
-func (s *Server) bulkHello(br *bufio.Reader) error {
+// authorize checks one write of the connection's identity as node, proving
+// the identity again first when bulkReauth has passed since the last time.
+func (b *bulkSession) authorize(node string) error {
+	if time.Since(b.proved) >= bulkReauth {
+		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+		id, err := b.s.auth.Authenticate(ctx, b.token)
+		cancel()
+		if err != nil {
+			return authError(err)
+		}
+		b.id, b.proved = id, time.Now()
+	}
+	return Authorize(b.id, wire.MethodWrite, node)
+}
+
+// bulkHello reads the token that follows the magic and takes it to the
+// authenticator, like the gRPC path does.
+func (s *Server) bulkHello(br *bufio.Reader) (Identity, string, error) {
 	var l [2]byte
 	if _, err := io.ReadFull(br, l[:]); err != nil {
-		return fmt.Errorf("%w: bulk hello: %v", ErrInvalidArgument, err)
+		return Identity{}, "", fmt.Errorf("%w: bulk hello: %v", ErrInvalidArgument, err)
 	}
 	n, err := wire.BulkHelloTokenLen(l)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return Identity{}, "", fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
 	tok := make([]byte, n)
 	if _, err := io.ReadFull(br, tok); err != nil {
-		return fmt.Errorf("%w: bulk hello: %v", ErrInvalidArgument, err)
+		return Identity{}, "", fmt.Errorf("%w: bulk hello: %v", ErrInvalidArgument, err)
 	}
-	got := sha256.Sum256(tok)
-	if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
-		return fmt.Errorf("%w: wrong token: it does not match the datapath server's token file", ErrUnauthenticated)
+	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	id, err := s.auth.Authenticate(ctx, string(tok))
+	if err != nil {
+		return Identity{}, "", authError(err)
 	}
-	return nil
+	return id, string(tok), nil
 }

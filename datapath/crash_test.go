@@ -23,7 +23,14 @@ import (
 // datapath server (see TestMain); the crash test runs it as a child process.
 const childEnv = "VIGIL_DATAPATH_CRASH_CHILD"
 
-const crashToken = "crash-test-token"
+// crashTokens is the child server's tokens file: the controller and the
+// engines of the four nodes the rounds grant to, each with its own token.
+const crashTokens = `controller crash-controller-token
+node node-1 crash-node-1-token-x
+node node-2 crash-node-2-token-x
+node node-3 crash-node-3-token-x
+node node-4 crash-node-4-token-x
+`
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(childEnv); dir != "" {
@@ -38,7 +45,12 @@ func runChild(dir string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	srv, err := datapath.NewServer(store, crashToken)
+	tokens, err := datapath.ParseTokens(strings.NewReader(crashTokens), "crash")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	srv, err := datapath.NewServer(store, tokens)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -104,7 +116,7 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	ctx := context.Background()
 	ch := startChild(t, dir)
 	c := dialCrash(t, ch.addr)
-	vol, err := c.CreateVolume(ctx, "crash", 16<<20, datapath.AccessRWO)
+	vol, err := c.ctl.CreateVolume(ctx, "crash", 16<<20, datapath.AccessRWO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +127,13 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	for round := 1; round <= 4; round++ {
 		node := fmt.Sprintf("node-%d", round)
 		if zombie != "" {
-			e, err := c.Fence(ctx, vol.ID, zombie)
+			e, err := c.ctl.Fence(ctx, vol.ID, zombie)
 			if err != nil || e <= maxEpoch {
 				t.Fatalf("round %d: Fence(%s) = %d, %v; want > %d", round, zombie, e, err, maxEpoch)
 			}
 			maxEpoch = e
 		}
-		epoch, err := c.Grant(ctx, vol.ID, node)
+		epoch, err := c.ctl.Grant(ctx, vol.ID, node)
 		if err != nil || epoch <= maxEpoch {
 			t.Fatalf("round %d: Grant(%s) = %d, %v; want > %d", round, node, epoch, err, maxEpoch)
 		}
@@ -134,7 +146,7 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 		c = dialCrash(t, ch.addr)
 		checkAfterRestart(t, c, vol, node, epoch, flushed)
 		if zombie != "" {
-			err := c.WriteAt(ctx, vol.ID, zombie, zombieEpoch, 0, []byte("zombie"))
+			err := c.as(zombie).WriteAt(ctx, vol.ID, zombie, zombieEpoch, 0, []byte("zombie"))
 			if !errors.Is(err, datapath.ErrFenced) {
 				t.Fatalf("round %d: fenced %s writes after restart: %v", round, zombie, err)
 			}
@@ -143,13 +155,37 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	}
 }
 
-func dialCrash(t *testing.T, addr string) *client.Client {
-	t.Helper()
-	c, err := client.Dial(context.Background(), addr, crashToken)
-	if err != nil {
-		t.Fatal(err)
+// crashClients are the test's connections to one child: the controller's and
+// one per node, each with its own token.
+type crashClients struct {
+	ctl   *client.Client
+	nodes map[string]*client.Client
+}
+
+func (c *crashClients) as(node string) *client.Client { return c.nodes[node] }
+
+func (c *crashClients) Close() error {
+	for _, n := range c.nodes {
+		_ = n.Close()
 	}
-	return c
+	return c.ctl.Close()
+}
+
+func dialCrash(t *testing.T, addr string) *crashClients {
+	t.Helper()
+	dial := func(tok string) *client.Client {
+		c, err := client.Dial(context.Background(), addr, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	out := &crashClients{ctl: dial("crash-controller-token"), nodes: map[string]*client.Client{}}
+	for i := 1; i <= 4; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		out.nodes[n] = dial(fmt.Sprintf("crash-%s-token-x", n))
+	}
+	return out
 }
 
 // minFlushedBeforeKill is how many flushes (of 8 writes each) the server must
@@ -161,7 +197,7 @@ const minFlushedBeforeKill = 16
 // flushing every 8 writes and recording what each successful flush covered.
 // Once minFlushedBeforeKill flushes were acknowledged it kills the child
 // without stopping the writer first, and returns the writes acknowledged.
-func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uint64, round int64, flushed []int64, ch *child) int {
+func writeUntilKilled(t *testing.T, c *crashClients, id, node string, epoch uint64, round int64, flushed []int64, ch *child) int {
 	ctx := context.Background()
 	var done atomic.Bool
 	acked := make(chan int, 1)
@@ -176,13 +212,13 @@ func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uin
 			for i := 0; i < len(buf); i += 8 {
 				binary.LittleEndian.PutUint64(buf[i:], uint64(stamp))
 			}
-			if err := c.WriteAt(ctx, id, node, epoch, int64(blk)*4096, buf); err != nil {
+			if err := c.as(node).WriteAt(ctx, id, node, epoch, int64(blk)*4096, buf); err != nil {
 				break
 			}
 			n++
 			pending[blk] = stamp
 			if seq%8 == 0 {
-				if err := c.Flush(ctx, id, node, epoch); err != nil {
+				if err := c.as(node).Flush(ctx, id, node, epoch); err != nil {
 					break
 				}
 				for b, s := range pending {
@@ -215,23 +251,23 @@ func writeUntilKilled(t *testing.T, c *client.Client, id, node string, epoch uin
 	return n
 }
 
-func checkAfterRestart(t *testing.T, c *client.Client, vol datapath.Volume, node string, epoch uint64, flushed []int64) {
+func checkAfterRestart(t *testing.T, c *crashClients, vol datapath.Volume, node string, epoch uint64, flushed []int64) {
 	t.Helper()
 	ctx := context.Background()
-	got, err := c.GetVolume(ctx, vol.ID)
+	got, err := c.ctl.GetVolume(ctx, vol.ID)
 	if err != nil || got != vol {
 		t.Fatalf("metadata after restart: %+v, %v; want %+v", got, err, vol)
 	}
-	if vs, err := c.ListVolumes(ctx); err != nil || len(vs) != 1 {
+	if vs, err := c.ctl.ListVolumes(ctx); err != nil || len(vs) != 1 {
 		t.Fatalf("ListVolumes after restart: %+v, %v", vs, err)
 	}
 	// The live grant survived with the same epoch (idempotent Grant).
-	if e, err := c.Grant(ctx, vol.ID, node); err != nil || e != epoch {
+	if e, err := c.ctl.Grant(ctx, vol.ID, node); err != nil || e != epoch {
 		t.Fatalf("Grant(%s) after restart = %d, %v; want the same epoch %d", node, e, err, epoch)
 	}
 	var data []byte
 	for off := int64(0); off < vol.Size; off += datapath.MaxIOSize {
-		p, err := c.ReadAt(ctx, vol.ID, node, epoch, off, int(min(datapath.MaxIOSize, vol.Size-off)))
+		p, err := c.as(node).ReadAt(ctx, vol.ID, node, epoch, off, int(min(datapath.MaxIOSize, vol.Size-off)))
 		if err != nil {
 			t.Fatal(err)
 		}

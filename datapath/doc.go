@@ -3,8 +3,11 @@
 // writer node under a monotonically increasing epoch, fences nodes so that a
 // zombie writer is refused (one volume, or every volume of a dead node), and
 // records I/O, heartbeats and announced graceful stops for connectivity
-// checks. It leaves Kubernetes, CSI (package datapath/csi) and the decision to
-// fence (package controller) to others; the Go client is datapath/client.
+// checks. Every caller proves who it is, and each identity makes only its own
+// calls: the controller grants and fences, an engine does I/O as its own node.
+// It leaves Kubernetes (but for TokenReview, in datapath/tokenreview), CSI
+// (package datapath/csi) and the decision to fence (package controller) to
+// others; the Go client is datapath/client.
 //
 // # Storage
 //
@@ -92,15 +95,63 @@
 // This keeps protoc out of the build and lets a write's payload go to the
 // transport without an extra copy. Errors travel as gRPC status codes plus an
 // ErrorInfo reason (status.go), so the client returns errors that satisfy
-// errors.Is against the sentinels in errors.go. Every call must carry gRPC
-// metadata "authorization: Bearer <token>" with the shared token read from a
-// file; the server compares SHA-256 digests in constant time and answers
-// Unauthenticated otherwise, before decoding the request. FuzzServer_Request
-// sends arbitrary requests to every method with the right token, a wrong one,
-// none or a malformed header, on a fresh store each time: a call without the
-// right token must be refused and change nothing, any other refusal must be a
-// known error that changes nothing, and a call that succeeds must have exactly
-// its documented effect.
+// errors.Is against the sentinels in errors.go.
+//
+// # Identities and authorization
+//
+// The datapath trusts no node name from a request. Every call carries gRPC
+// metadata "authorization: Bearer <token>" (the bulk channel: its hello), and
+// an Authenticator turns the token into an Identity: the controller role (the
+// manager, the CSI controller) or the engine of one node. Two kinds, usable
+// together (Authenticators): StaticTokens, a tokens file for the sandbox and
+// single-machine use with one token per role and per node ("controller
+// TOKEN", "node NODE TOKEN"; tokens kept as SHA-256 digests, a bad line
+// refused with its number: TestParseTokens_BadLinesNameTheLine), and
+// datapath/tokenreview, where each caller presents a projected
+// ServiceAccount token for the audience vigil-datapath, the API server
+// answers a TokenReview, the ServiceAccount maps to a role by flags, and an
+// engine's node is the one the API server names in the token's user extra
+// authentication.kubernetes.io/node-name, never one a request names. A token
+// that cannot be checked is refused (ErrAuthUnavailable), never let in.
+//
+// Authorize (identity.go) is the whole decision, one table for both channels
+// (TestAuthorize_Table is its specification): the controller creates,
+// deletes, grants, fences (Fence, FenceNode), releases and reads every report
+// (ListVolumes, Capacity, Connectivity, NodeGrants, Nodes), but never reads,
+// writes, flushes, heartbeats or leaves as a node, so a bug in the manager
+// cannot keep a dead node looking alive; an engine reads, writes, flushes,
+// heartbeats and leaves as its own node only, releases its own grants (after
+// a cleanup) and lists its own grants, and reads one volume at a time
+// (GetVolume, Attachments: its stage path and gate), but never creates,
+// deletes, grants or fences. Every other call is refused with
+// ErrPermissionDenied (gRPC PermissionDenied, reason PERMISSION_DENIED), naming
+// the identity, the method and both nodes, before the store is touched
+// (TestClient_Identities_NodeACannotActAsNodeB, over gRPC and bulk). The
+// fencing guarantees do not depend on identities: a fenced node's writes
+// carry a stale epoch whatever its token.
+//
+// # TLS
+//
+// With WithTLS (ServerTLS loads a certificate and key and picks up replaced
+// files) the server speaks TLS on its one port: it completes the handshake on
+// every connection first (within the same 10 s as the first bytes), then tells
+// bulk from gRPC by the first bytes inside TLS; ALPN says the same (h2 for
+// gRPC, vigil-bulk/1 for bulk) and gRPC's client requires it. gRPC gets the
+// secured connection and runs without credentials of its own
+// (TestServer_TLS_HandshakeFirstForBothChannels). Clients verify the server
+// against a CA (datapath/client WithCAFile) and refuse plaintext to an address
+// off loopback unless told WithInsecure; `datapath serve` refuses to listen off
+// loopback without TLS unless --insecure. Over TLS the bulk channel reads
+// payloads into a buffer (splice needs the plaintext socket).
+//
+// FuzzServer_Request sends arbitrary requests to every method as arbitrary
+// callers (the controller, the engines of three nodes, a wrong token, none, a
+// malformed header), on a fresh store each time: a call without a valid token
+// must be refused as unauthenticated and change nothing; a call the caller may
+// not make (its own statement of the table) must be refused as permission
+// denied, name both nodes and change nothing; any other refusal must be a
+// known error that changes nothing; and a call that succeeds must have
+// exactly its documented effect.
 //
 // # Bulk channel
 //
@@ -110,9 +161,12 @@
 // goroutine per connection, 10 s limit): "VGLBULK1" makes it a bulk
 // connection, anything else (the HTTP/2 preface "PRI * HT...") goes to gRPC
 // with those bytes put back, so there is one port and nothing to configure.
-// A bulk connection starts with a hello carrying the same shared token,
-// checked the same way (SHA-256 digests, constant time); a wrong token is
-// answered UNAUTHENTICATED and the connection closed. Then each request is a
+// A bulk connection starts with a hello carrying the caller's token, taken to
+// the same Authenticator; a refused token is answered UNAUTHENTICATED and the
+// connection closed. Every write is authorized like a gRPC Write (an engine
+// as its own node only; a refusal closes the connection), and the token is
+// proved again every 10 s, so a connection does not outlive a revoked or
+// expired token (TestServer_Bulk_ProvesTheTokenAgain). Then each request is a
 // 40-byte header (op, lengths of volume id, node and payload, request id,
 // epoch, offset), the volume id, the node and the payload; each response is
 // the request id, a code and a message, the code naming the same sentinel as
@@ -139,8 +193,11 @@
 // answer the hello (one from before the bulk channel) gets the write over
 // gRPC, and the client tries the bulk channel again a minute later.
 //
-// `vigil-manager datapath serve --listen ADDR --data-dir DIR --token-file F`
-// runs the server (default 127.0.0.1:9600, vigil.DefaultDatapathAddress). On
+// `vigil-manager datapath serve --listen ADDR --data-dir DIR` with --token-file
+// (a tokens file) and/or --controller-service-accounts and
+// --engine-service-account (TokenReview), and --tls-cert-file with
+// --tls-private-key-file, runs the server (default 127.0.0.1:9600,
+// vigil.DefaultDatapathAddress). On
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
 // flushes every volume (fdatasync) and closes the database.
 // `vigil-manager datapath status` prints a running server's volumes and
@@ -151,13 +208,16 @@
 //
 // Benchmarks live in datapath/client (go test -run '^$' -bench . ./datapath/client/):
 // sequential 1 MiB writes over loopback against the same writes into a local
-// file (metric "ratio", with the process CPU per MiB of each path), 4 KiB
+// file (metric "ratio", with the process CPU per MiB of each path), in
+// plaintext and over TLS (",tls"), 4 KiB
 // random-write IOPS with and without a flush per write, Fence latency (p50,
 // p99) while four nodes write to the same volume, FenceNode of a rack (50
 // nodes with 40 volumes each, one call per node at once: 2,000 durable
 // fences), the Nodes report of 500 nodes, and NodeGrants of one node among
 // 2,000 volumes. BenchmarkStore_FenceNode_50Nodes in this package reports how
-// many bbolt commits the rack's fences took. Over gRPC a write's
+// many bbolt commits the rack's fences took;
+// BenchmarkAuthenticator_CacheHit in datapath/tokenreview what a reviewed
+// token costs each call. Over gRPC a write's
 // payload is not copied on the client (the codec hands the caller's slice to
 // gRPC) nor on the server (pwritev straight from gRPC's receive buffers), but
 // HTTP/2 framing and two socket copies cost several times the CPU of a local

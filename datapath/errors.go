@@ -22,8 +22,17 @@ var (
 	// ErrInvalidArgument: a malformed request (bad name, size, mode, node,
 	// oversize I/O, undecodable message).
 	ErrInvalidArgument = errors.New("datapath: invalid argument")
-	// ErrUnauthenticated: the token is missing or wrong.
+	// ErrUnauthenticated: the token is missing, malformed, unknown, expired or
+	// for another audience.
 	ErrUnauthenticated = errors.New("datapath: unauthenticated")
+	// ErrPermissionDenied: the caller proved who it is, but that identity may
+	// not make this call (an engine granting or fencing, or acting as
+	// another node; the controller writing or heartbeating as a node).
+	ErrPermissionDenied = errors.New("datapath: permission denied")
+	// ErrAuthUnavailable: the caller's credentials could not be checked now
+	// (the Kubernetes API server did not answer a TokenReview); the call was
+	// refused and may be retried.
+	ErrAuthUnavailable = errors.New("datapath: cannot check credentials now")
 	// ErrNoSpace: the server's capacity cannot hold the requested volume.
 	ErrNoSpace = errors.New("datapath: no space")
 )

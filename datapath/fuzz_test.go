@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,24 +21,102 @@ import (
 // creates (ids are random, the corpus is not).
 const fuzzVolumeID = "vol-0123456789abcdef"
 
-const fuzzToken = "tok"
+// The fuzz target's tokens file: the controller, and the engines of node-1
+// (live grants on both volumes), node-2 (a live grant on the shared volume) and
+// node-4 (fenced on the shared volume).
+const fuzzTokens = `controller fuzz-controller-token
+node node-1 fuzz-node-1-token-xx
+node node-2 fuzz-node-2-token-xx
+node node-4 fuzz-node-4-token-xx
+`
 
 // fuzzClock is the store's clock in the fuzz target: fixed, so that a call's
 // effect on timestamps is known exactly.
 var fuzzClock = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// fuzzAuth turns the fuzzer's auth byte into the call's metadata: mostly the
-// right token, sometimes a wrong one, none, or a malformed header.
-func fuzzAuth(auth uint8) (md metadata.MD, ok bool) {
+// fuzzCaller is who the fuzzer's auth byte makes the caller: an identity the
+// tokens file knows, or none (a wrong token, no token, a malformed header).
+type fuzzCaller struct {
+	md   metadata.MD
+	ok   bool // the token is valid
+	role Role
+	node string // an engine's own node
+}
+
+// fuzzAuth turns the fuzzer's auth byte into the call's metadata and the
+// identity it proves.
+func fuzzAuth(auth uint8) fuzzCaller {
+	bearer := func(tok string) metadata.MD { return metadata.Pairs(TokenMetadataKey, "Bearer "+tok) }
 	switch auth % 8 {
+	case 0, 1:
+		return fuzzCaller{md: bearer("fuzz-controller-token"), ok: true, role: RoleController}
+	case 2:
+		return fuzzCaller{md: bearer("fuzz-node-1-token-xx"), ok: true, role: RoleEngine, node: "node-1"}
+	case 3:
+		return fuzzCaller{md: bearer("fuzz-node-2-token-xx"), ok: true, role: RoleEngine, node: "node-2"}
+	case 4:
+		return fuzzCaller{md: bearer("fuzz-node-4-token-xx"), ok: true, role: RoleEngine, node: "node-4"}
 	case 5:
-		return metadata.Pairs(TokenMetadataKey, "Bearer not-"+fuzzToken), false
+		return fuzzCaller{md: bearer("not-fuzz-controller-token")}
 	case 6:
-		return metadata.MD{}, false
-	case 7:
-		return metadata.Pairs(TokenMetadataKey, "Basic "+fuzzToken), false
+		return fuzzCaller{md: metadata.MD{}}
 	}
-	return metadata.Pairs(TokenMetadataKey, "Bearer "+fuzzToken), true
+	return fuzzCaller{md: metadata.Pairs(TokenMetadataKey, "Basic fuzz-controller-token")}
+}
+
+// fuzzAllowed is the fuzz target's own statement of who may do what (the
+// server's is the methodAccess table): the controller everything but a
+// node's own acts; an engine reads one volume, and acts, releases and lists
+// its grants as its own node only.
+func fuzzAllowed(c fuzzCaller, method, node string) bool {
+	nodeActs := map[string]bool{wire.MethodRead: true, wire.MethodWrite: true, wire.MethodFlush: true,
+		wire.MethodHeartbeat: true, wire.MethodLeave: true}
+	switch c.role {
+	case RoleController:
+		return !nodeActs[method]
+	case RoleEngine:
+		switch method {
+		case wire.MethodGetVolume, wire.MethodAttachments:
+			return true
+		case wire.MethodRelease, wire.MethodNodeGrants:
+			return node == c.node
+		}
+		return nodeActs[method] && node == c.node
+	}
+	return false
+}
+
+// fuzzRequests is a fresh request message per method, to learn the node a
+// request names the way the server decodes it.
+var fuzzRequests = map[string]func() wire.Message{
+	wire.MethodCreateVolume: func() wire.Message { return &wire.CreateVolumeRequest{} },
+	wire.MethodDeleteVolume: func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodGetVolume:    func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodListVolumes:  func() wire.Message { return &wire.Empty{} },
+	wire.MethodCapacity:     func() wire.Message { return &wire.Empty{} },
+	wire.MethodGrant:        func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodFence:        func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodRelease:      func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodAttachments:  func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodWrite:        func() wire.Message { return &wire.WriteRequest{} },
+	wire.MethodRead:         func() wire.Message { return &wire.ReadRequest{} },
+	wire.MethodFlush:        func() wire.Message { return &wire.FlushRequest{} },
+	wire.MethodHeartbeat:    func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodConnectivity: func() wire.Message { return &wire.ConnectivityRequest{} },
+	wire.MethodNodeGrants:   func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodFenceNode:    func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodLeave:        func() wire.Message { return &wire.LeaveRequest{} },
+	wire.MethodNodes:        func() wire.Message { return &wire.Empty{} },
+}
+
+// fuzzRequestNode decodes data as method's request; ok is false when it does
+// not decode (the server must then refuse it as invalid).
+func fuzzRequestNode(method string, data []byte) (node string, ok bool) {
+	m := fuzzRequests[method]()
+	if err := m.Unmarshal(data); err != nil {
+		return "", false
+	}
+	return requestNode(m), true
 }
 
 // fuzzStore is a fresh store for one fuzz iteration: a seeded RWO volume
@@ -95,39 +174,62 @@ func newFuzzStore(t *testing.T) fuzzStore {
 }
 
 // FuzzServer_Request sends arbitrary bytes as the request of an arbitrary
-// method through the real handler (authentication, decoding, validation,
-// store), on a fresh store each time, with the right token, a wrong one, none
-// or a malformed one. A call without the right token must be refused as
-// unauthenticated and change nothing, not even the activity record. Every
-// other refusal must map to a known datapath error (never Internal) and change
-// nothing. A call that succeeds must have exactly its documented effect
-// (fuzz_effects_test.go).
+// method through the real handler (authentication, decoding, authorization,
+// validation, store), on a fresh store each time, as an arbitrary caller: the
+// controller, the engine of node-1, node-2 or node-4, or someone with a wrong
+// token, none or a malformed one. A call without a valid token must be refused
+// as unauthenticated and change nothing, not even the activity record. A call
+// the caller may not make (fuzzAllowed: an engine granting, fencing or acting
+// as another node, the controller writing) must be refused as permission
+// denied, name the caller's node and the request's, and change nothing. Every
+// other refusal must map to a known datapath error (never Internal) and
+// change nothing. A call that succeeds must have exactly its documented
+// effect (fuzz_effects_test.go).
 func FuzzServer_Request(f *testing.F) {
 	for _, seed := range fuzzSeeds() {
 		f.Add(seed.auth, seed.method, seed.data)
 	}
+	tokens, err := ParseTokens(strings.NewReader(fuzzTokens), "fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, auth, method uint8, data []byte) {
 		fs := newFuzzStore(t)
-		srv, err := NewServer(fs.s, fuzzToken)
+		srv, err := NewServer(fs.s, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
 		md := serviceDesc.Methods[int(method)%len(serviceDesc.Methods)]
 		data = bytes.ReplaceAll(data, []byte(fuzzVolumeID), []byte(fs.seeded))
-		meta, authOK := fuzzAuth(auth)
-		ctx := metadata.NewIncomingContext(context.Background(), meta)
+		caller := fuzzAuth(auth)
+		ctx := metadata.NewIncomingContext(context.Background(), caller.md)
 		before := takeState(t, fs)
 		dec := func(v any) error { return v.(*wire.Frame).Unmarshal(data) }
 		resp, err := md.Handler(srv, ctx, dec, nil)
 		after := takeState(t, fs)
+		node, decodes := fuzzRequestNode(md.MethodName, data)
+		allowed := decodes && fuzzAllowed(caller, md.MethodName, node)
+		denied := err != nil && FromStatus(err).(*RemoteError).Sentinel == ErrPermissionDenied
 		switch {
-		case !authOK:
+		case !caller.ok:
 			if status.Code(err) != codes.Unauthenticated || FromStatus(err).(*RemoteError).Sentinel != ErrUnauthenticated {
-				t.Fatalf("%s without the right token: %v; want Unauthenticated", md.MethodName, err)
+				t.Fatalf("%s without a valid token: %v; want Unauthenticated", md.MethodName, err)
 			}
 			if !same(before, after) {
-				t.Fatalf("%s without the right token changed the state:\n%s\n%s", md.MethodName, before, after)
+				t.Fatalf("%s without a valid token changed the state:\n%s\n%s", md.MethodName, before, after)
 			}
+		case decodes && !allowed:
+			if !denied || status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("%s by %s %s for node %q: %v; want PermissionDenied", md.MethodName, caller.role, caller.node, node, err)
+			}
+			if msg := err.Error(); caller.role == RoleEngine && (!strings.Contains(msg, caller.node) || node != "" && !strings.Contains(msg, fmt.Sprintf("%q", node))) {
+				t.Fatalf("%s by the engine of %s for node %q: the refusal names not both nodes: %v", md.MethodName, caller.node, node, err)
+			}
+			if !same(before, after) {
+				t.Fatalf("%s by %s %s: refused, yet it changed the state:\n%s\n%s", md.MethodName, caller.role, caller.node, before, after)
+			}
+		case denied:
+			t.Fatalf("%s by %s %s for node %q: refused (%v), but the caller may make it", md.MethodName, caller.role, caller.node, node, err)
 		case err != nil:
 			if c := status.Code(err); c == codes.Internal || c == codes.Unknown {
 				t.Fatalf("%s: refusal is not a datapath error: %v", md.MethodName, err)
@@ -138,6 +240,8 @@ func FuzzServer_Request(f *testing.F) {
 			if !same(before, after) {
 				t.Fatalf("%s: refused request (%v) changed the state:\n%s\n%s", md.MethodName, err, before, after)
 			}
+		case !decodes:
+			t.Fatalf("%s: the server took a request that does not decode: %x", md.MethodName, data)
 		default:
 			check := effects[md.MethodName]
 			if check == nil {
@@ -252,16 +356,42 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodLeave, &wire.LeaveRequest{Node: "node-3", DurationNanos: int64(time.Hour)}},
 		{wire.MethodNodes, &wire.Empty{}},
 	}
-	out := make([]fuzzSeed, 0, len(seeds)+4)
+	// Each seed is sent by the caller that may make it: node-1's engine for
+	// node-1's own acts, the controller for the rest.
+	const controller, node1, node2, node4 = 0, 2, 3, 4
+	out := make([]fuzzSeed, 0, len(seeds)+16)
 	for _, s := range seeds {
-		out = append(out, fuzzSeed{0, methodIndex(s.name), s.m.MarshalAppend(nil)})
+		auth := uint8(controller)
+		switch s.name {
+		case wire.MethodWrite, wire.MethodRead, wire.MethodFlush, wire.MethodHeartbeat, wire.MethodLeave:
+			auth = node1
+		}
+		out = append(out, fuzzSeed{auth, methodIndex(s.name), s.m.MarshalAppend(nil)})
 	}
-	fence := (&wire.NodeRef{Node: "node-1"}).MarshalAppend(nil)
+	enc := func(m wire.Message) []byte { return m.MarshalAppend(nil) }
+	node1Ref := enc(&wire.NodeRef{Node: "node-1"})
+	write := func(node string, epoch uint64) []byte {
+		return enc(&wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: fuzzVolumeID, Node: node, Epoch: epoch}, Data: []byte("zombie")})
+	}
 	return append(out,
-		fuzzSeed{0, methodIndex(wire.MethodWrite), []byte{0xff, 0xff, 0xff}},
-		fuzzSeed{5, methodIndex(wire.MethodFenceNode), fence},                                              // wrong token
+		fuzzSeed{node1, methodIndex(wire.MethodWrite), []byte{0xff, 0xff, 0xff}},
+		fuzzSeed{5, methodIndex(wire.MethodFenceNode), node1Ref},                                           // wrong token
 		fuzzSeed{6, methodIndex(wire.MethodHeartbeat), (&wire.NodeRef{Node: "node-9"}).MarshalAppend(nil)}, // no token
 		fuzzSeed{7, methodIndex(wire.MethodDeleteVolume), (&wire.VolumeRef{ID: fuzzVolumeID}).MarshalAppend(nil)},
+		// Authorization: each identity outside its part.
+		fuzzSeed{node2, methodIndex(wire.MethodWrite), write("node-1", 1)},                                               // as another node
+		fuzzSeed{node2, methodIndex(wire.MethodHeartbeat), node1Ref},                                                     // as another node
+		fuzzSeed{node2, methodIndex(wire.MethodFenceNode), node1Ref},                                                     // an engine fencing
+		fuzzSeed{node1, methodIndex(wire.MethodGrant), enc(&wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node-1"})}, // an engine granting
+		fuzzSeed{node1, methodIndex(wire.MethodFence), enc(&wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node-2"})},
+		fuzzSeed{controller, methodIndex(wire.MethodWrite), write("node-1", 1)}, // the controller writing
+		fuzzSeed{controller, methodIndex(wire.MethodHeartbeat), node1Ref},       // the controller heartbeating
+		fuzzSeed{node4, methodIndex(wire.MethodWrite), write("node-4", 1)},      // a fenced engine as itself
+		fuzzSeed{node1, methodIndex(wire.MethodRelease), enc(&wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node-1"})},
+		fuzzSeed{node2, methodIndex(wire.MethodRelease), enc(&wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node-1"})},
+		fuzzSeed{node1, methodIndex(wire.MethodNodeGrants), node1Ref},
+		fuzzSeed{node1, methodIndex(wire.MethodAttachments), enc(&wire.VolumeRef{ID: fuzzVolumeID})},
+		fuzzSeed{node1, methodIndex(wire.MethodNodes), enc(&wire.Empty{})},
 	)
 }
 
@@ -274,7 +404,7 @@ func TestFuzzSeeds_CoverEveryMethodAndAuthMode(t *testing.T) {
 	if len(methods) != len(serviceDesc.Methods) {
 		t.Fatalf("seeds cover %d of %d methods", len(methods), len(serviceDesc.Methods))
 	}
-	for _, a := range []uint8{0, 5, 6, 7} {
+	for _, a := range []uint8{0, 2, 3, 4, 5, 6, 7} {
 		if !auths[a] {
 			t.Fatalf("no seed with auth mode %d", a)
 		}

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -12,9 +13,12 @@ import (
 )
 
 // muxListener sits between the real listener and gRPC: it accepts every
-// connection, reads its first wire.BulkMagicLen bytes (in a goroutine per
-// connection, so a silent client delays nobody) and hands bulk connections to
-// the bulk handler and all others, with those bytes put back, to gRPC.
+// connection, completes the TLS handshake when the server has TLS, reads the
+// first wire.BulkMagicLen bytes (in a goroutine per connection, so a silent
+// client delays nobody; handshake and bytes within helloTimeout) and hands
+// bulk connections to the bulk handler and all others, with those bytes put
+// back, to gRPC. With TLS, gRPC gets the *tls.Conn and runs without
+// credentials of its own: the connection is already secured.
 type muxListener struct {
 	inner   net.Listener
 	srv     *Server
@@ -59,18 +63,31 @@ func (m *muxListener) acceptLoop() {
 	}
 }
 
-func (m *muxListener) sniff(c net.Conn) {
+func (m *muxListener) sniff(raw net.Conn) {
 	defer m.pending.Done()
-	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	_ = raw.SetDeadline(time.Now().Add(helloTimeout))
+	c := raw
+	var err error
+	if m.srv.tls != nil {
+		// TLS first, on every connection: the first bytes are told apart
+		// inside it (ALPN says the same: h2 or wire.BulkALPN).
+		tc := tls.Server(raw, m.srv.tls)
+		err = tc.Handshake()
+		c = tc
+	}
+	var head []byte
 	br := bufio.NewReaderSize(c, 16) // reads at most 16 bytes ahead
-	head, err := br.Peek(wire.BulkMagicLen)
+	if err == nil {
+		head, err = br.Peek(wire.BulkMagicLen)
+	}
 	m.errMu.Lock()
-	delete(m.sniffed, c)
+	delete(m.sniffed, raw)
 	m.errMu.Unlock()
 	if err != nil {
 		_ = c.Close()
 		return
 	}
+	_ = raw.SetWriteDeadline(time.Time{})
 	if string(head) == wire.BulkMagic {
 		_, _ = br.Discard(wire.BulkMagicLen)
 		if !m.srv.bulk.track(c) {

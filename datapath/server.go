@@ -2,8 +2,7 @@ package datapath
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,21 +20,46 @@ import (
 // told otherwise: loopback only.
 const DefaultListenAddress = vigil.DefaultDatapathAddress
 
-// Server serves a Store over gRPC with the datapath codec, checking the shared
-// token on every call.
+// Server serves a Store over gRPC with the datapath codec and over the bulk
+// channel, authenticating every caller and authorizing every call.
 type Server struct {
-	store     *Store
-	tokenHash [sha256.Size]byte
-	grpc      *grpc.Server
-	bulk      bulkServer
+	store *Store
+	auth  Authenticator
+	tls   *tls.Config // nil: plaintext
+	grpc  *grpc.Server
+	bulk  bulkServer
 }
 
-// NewServer returns a server for store that accepts calls carrying token.
-func NewServer(store *Store, token string) (*Server, error) {
-	if token == "" {
-		return nil, fmt.Errorf("%w: datapath server: empty token", ErrInvalidArgument)
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithTLS serves TLS with cfg on the one port, gRPC and the bulk channel
+// alike: the handshake comes first, then the first bytes tell the two apart.
+// cfg is cloned; its NextProtos are set to h2 and the bulk channel's ALPN
+// name. ServerTLS builds one from certificate files.
+func WithTLS(cfg *tls.Config) ServerOption {
+	return func(s *Server) {
+		c := cfg.Clone()
+		c.NextProtos = []string{"h2", wire.BulkALPN}
+		if c.MinVersion < tls.VersionTLS12 {
+			c.MinVersion = tls.VersionTLS12
+		}
+		s.tls = c
 	}
-	s := &Server{store: store, tokenHash: sha256.Sum256([]byte(token))}
+}
+
+// NewServer returns a server for store that takes the identity of every
+// caller from auth (StaticTokens, datapath/tokenreview, or both chained in
+// Authenticators) and lets each identity make only the calls Authorize
+// allows.
+func NewServer(store *Store, auth Authenticator, opts ...ServerOption) (*Server, error) {
+	if auth == nil {
+		return nil, fmt.Errorf("%w: datapath server: no authenticator; every caller must prove who it is", ErrInvalidArgument)
+	}
+	s := &Server{store: store, auth: auth}
+	for _, o := range opts {
+		o(s)
+	}
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(wire.Codec{}),
 		grpc.MaxRecvMsgSize(wire.MaxBytes+4096),
@@ -79,21 +103,20 @@ func (s *Server) Stop(grace time.Duration) {
 	}
 }
 
-// authenticate checks the "authorization: Bearer <token>" metadata in constant
-// time (comparing SHA-256 digests, so the token's length does not leak either).
-func (s *Server) authenticate(ctx context.Context) error {
+// authenticate takes the "authorization: Bearer <token>" metadata to the
+// authenticator.
+func (s *Server) authenticate(ctx context.Context) (Identity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(TokenMetadataKey)
 	if len(vals) == 0 {
-		return fmt.Errorf("%w: no token: send gRPC metadata %q = \"Bearer <token>\" with the datapath's shared token", ErrUnauthenticated, TokenMetadataKey)
+		return Identity{}, fmt.Errorf("%w: no token: send gRPC metadata %q = \"Bearer <token>\" with this caller's datapath token", ErrUnauthenticated, TokenMetadataKey)
 	}
 	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok {
-		return fmt.Errorf("%w: metadata %q must be \"Bearer <token>\"", ErrUnauthenticated, TokenMetadataKey)
+	if !ok || tok == "" {
+		return Identity{}, fmt.Errorf("%w: metadata %q must be \"Bearer <token>\"", ErrUnauthenticated, TokenMetadataKey)
 	}
-	got := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
-		return fmt.Errorf("%w: wrong token: it does not match the datapath server's token file", ErrUnauthenticated)
+	if len(tok) > MaxTokenLen {
+		return Identity{}, fmt.Errorf("%w: the token is %d bytes; at most %d are allowed", ErrUnauthenticated, len(tok), MaxTokenLen)
 	}
-	return nil
+	return s.auth.Authenticate(ctx, tok)
 }

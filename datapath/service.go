@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // The service is described by hand (no protobuf code generation): each method
-// decodes its request with the wire codec, authenticates, calls the Store and
-// maps errors with ToStatus.
+// authenticates, decodes its request with the wire codec, authorizes it
+// (identity.go), calls the Store and maps errors with ToStatus.
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: wire.ServiceName,
 	HandlerType: (*any)(nil),
@@ -110,15 +111,17 @@ var serviceDesc = grpc.ServiceDesc{
 }
 
 // method builds one unary handler: authenticate first (before decoding, so an
-// unauthenticated caller costs little), then decode, then call.
+// unauthenticated caller costs little), then decode, authorize (the request
+// names the node), and call.
 func method[R any, PR interface {
 	*R
 	wire.Message
 }](name string, call func(*Store, PR) (wire.Message, error)) grpc.MethodDesc {
 	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*Server)
-		if err := s.authenticate(ctx); err != nil {
-			return nil, ToStatus(err)
+		id, err := s.authenticate(ctx)
+		if err != nil {
+			return nil, ToStatus(authError(err))
 		}
 		var frame wire.Frame
 		if err := dec(&frame); err != nil {
@@ -128,6 +131,9 @@ func method[R any, PR interface {
 		req := PR(new(R))
 		if err := req.Unmarshal(frame.Bytes()); err != nil {
 			return nil, ToStatus(fmt.Errorf("%w: %s request: %v", ErrInvalidArgument, name, err))
+		}
+		if err := Authorize(id, name, requestNode(req)); err != nil {
+			return nil, ToStatus(err)
 		}
 		run := func(ctx context.Context, req any) (any, error) {
 			resp, err := call(s.store, req.(PR))
@@ -149,8 +155,9 @@ func method[R any, PR interface {
 func writeMethod() grpc.MethodDesc {
 	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*Server)
-		if err := s.authenticate(ctx); err != nil {
-			return nil, ToStatus(err)
+		id, err := s.authenticate(ctx)
+		if err != nil {
+			return nil, ToStatus(authError(err))
 		}
 		var frame wire.Frame
 		if err := dec(&frame); err != nil {
@@ -160,6 +167,9 @@ func writeMethod() grpc.MethodDesc {
 		req, iov, err := frame.DecodeWrite()
 		if err != nil {
 			return nil, ToStatus(fmt.Errorf("%w: %s request: %v", ErrInvalidArgument, wire.MethodWrite, err))
+		}
+		if err := Authorize(id, wire.MethodWrite, req.Node); err != nil {
+			return nil, ToStatus(err)
 		}
 		run := func(ctx context.Context, _ any) (any, error) {
 			if err := s.store.writeVec(req.VolumeID, req.Node, req.Epoch, req.Offset, iov); err != nil {
@@ -193,4 +203,16 @@ func unixNano(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
+}
+
+// authError keeps an authenticator's refusal as it is and turns any other
+// error (one that names no sentinel) into ErrAuthUnavailable: a token that
+// could not be checked is refused, never let in.
+func authError(err error) error {
+	for _, e := range []error{ErrUnauthenticated, ErrPermissionDenied, ErrAuthUnavailable} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrAuthUnavailable, err)
 }

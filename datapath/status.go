@@ -28,6 +28,9 @@ var wireErrors = []struct {
 	{ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT"},
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
 	{ErrNoSpace, codes.ResourceExhausted, "NO_SPACE"},
+	// Appended, not inserted: a bulk response code is an index into this table.
+	{ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
+	{ErrAuthUnavailable, codes.Unavailable, "AUTH_UNAVAILABLE"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

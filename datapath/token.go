@@ -6,12 +6,13 @@ import (
 	"strings"
 )
 
-// ReadTokenFile reads the shared token from path. Surrounding whitespace (a
-// trailing newline) is ignored; an empty token is an error, because an empty
-// token would let anyone in.
+// ReadTokenFile reads a client's own token from path: a static token from the
+// tokens file's line for this caller, or a projected ServiceAccount token.
+// Surrounding whitespace (a trailing newline) is ignored; an empty token is an
+// error, and so is one longer than MaxTokenLen.
 func ReadTokenFile(path string) (string, error) {
 	if path == "" {
-		return "", fmt.Errorf("%w: token file: no path given; pass the file holding the shared datapath token", ErrInvalidArgument)
+		return "", fmt.Errorf("%w: token file: no path given; pass the file holding this caller's datapath token", ErrInvalidArgument)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -19,10 +20,10 @@ func ReadTokenFile(path string) (string, error) {
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("%w: token file %s is empty; it must hold the shared datapath token", ErrInvalidArgument, path)
+		return "", fmt.Errorf("%w: token file %s is empty; it must hold this caller's datapath token", ErrInvalidArgument, path)
 	}
-	if len(tok) > 4096 {
-		return "", fmt.Errorf("%w: token file %s: token is %d bytes, at most 4096 allowed", ErrInvalidArgument, path, len(tok))
+	if len(tok) > MaxTokenLen {
+		return "", fmt.Errorf("%w: token file %s: token is %d bytes, at most %d allowed", ErrInvalidArgument, path, len(tok), MaxTokenLen)
 	}
 	return tok, nil
 }

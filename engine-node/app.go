@@ -56,9 +56,24 @@ type Leaver interface {
 	Leave(ctx context.Context, node string, d time.Duration) (until time.Time, err error)
 }
 
-// DialFunc connects to the datapath at addr with token; the main package passes
-// one that returns *datapath/client.Client.
-type DialFunc func(ctx context.Context, addr, token string) (DatapathClient, error)
+// DialConfig is how the engine reaches the datapath, from its flags.
+type DialConfig struct {
+	// Addr is the datapath's host:port.
+	Addr string
+	// TokenFile holds this node's datapath token: its line of a tokens file,
+	// or a projected ServiceAccount token (audience vigil-datapath), which
+	// the client reads again when the kubelet replaces it.
+	TokenFile string
+	// CAFile holds the CA that signed the datapath's certificate; empty:
+	// plaintext, allowed only on loopback or with Insecure.
+	CAFile string
+	// Insecure allows plaintext to an address off loopback.
+	Insecure bool
+}
+
+// DialFunc connects to the datapath as cfg says; the main package passes one
+// that returns *datapath/client.Client.
+type DialFunc func(ctx context.Context, cfg DialConfig) (DatapathClient, error)
 
 // App is the vigil-engine-node command line application.
 func App(dial DialFunc) *cli.App {
@@ -90,8 +105,13 @@ func runCommand(dial DialFunc) *cli.Command {
 				Usage: "how often to re-check for cleanup after a reap besides the watch of this node's fenced taint, which starts a pass at once (backs off to 30s on failures)"},
 			&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH"},
 				Usage: "datapath server address (host:port)"},
-			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
-				Usage: "file holding the shared datapath token"},
+			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
+				Usage: "file holding this node's datapath token: a projected ServiceAccount token for the audience " + vigil.DatapathTokenAudience +
+					" (read again when the kubelet replaces it), or this node's token of the datapath's tokens file; the datapath lets it act only as this node"},
+			&cli.StringFlag{Name: "datapath-ca-file", EnvVars: []string{"VIGIL_DATAPATH_CA_FILE"}, TakesFile: true,
+				Usage: "CA certificate(s) (PEM) that signed the datapath's TLS certificate: the engine then speaks TLS and verifies the server"},
+			&cli.BoolFlag{Name: "datapath-insecure",
+				Usage: "reach the datapath in plaintext although its address is not loopback; without --datapath-ca-file only loopback addresses are allowed"},
 			&cli.StringFlag{Name: "state-dir", Value: DefaultStateDir, EnvVars: []string{"VIGIL_STATE_DIR"},
 				Usage: "directory for journal.db and the FUSE disk mount points; must survive restarts"},
 			&cli.StringFlag{Name: "csi-endpoint", Value: DefaultCSIEndpoint, EnvVars: []string{"CSI_ENDPOINT"},
@@ -117,24 +137,27 @@ func runCommand(dial DialFunc) *cli.Command {
 
 // runOptions are the checked flags.
 type runOptions struct {
-	node, kubeconfig, datapathAddr, token, stateDir, endpoint, bootID, metricsAddr string
-	heartbeat, ioTimeout, cleanup, leave                                           time.Duration
-	log                                                                            *slog.Logger
+	node, kubeconfig, stateDir, endpoint, bootID, metricsAddr string
+	datapath                                                  DialConfig
+	heartbeat, ioTimeout, cleanup, leave                      time.Duration
+	log                                                       *slog.Logger
 }
 
 func checkRunFlags(c *cli.Context) (runOptions, error) {
 	if c.Args().Len() > 0 {
 		return runOptions{}, fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())
 	}
-	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"), datapathAddr: c.String("datapath"),
+	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"),
+		datapath: DialConfig{Addr: c.String("datapath"), TokenFile: c.String("datapath-token-file"),
+			CAFile: c.String("datapath-ca-file"), Insecure: c.Bool("datapath-insecure")},
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
 		leave: c.Duration("graceful-leave")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
-	if _, _, err := net.SplitHostPort(o.datapathAddr); err != nil {
-		return o, fmt.Errorf("--datapath %q: want host:port: %v", o.datapathAddr, err)
+	if err := checkDatapathFlags(o.datapath); err != nil {
+		return o, err
 	}
 	if o.heartbeat <= 0 || o.ioTimeout <= 0 || o.cleanup <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval %s, --io-timeout %s and --cleanup-interval %s must be positive", o.heartbeat, o.ioTimeout, o.cleanup)
@@ -154,7 +177,7 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	if o.endpoint, err = vcsi.ParseEndpoint(c.String("csi-endpoint")); err != nil {
 		return o, fmt.Errorf("--csi-endpoint: %w", err)
 	}
-	if o.token, err = datapath.ReadTokenFile(c.String("datapath-token-file")); err != nil {
+	if _, err = datapath.ReadTokenFile(o.datapath.TokenFile); err != nil {
 		return o, fmt.Errorf("--datapath-token-file: %w", err)
 	}
 	if o.bootID, err = ReadBootID(c.String("boot-id-file")); err != nil {
@@ -175,9 +198,9 @@ func run(c *cli.Context, dial DialFunc) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	dp, err := dial(ctx, o.datapathAddr, o.token)
+	dp, err := dial(ctx, o.datapath)
 	if err != nil {
-		return fmt.Errorf("--datapath %s: %w", o.datapathAddr, err)
+		return fmt.Errorf("--datapath %s: %w", o.datapath.Addr, err)
 	}
 	defer dp.Close()
 	reg := prometheus.NewRegistry()
@@ -209,7 +232,7 @@ func run(c *cli.Context, dial DialFunc) error {
 		}
 	}
 	srv := vcsi.NewServer(nil, vcsi.WithNodeService(node), vcsi.WithLogger(o.log))
-	o.log.Info("engine-node starting", "node", o.node, "datapath", o.datapathAddr, "state", o.stateDir,
+	o.log.Info("engine-node starting", "node", o.node, "datapath", o.datapath.Addr, "datapath-tls", o.datapath.CAFile != "", "state", o.stateDir,
 		"csi", o.endpoint, "boot", o.bootID, "version", vigil.Version)
 	return serveWithHeartbeats(ctx, o, dp, metrics, func() error { return srv.Serve(ctx, o.endpoint) })
 }

@@ -28,11 +28,20 @@ import (
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
-func testDial(ctx context.Context, addr, token string) (DatapathClient, error) {
-	return client.Dial(ctx, addr, token)
+// testDial is the main package's dial: the token file, TLS with the CA file,
+// or plaintext.
+func testDial(ctx context.Context, cfg DialConfig) (DatapathClient, error) {
+	opts := []client.Option{client.WithTokenFile(cfg.TokenFile)}
+	if cfg.CAFile != "" {
+		opts = append(opts, client.WithCAFile(cfg.CAFile))
+	}
+	if cfg.Insecure {
+		opts = append(opts, client.WithInsecure())
+	}
+	return client.Dial(ctx, cfg.Addr, "", opts...)
 }
 
-// runArgs are valid `run` arguments for the files in dir.
+// runArgs are valid `run` arguments for the files in dir; token is node-a's.
 func runArgs(t *testing.T, dir, addr, token string) []string {
 	t.Helper()
 	tokenFile := filepath.Join(dir, "token")
@@ -65,6 +74,7 @@ func TestApp_Run_BadFlags(t *testing.T) {
 	cases := []struct{ name, flag, value, mention string }{
 		{"node name", "--node-name", "a b", "--node-name"},
 		{"datapath", "--datapath", "nohostport", "--datapath"},
+		{"plaintext off loopback", "--datapath", "10.1.2.3:9600", "--datapath-ca-file"},
 		{"token file", "--datapath-token-file", filepath.Join(dir, "missing"), "--datapath-token-file"},
 		{"endpoint", "--csi-endpoint", "tcp://1.2.3.4:5", "--csi-endpoint"},
 		{"boot id", "--boot-id-file", filepath.Join(dir, "missing"), "--boot-id-file"},
@@ -103,12 +113,12 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	metricsAddr := freePort(t)
-	args := with(runArgs(t, dir, srv.Addr, srv.Token), "--metrics-address", metricsAddr)
+	args := with(runArgs(t, dir, srv.Addr, srv.NodeToken("node-a")), "--metrics-address", metricsAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	beat := make(chan struct{})
-	app := App(func(ctx context.Context, addr, token string) (DatapathClient, error) {
-		c, err := testDial(ctx, addr, token)
+	app := App(func(ctx context.Context, cfg DialConfig) (DatapathClient, error) {
+		c, err := testDial(ctx, cfg)
 		return &beatSignal{DatapathClient: c, acked: beat}, err
 	})
 	var logs bytes.Buffer
@@ -238,7 +248,7 @@ func TestApp_Run_GateHoldsUntilFenceStateKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	args := append(runArgs(t, dir, srv.Addr, srv.Token), "--kubeconfig", writeKubeconfig(t, dir, apiSrv.URL), "--cleanup-interval", "50ms")
+	args := append(runArgs(t, dir, srv.Addr, srv.NodeToken("node-a")), "--kubeconfig", writeKubeconfig(t, dir, apiSrv.URL), "--cleanup-interval", "50ms")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	app := App(testDial)

@@ -10,7 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/vigil-storage/vigil/datapath"
-	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
 const benchVolumeSize = 2 << 30
@@ -97,7 +97,7 @@ func BenchmarkStagePublish(b *testing.B) {
 	b.Run("after-fence", func(b *testing.B) { benchRestageAfterFence(b, c) })
 }
 
-func benchFreshStage(b *testing.B, c *client.Client) {
+func benchFreshStage(b *testing.B, c *datapathtest.Roles) {
 	ctx := context.Background()
 	vol, err := c.CreateVolume(ctx, "bench-stage", 1<<30, datapath.AccessRWO)
 	if err != nil {
@@ -145,7 +145,7 @@ func benchFreshStage(b *testing.B, c *client.Client) {
 // benchRestageAfterFence times only the stage that follows fence + grant; the
 // volume stays staged between iterations, as on a node whose kubelet asks
 // again after the manager fenced and re-granted it.
-func benchRestageAfterFence(b *testing.B, c *client.Client) {
+func benchRestageAfterFence(b *testing.B, c *datapathtest.Roles) {
 	ctx := context.Background()
 	vol, err := c.CreateVolume(ctx, "bench-refence", 1<<30, datapath.AccessRWO)
 	if err != nil {

@@ -79,7 +79,7 @@ func engineArgs(t *testing.T, srv *datapathtest.Server, node string) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	return with(runArgs(t, dir, srv.Addr, srv.Token), "--node-name", node)
+	return with(runArgs(t, dir, srv.Addr, srv.NodeToken(node)), "--node-name", node)
 }
 
 // TestApp_Run_SIGTERMAnnouncesLeaveSIGKILLDoesNot runs real engine processes:

@@ -21,36 +21,33 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vigil-storage/vigil/datapath"
-	"github.com/vigil-storage/vigil/datapath/client"
 	vcsi "github.com/vigil-storage/vigil/datapath/csi"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
 const sanityNode = "sanity-node"
 
-// startRealDatapath starts a datapath server and returns a client for it.
-func startRealDatapath(t testing.TB) *client.Client {
+// startRealDatapath starts a datapath server and returns a client for it that
+// makes each call as production would: I/O as the node's engine, the rest as
+// the controller.
+func startRealDatapath(t testing.TB) *datapathtest.Roles {
 	t.Helper()
 	c, _ := startRealDatapathServer(t)
 	return c
 }
 
 // startRealDatapathServer starts a datapath server and returns a client for
-// it and the server, whose Store shows what reached its disk.
-func startRealDatapathServer(t testing.TB) (*client.Client, *datapathtest.Server) {
+// it (calls as production makes them: I/O as the node's engine, the rest as
+// the controller) and the server, whose Store shows what reached its disk.
+func startRealDatapathServer(t testing.TB) (*datapathtest.Roles, *datapathtest.Server) {
 	t.Helper()
 	srv := datapathtest.Start(t, datapath.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	c, err := client.Dial(context.Background(), srv.Addr, srv.Token)
-	if err != nil {
-		t.Fatalf("dial datapath %s: %v", srv.Addr, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, srv
+	return srv.DialRoles(t), srv
 }
 
 // serveCSI serves identity, the real controller and this node service on a
 // fresh unix socket and returns the endpoint.
-func serveCSI(t *testing.T, dp *client.Client, node *NodeServer) string {
+func serveCSI(t *testing.T, dp vcsi.Volumes, node *NodeServer) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vsan") // a socket path must fit in 108 bytes
 	if err != nil {

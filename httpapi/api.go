@@ -36,9 +36,9 @@ type API struct {
 	token tokenCheck
 	log   *slog.Logger
 
-	nodesDirty, recoveriesDirty chan struct{}
-	lastMu                      sync.Mutex
-	lastNodes, lastRecoveries   string
+	nodesDirty, recoveriesDirty             chan struct{}
+	lastMu                                  sync.Mutex
+	lastNodes, lastRecoveries, lastProblems string
 
 	listMu   sync.Mutex // guards the encoded settings list
 	listETag string
@@ -77,10 +77,10 @@ func (a *API) Service() *Service { return a.svc }
 // Hub is the event stream's hub.
 func (a *API) Hub() *Hub { return a.hub }
 
-// Nodes returns the node views (ErrUnavailable without a source).
-func (a *API) Nodes(ctx context.Context) ([]NodeView, error) {
+// Nodes returns the nodes report (ErrUnavailable without a source).
+func (a *API) Nodes(ctx context.Context) (NodesReport, error) {
 	if a.cfg.Nodes == nil {
-		return nil, fmt.Errorf("no node source: %w", ErrUnavailable)
+		return NodesReport{}, fmt.Errorf("no node source: %w", ErrUnavailable)
 	}
 	return a.cfg.Nodes.Nodes(ctx)
 }
@@ -143,12 +143,15 @@ func signal(ch chan struct{}) {
 // coalesce is the shortest interval between two node (or recovery) events.
 const coalesce = 200 * time.Millisecond
 
-// Run feeds the event stream until ctx ends: every settings change, and the
-// node and recovery lists when they change. Then it closes every stream.
+// Run feeds the event stream until ctx ends: every settings change, the
+// problems when they change, and the node and recovery lists when they change.
+// Then it closes every stream.
 func (a *API) Run(ctx context.Context) {
 	defer a.hub.Close()
 	changes, cancel := a.cfg.Settings.Subscribe()
 	defer cancel()
+	problems := a.cfg.Settings.ProblemsChanged()
+	a.publishIfChanged("", nil, a.svc.Problems(), &a.lastProblems) // the problems at start: an event says they changed since
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,6 +162,9 @@ func (a *API) Run(ctx context.Context) {
 				return
 			}
 			a.publishSetting(c.Name)
+		case <-problems:
+			problems = a.cfg.Settings.ProblemsChanged()
+			a.publishProblems()
 		case <-a.nodesDirty:
 			a.publishNodes(ctx)
 			sleep(ctx, coalesce)
@@ -189,12 +195,32 @@ func (a *API) publishSetting(name string) {
 	}{v, a.svc.Settings().ETag})
 }
 
+// publishProblems sends the "problems" event when the refused values or the
+// blocking changed.
+func (a *API) publishProblems() {
+	v := a.svc.Problems()
+	a.publishIfChanged(EventProblems, v, v, &a.lastProblems)
+}
+
+// publishNodes sends the "nodes" event when the report changed, heartbeat ages
+// aside: they move every moment, and the pages refresh them on their own.
 func (a *API) publishNodes(ctx context.Context) {
-	nodes, err := a.Nodes(ctx)
+	rep, err := a.Nodes(ctx)
 	if err != nil {
 		return
 	}
-	a.publishIfChanged(EventNodes, nodes, &a.lastNodes)
+	a.publishIfChanged(EventNodes, rep, stableNodes(rep), &a.lastNodes)
+}
+
+// stableNodes is rep without the heartbeat ages.
+func stableNodes(rep NodesReport) NodesReport {
+	out := rep
+	out.Nodes = make([]NodeView, len(rep.Nodes))
+	for i, n := range rep.Nodes {
+		n.HeartbeatAgeSeconds = nil
+		out.Nodes[i] = n
+	}
+	return out
 }
 
 func (a *API) publishRecoveries(ctx context.Context) {
@@ -202,17 +228,19 @@ func (a *API) publishRecoveries(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	a.publishIfChanged(EventRecoveries, rs, &a.lastRecoveries)
+	a.publishIfChanged(EventRecoveries, rs, rs, &a.lastRecoveries)
 }
 
-func (a *API) publishIfChanged(name string, data any, last *string) {
-	b, _ := json.Marshal(data)
-	key := string(b)
+// publishIfChanged publishes data as the event name unless key encodes as it
+// did last time (name "" only remembers key).
+func (a *API) publishIfChanged(name string, data, key any, last *string) {
+	b, _ := json.Marshal(key)
+	k := string(b)
 	a.lastMu.Lock()
-	same := *last == key
-	*last = key
+	same := *last == k
+	*last = k
 	a.lastMu.Unlock()
-	if !same {
+	if !same && name != "" {
 		a.hub.Publish(name, data)
 	}
 }

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -143,9 +145,16 @@ func TestAPI_PutSetting_ChangesTheValueAndRecordsWhoDidIt(t *testing.T) {
 		t.Error("the ETag did not change with the value")
 	}
 	h := decode[struct{ Changes []HistoryEntry }](t, f.do(t, http.MethodGet, PathHistory, "")).Changes
+	sum := sha256.Sum256([]byte(testToken))
+	identity := "token:" + hex.EncodeToString(sum[:])[:8] + " from 127.0.0.1"
 	if len(h) != 1 || h[0].Setting != settings.NameNodeDownGracePeriod || h[0].Old != "2s" || h[0].New != "1.5s" ||
-		h[0].Source != SourceAPI || !strings.Contains(h[0].Identity, "127.0.0.1") || h[0].OldSource != settings.SourceDefault {
-		t.Fatalf("history = %+v", h)
+		h[0].Source != SourceAPI || h[0].Identity != identity || h[0].OldSource != settings.SourceDefault {
+		t.Fatalf("history = %+v, want the change by %s", h, identity)
+	}
+	// The record is the store's own: the CLI's `settings history` reads the same.
+	recs, err := f.set.History(t.Context(), 1)
+	if err != nil || len(recs) != 1 || recs[0].Actor != (settings.Actor{Source: settings.ActorAPI, Identity: identity}) {
+		t.Fatalf("store history = %+v, %v", recs, err)
 	}
 	// The UI's script marks its changes.
 	f.do(t, http.MethodPut, path, `{"value": "3s"}`, append(auth, HeaderClient, SourceUI)...)
@@ -181,6 +190,18 @@ func TestAPI_PatchSettings_AppliesEveryValueAtOnce(t *testing.T) {
 	if got := decode[SettingsList](t, r).ETag; got == etag || got != r.header.Get("ETag") {
 		t.Errorf("ETag after PATCH %q (before %q, header %q)", got, etag, r.header.Get("ETag"))
 	}
+	// One record per setting, in one transaction, by the API's caller.
+	h := decode[struct{ Changes []HistoryEntry }](t, f.do(t, http.MethodGet, PathHistory, "")).Changes
+	got := map[string]string{}
+	for _, c := range h {
+		if c.Source != SourceAPI || !strings.HasPrefix(c.Identity, TokenIdentityPrefix) {
+			t.Errorf("record %+v: want source api and a token identity", c)
+		}
+		got[c.Setting] = c.New
+	}
+	if len(h) != 2 || got[settings.NameFastFencedTrigger] != "true" || got[settings.NameNodeDownPodDeletionPolicy] != string(settings.PolicyDeleteBoth) {
+		t.Errorf("history = %+v", h)
+	}
 }
 
 func TestAPI_PatchSettings_OneBadValueChangesNothing(t *testing.T) {
@@ -198,7 +219,7 @@ func TestAPI_PatchSettings_OneBadValueChangesNothing(t *testing.T) {
 			t.Errorf("error for %s: %s, want %s", sub.Setting, sub.Code, want[sub.Setting])
 		}
 	}
-	if !reflect.DeepEqual(f.set.Values(), before) || f.set.historyLen() != 0 {
+	if !reflect.DeepEqual(f.set.Values(), before) || historyLen(t, f.set) != 0 {
 		t.Fatalf("a refused PATCH changed something: %v", f.set.Values())
 	}
 }
@@ -236,13 +257,18 @@ func TestAPI_Reads_NeedTheTokenBeyondLoopback(t *testing.T) {
 	}
 }
 
-func TestAPI_Nodes_ListsTheSourceView(t *testing.T) {
+func TestAPI_Nodes_ListsTheSourceReport(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	r := f.do(t, http.MethodGet, PathNodes, "")
-	nodes := decode[struct{ Nodes []NodeView }](t, r).Nodes
+	rep := decode[NodesReport](t, r)
+	nodes := rep.Nodes
 	if r.code != http.StatusOK || len(nodes) != 2 || !nodes[0].Fenced || nodes[0].Volumes[0].Epoch != 7 ||
-		*nodes[1].HeartbeatAgeSeconds != 1.5 || !strings.Contains(r.body, `"since": "2026-01-02T03:04:05Z"`) {
+		*nodes[1].HeartbeatAgeSeconds != 1.5 || !strings.Contains(r.body, `"since": "2026-01-02T03:04:05Z"`) ||
+		!strings.Contains(r.body, `"fencedAt": "2026-01-02T03:04:05Z"`) {
 		t.Fatalf("= %d %s", r.code, r.body)
+	}
+	if rep.Verdicts != VerdictsController || rep.Datapath != DatapathConnected {
+		t.Errorf("verdicts %q datapath %q", rep.Verdicts, rep.Datapath)
 	}
 }
 

@@ -51,7 +51,7 @@ func TestAPI_Writes_BadInputChangesNothing(t *testing.T) {
 		{"PATCH wrong type", http.MethodPatch, PathSettings, `{"values": {"crash-loop-restart-limit": 3}}`, auth, false, 400, CodeBadRequest, "JSON number", ""},
 		{"PATCH no token", http.MethodPatch, PathSettings, `{"values": {"fast-fenced-trigger": "true"}}`, nil, false, 401, CodeUnauthorized, "no token", ""},
 		{"PATCH oversized", http.MethodPatch, PathSettings, `{"values": {"x": "` + strings.Repeat("y", DefaultMaxBodyBytes) + `"}}`, auth, false, 413, CodeTooLarge, "larger than", ""},
-		{"history bad limit", http.MethodGet, PathHistory + "?limit=0", ``, nil, false, 400, CodeBadRequest, "want an integer from 1 to 1000", ""},
+		{"history bad limit", http.MethodGet, PathHistory + "?limit=0", ``, nil, false, 400, CodeBadRequest, "want an integer from 1 to 500", ""},
 		{"history POST", http.MethodPost, PathHistory, `{}`, auth, false, 405, CodeMethod, "allowed: GET", ""},
 		{"events POST", http.MethodPost, PathEvents, `{}`, auth, false, 405, CodeMethod, "allowed: GET", ""},
 		{"nodes DELETE", http.MethodDelete, PathNodes, ``, auth, false, 405, CodeMethod, "allowed: GET", ""},
@@ -74,7 +74,7 @@ func TestAPI_Writes_BadInputChangesNothing(t *testing.T) {
 			if r.header.Get("Content-Type") != "application/json; charset=utf-8" {
 				t.Errorf("Content-Type %q", r.header.Get("Content-Type"))
 			}
-			if !reflect.DeepEqual(f.set.Values(), before) || f.set.historyLen() != 0 {
+			if !reflect.DeepEqual(f.set.Values(), before) || historyLen(t, f.set) != 0 {
 				t.Fatalf("a refused request changed something: %v", f.set.Values())
 			}
 		})
@@ -102,7 +102,7 @@ func TestAPI_Check_ValidatesWithoutWriting(t *testing.T) {
 	if e := errorOf(t, r); r.code != 400 || e.Code != CodeInvalidValue || !strings.Contains(e.Message, "out of range") {
 		t.Fatalf("= %d %s", r.code, r.body)
 	}
-	if f.set.historyLen() != 0 || f.set.NodeDownGracePeriod().String() != "2s" {
+	if historyLen(t, f.set) != 0 || f.set.NodeDownGracePeriod().String() != "2s" {
 		t.Fatal("check wrote something")
 	}
 }

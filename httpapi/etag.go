@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"github.com/vigil-storage/vigil/settings"
@@ -17,6 +18,10 @@ import (
 const (
 	fingerprintLen   = 8 // hex digits per setting
 	collectionPrefix = "c1."
+	// problemsMark starts the optional last part of a collection ETag: the
+	// fingerprint of the refused values still there. It tells a conditional GET
+	// that the problems changed; it never makes an If-Match stale.
+	problemsMark = "~"
 )
 
 func fingerprint(e settings.Entry) string {
@@ -40,6 +45,23 @@ func collectionETag(entries []settings.Entry) string {
 	return b.String()
 }
 
+// withProblems appends the problems' fingerprint to a collection ETag (none
+// when there are no problems, so the ETag of a clean configuration is the
+// plain one).
+func withProblems(etag string, problems []settings.Problem) string {
+	if len(problems) == 0 {
+		return etag
+	}
+	h := sha256.New()
+	for _, p := range problems {
+		for _, s := range []string{p.Setting, string(p.Source), p.Path, p.Value, p.Message, fmt.Sprint(p.Blocking)} {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+	}
+	return strings.TrimSuffix(etag, `"`) + problemsMark + hex.EncodeToString(h.Sum(nil))[:fingerprintLen] + `"`
+}
+
 // staleSettings compares an If-Match value with the current entries. It returns
 // ok=false when ifMatch is no ETag this server issues; otherwise changed lists
 // the settings (of those in scope: all when scope is nil) whose fingerprint
@@ -56,6 +78,7 @@ func staleSettings(ifMatch string, entries []settings.Entry, scope map[string]bo
 	tag = tag[1 : len(tag)-1]
 	inScope := func(name string) bool { return scope == nil || scope[name] }
 	if rest, isCollection := strings.CutPrefix(tag, collectionPrefix); isCollection {
+		rest, _, _ = strings.Cut(rest, problemsMark)
 		if len(rest) != len(entries)*fingerprintLen {
 			return nil, false // another version of the registry
 		}

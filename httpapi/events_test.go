@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +147,48 @@ func TestHub_Subscribe_RefusesPastMaxStreams(t *testing.T) {
 	}
 	if _, _, ok := h.subscribe(); ok {
 		t.Fatal("stream past MaxStreams accepted")
+	}
+}
+
+// changingNodes is a NodesSource whose report the test changes.
+type changingNodes struct {
+	mu  sync.Mutex
+	rep NodesReport
+}
+
+func (c *changingNodes) Nodes(context.Context) (NodesReport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rep := c.rep
+	rep.Nodes = append([]NodeView(nil), c.rep.Nodes...)
+	return rep, nil
+}
+
+func (c *changingNodes) set(f func(*NodesReport)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rep.Nodes = append([]NodeView(nil), c.rep.Nodes...)
+	f(&c.rep)
+}
+
+// Heartbeat ages move every moment: a report that differs only in them sends
+// no event; a real change (a verdict) does.
+func TestAPI_Events_NodesIgnoreHeartbeatAges(t *testing.T) {
+	age := func(s float64) *float64 { return &s }
+	src := &changingNodes{rep: NodesReport{Verdicts: VerdictsController, Datapath: DatapathConnected,
+		Nodes: []NodeView{{Name: "node-a", Verdict: VerdictUp, HeartbeatAgeSeconds: age(0.2), Volumes: []VolumeGrant{}}}}}
+	f := newFixture(t, nil, func(c *Config) { c.Nodes = src })
+	events := openStream(t, f)
+	next(t, events, EventHello)
+	f.api.NodesChanged()
+	next(t, events, EventNodes)
+	src.set(func(r *NodesReport) { r.Nodes[0].HeartbeatAgeSeconds = age(0.9) })
+	f.api.NodesChanged()
+	time.Sleep(2 * coalesce) // lets a (wrong) event for the age be published first, if any
+	src.set(func(r *NodesReport) { r.Nodes[0].Verdict, r.Nodes[0].HeartbeatAgeSeconds = VerdictDown, age(7) })
+	f.api.NodesChanged()
+	ev := next(t, events, EventNodes)
+	if !strings.Contains(ev.data, `"verdict":"down"`) {
+		t.Fatalf("the first nodes event after the first is %s; want the verdict change (an age alone sends none)", ev.data)
 	}
 }

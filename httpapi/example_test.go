@@ -14,30 +14,11 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// historyless adds the recording methods to *settings.Settings for the example.
-type historyless struct{ *settings.Settings }
-
-func (h historyless) SetAs(ctx context.Context, name, value string, _ httpapi.Actor) error {
-	return h.Set(ctx, name, value)
-}
-func (h historyless) ResetAs(ctx context.Context, name string, _ httpapi.Actor) error {
-	return h.Reset(ctx, name)
-}
-func (h historyless) SetMany(ctx context.Context, values map[string]string, who httpapi.Actor) error {
-	for n, v := range values {
-		if err := h.Set(ctx, n, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-func (h historyless) History(context.Context, int) ([]httpapi.ChangeRecord, error) { return nil, nil }
-
 func ExampleAPI() {
 	store := settings.NewMemoryStore()
 	s, _ := settings.New(store, "", settings.WithRegisterer(prometheus.NewRegistry()))
 	defer s.Close()
-	api, err := httpapi.New(httpapi.Config{Settings: historyless{s}, Token: "t0ken"})
+	api, err := httpapi.New(httpapi.Config{Settings: s, Token: "t0ken"})
 	if err != nil {
 		panic(err)
 	}
@@ -66,9 +47,12 @@ func ExampleAPI() {
 	put("t0ken", `{"value": "forever"}`)
 	put("t0ken", `{"value": "5s"}`)
 	fmt.Println(s.NodeDownGracePeriod())
+	h, _ := s.History(context.Background(), 1)
+	fmt.Printf("%s: %s -> %s by %s (%s)\n", h[0].Setting, h[0].Old, h[0].New, h[0].Actor.Source, h[0].Actor.Identity)
 	// Output:
 	// 401 value="" error="unauthorized" allowed=""
 	// 400 value="" error="invalid-value" allowed="a duration from 0s to 10m (e.g. 500ms, 15s, 2m)"
 	// 200 value="5s" error="" allowed=""
 	// 5s
+	// node-down-grace-period: 2s -> 5s by api (token:b46c0967 from 127.0.0.1)
 }

@@ -2,13 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,75 +17,19 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// recordingSettings is the test double of SettingsService until package settings
-// records history itself: the real *settings.Settings on the memory store (so
-// validation, the overlay and Subscribe are the real ones) plus an in-memory
-// history and an all-or-nothing SetMany.
-type recordingSettings struct {
-	*settings.Settings
-	mu      sync.Mutex
-	history []ChangeRecord
-}
-
-func (f *recordingSettings) record(name string, before settings.Entry, who Actor) {
-	after, _ := f.Get(name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.history = append([]ChangeRecord{{Time: time.Now(), Setting: name, Old: before.Value, New: after.Value,
-		OldSource: before.Source, NewSource: after.Source, Actor: who}}, f.history...)
-}
-
-func (f *recordingSettings) SetAs(ctx context.Context, name, value string, who Actor) error {
-	before, _ := f.Get(name)
-	if err := f.Set(ctx, name, value); err != nil {
-		return err
+// historyLen is how many changes the settings' store recorded.
+func historyLen(t testing.TB, s *settings.Settings) int {
+	t.Helper()
+	h, err := s.History(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.record(name, before, who)
-	return nil
-}
-
-func (f *recordingSettings) ResetAs(ctx context.Context, name string, who Actor) error {
-	before, _ := f.Get(name)
-	if err := f.Reset(ctx, name); err != nil {
-		return err
-	}
-	f.record(name, before, who)
-	return nil
-}
-
-func (f *recordingSettings) SetMany(ctx context.Context, values map[string]string, who Actor) error {
-	var errs []error
-	for name, v := range values {
-		if _, err := settings.ParseValue(name, v); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	for name, v := range values {
-		if err := f.SetAs(ctx, name, v, who); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *recordingSettings) History(_ context.Context, limit int) ([]ChangeRecord, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]ChangeRecord(nil), f.history[:min(limit, len(f.history))]...), nil
-}
-
-func (f *recordingSettings) historyLen() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.history)
+	return len(h)
 }
 
 // newSettings returns live settings on a memory store; managed maps setting
 // names to overlay file contents.
-func newSettings(t testing.TB, managed map[string]string) *recordingSettings {
+func newSettings(t testing.TB, managed map[string]string) *settings.Settings {
 	t.Helper()
 	dir := ""
 	if len(managed) > 0 {
@@ -104,14 +46,14 @@ func newSettings(t testing.TB, managed map[string]string) *recordingSettings {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close(); _ = store.Close() })
-	return &recordingSettings{Settings: s}
+	return s
 }
 
 const testToken = "s3cret-token"
 
 type fixture struct {
 	api *API
-	set *recordingSettings
+	set *settings.Settings
 	srv *httptest.Server
 }
 
@@ -140,16 +82,16 @@ type fakeNodes struct{ err error }
 
 var heartbeat = 1.5
 
-func (f fakeNodes) Nodes(context.Context) ([]NodeView, error) {
+func (f fakeNodes) Nodes(context.Context) (NodesReport, error) {
 	if f.err != nil {
-		return nil, f.err
+		return NodesReport{}, f.err
 	}
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	return []NodeView{
-		{Name: "node-a", Verdict: "down", Reason: "Ready=Unknown", Since: &since, Fenced: true, Tainted: true,
-			Volumes: []VolumeGrant{{Handle: "vol-1", PV: "pv-1", Epoch: 7, State: "fenced"}}, Source: "controller"},
-		{Name: "node-b", Verdict: "up", HeartbeatAgeSeconds: &heartbeat, Volumes: []VolumeGrant{}, Source: "controller"},
-	}, nil
+	return NodesReport{Verdicts: VerdictsController, Datapath: DatapathConnected, Nodes: []NodeView{
+		{Name: "node-a", Verdict: VerdictDown, Reason: "ready-unknown", Since: &since, Fenced: true, FencedAt: &since, Tainted: true,
+			Volumes: []VolumeGrant{{Handle: "vol-1", PV: "pv-1", Epoch: 7, State: "fenced"}}},
+		{Name: "node-b", Verdict: VerdictUp, HeartbeatAgeSeconds: &heartbeat, Volumes: []VolumeGrant{}},
+	}}, nil
 }
 
 type fakeRecoveries struct{ err error }

@@ -173,14 +173,12 @@ func (a *API) serveNodes(w http.ResponseWriter, r *http.Request) {
 	if !a.authorize(w, r, false) {
 		return
 	}
-	nodes, err := a.Nodes(r.Context())
+	rep, err := a.Nodes(r.Context())
 	if err != nil {
 		writeError(w, sourceError("nodes", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Nodes []NodeView `json:"nodes"`
-	}{nodes})
+	writeJSON(w, http.StatusOK, rep)
 }
 
 // serveRecoveries is GET /v1/recoveries.

@@ -1,5 +1,7 @@
 package httpapi
 
+import "github.com/vigil-storage/vigil/settings"
+
 // Every externally visible string of the API in one place: paths, headers, event
 // names and the security headers' values.
 
@@ -21,18 +23,25 @@ const (
 	bearerPrefix = "Bearer "
 )
 
-// Sources of a change as the history records them.
+// Sources of a change as the history records them (package settings' words).
 const (
-	SourceUI  = "ui"
-	SourceAPI = "api"
+	SourceUI  = settings.ActorUI
+	SourceAPI = settings.ActorAPI
 )
+
+// TokenIdentityPrefix starts the identity the history records for a change
+// made with the API token: "token:" and the first 8 hex digits of the token's
+// SHA-256 (printf %s "$TOKEN" | sha256sum | cut -c1-8), then " from " and the
+// caller's IP address. The token itself is never recorded.
+const TokenIdentityPrefix = "token:"
 
 // Event names of the /v1/events stream.
 const (
 	EventHello      = "hello"      // first event of every stream: {"etag": collection ETag}
 	EventSettings   = "settings"   // a setting's value in force or source changed: {"setting": SettingView, "etag": ...}
-	EventNodes      = "nodes"      // the node list changed: [NodeView]
+	EventNodes      = "nodes"      // the nodes changed (heartbeat ages aside): NodesReport
 	EventRecoveries = "recoveries" // a recovery changed: [RecoveryView] without records
+	EventProblems   = "problems"   // the refused values or the blocking changed: ProblemsView
 )
 
 // ContentSecurityPolicy allows only the manager's own scripts, styles and

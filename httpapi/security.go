@@ -80,10 +80,11 @@ func (a *API) authorize(w http.ResponseWriter, r *http.Request, write bool) bool
 	return false
 }
 
-// ActorOf says who makes a request's change: the UI when its script says so,
-// the API otherwise; the identity is the token's fingerprint and the peer.
+// ActorOf says who makes a request's change: source (SourceUI or SourceAPI),
+// and as identity the bearer token's fingerprint and the caller's IP address,
+// e.g. "token:9f86d081 from 127.0.0.1" (see TokenIdentityPrefix).
 func ActorOf(r *http.Request, source string) Actor {
-	id := "token " + fingerprintOf(BearerToken(r))
+	id := TokenIdentityPrefix + fingerprintOf(BearerToken(r))
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		id += " from " + host
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// History limits: the default and the largest limit a caller may ask for.
+// History limits: the default and the largest limit a caller may ask for (all
+// the store keeps).
 const (
 	DefaultHistoryLimit = 50
-	MaxHistoryLimit     = 1000
+	MaxHistoryLimit     = settings.HistoryLimit
 )
 
 // Service is the settings logic of the API, shared by the JSON handlers and the
@@ -28,8 +29,18 @@ type Service struct {
 // NewService wraps the live settings.
 func NewService(s SettingsService) *Service { return &Service{settings: s} }
 
-// Settings returns every setting and the collection's ETag.
-func (s *Service) Settings() SettingsList { return ListOf(s.settings.List()) }
+// Settings returns every setting, the refused values still there and the
+// collection's ETag. The ETag covers the problems too (see withProblems), so a
+// conditional GET never keeps a banner that is gone, or misses a new one.
+func (s *Service) Settings() SettingsList {
+	list := ListOf(s.settings.List())
+	list.ProblemsView = ProblemsOf(s.settings)
+	list.ETag = withProblems(list.ETag, list.Problems)
+	return list
+}
+
+// Problems returns the refused values still there and whether acting is blocked.
+func (s *Service) Problems() ProblemsView { return ProblemsOf(s.settings) }
 
 // Setting returns one setting (404 with a suggestion when unknown).
 func (s *Service) Setting(name string) (SettingView, error) {

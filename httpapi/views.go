@@ -80,16 +80,55 @@ func ViewOf(e settings.Entry) SettingView {
 	}
 }
 
-// SettingsList is GET /v1/settings: every setting in display order and the
-// collection's ETag (for If-Match on PATCH).
+// SettingsList is GET /v1/settings: every setting in display order, the
+// collection's ETag (for If-Match on PATCH), and the refused values that are
+// still there.
 type SettingsList struct {
 	ETag     string        `json:"etag"`
 	Settings []SettingView `json:"settings"`
+	ProblemsView
 }
 
-// ListOf converts every entry.
+// ProblemsView is what Vigil refused from the overlay or the store: part of
+// GET /v1/settings, and the data of the "problems" event.
+type ProblemsView struct {
+	// ActBlocked is set while a refused value keeps the manager from acting
+	// (the value in force is not the one given and nothing good stands in for
+	// it): the reason, naming each file, value and what is allowed. The pages
+	// show it as a banner.
+	ActBlocked string `json:"actBlocked,omitempty"`
+	// Problems lists every refused value still there, blocking or not.
+	Problems []settings.Problem `json:"problems"`
+}
+
+// ProblemsOf reads the problems of s.
+func ProblemsOf(s SettingsService) ProblemsView {
+	v := ProblemsView{Problems: s.Problems()}
+	if v.Problems == nil {
+		v.Problems = []settings.Problem{}
+	}
+	if err := s.ActBlocked(); err != nil {
+		v.ActBlocked = err.Error()
+	}
+	return v
+}
+
+// Blocking returns the problems that block acting.
+func (v ProblemsView) Blocking() []settings.Problem {
+	var out []settings.Problem
+	for _, p := range v.Problems {
+		if p.Blocking {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ListOf converts every entry; its ETag covers the values only (see
+// Service.Settings for the one that covers the problems too).
 func ListOf(entries []settings.Entry) SettingsList {
-	out := SettingsList{ETag: collectionETag(entries), Settings: make([]SettingView, len(entries))}
+	out := SettingsList{ETag: collectionETag(entries), Settings: make([]SettingView, len(entries)),
+		ProblemsView: ProblemsView{Problems: []settings.Problem{}}}
 	for i, e := range entries {
 		out.Settings[i] = ViewOf(e)
 	}

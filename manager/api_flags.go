@@ -154,22 +154,21 @@ func checkToken(tok string) error {
 
 // apiServer is the REST API and the UI, mounted on the manager's mux.
 type apiServer struct {
-	api *httpapi.API
+	api   *httpapi.API
+	nodes *loopNodes
 }
 
-// mountAPI builds the REST API and the UI on mux: settings from set, nodes from
-// the Node informer of factory (until the controller's verdicts are wired),
-// recoveries from an informer over NodeRecovery objects. Call it before the
-// factory starts; run the returned server's run in a goroutine.
-func mountAPI(mux *http.ServeMux, o apiOptions, token string, set *settings.Settings,
+// mountAPI builds the REST API and the UI on mux: settings from set (the API
+// writes through it, recording who), nodes from the controllers' verdicts, the
+// datapath and the Node informer of factory, recoveries from an informer over
+// NodeRecovery objects. Call it before the factory starts; run the returned
+// server's run in a goroutine.
+func mountAPI(mux *http.ServeMux, o apiOptions, token string, set *settings.Settings, src nodeSources,
 	factory informers.SharedInformerFactory, recoveries *v1alpha1.Client, log *slog.Logger) (*apiServer, *recoveryInformer, error) {
-	nodes, err := newNodeObjects(factory)
-	if err != nil {
-		return nil, nil, err
-	}
+	nodes := newLoopNodes(factory, src)
 	rec := newRecoveryInformer(recoveries)
 	api, err := httpapi.New(httpapi.Config{
-		Settings: settingsBridge{set}, Nodes: nodes, Recoveries: rec, Token: token,
+		Settings: set, Nodes: nodes, Recoveries: rec, Token: token,
 		TokenForReads: !o.loopback, Log: log,
 	})
 	if err != nil {
@@ -187,7 +186,7 @@ func mountAPI(mux *http.ServeMux, o apiOptions, token string, set *settings.Sett
 	}
 	api.Register(mux)
 	pages.Register(mux)
-	return &apiServer{api: api}, rec, nil
+	return &apiServer{api: api, nodes: nodes}, rec, nil
 }
 
 // serve serves lis with TLS when configured; a plain non-loopback listener is
@@ -219,5 +218,9 @@ func (o apiOptions) handler(mux http.Handler) http.Handler {
 	return h
 }
 
-// run feeds the event stream until ctx ends.
-func (s *apiServer) run(ctx context.Context) { s.api.Run(ctx) }
+// run feeds the event stream, and polls what the nodes view shows, until ctx
+// ends.
+func (s *apiServer) run(ctx context.Context) {
+	go s.nodes.run(ctx, s.api.NodesChanged)
+	s.api.Run(ctx)
+}

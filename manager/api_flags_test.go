@@ -7,12 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/vigil-storage/vigil"
 )
 
 func TestRun_BadAPIFlagsAreRefused(t *testing.T) {
@@ -84,37 +78,5 @@ func TestAPIOptions_LoadToken_BadFilesAreRefused(t *testing.T) {
 	tok, err := apiOptions{tokenFile: write("good", "  0123456789abcdef0123\n")}.loadToken(quietLog())
 	if err != nil || tok != "0123456789abcdef0123" {
 		t.Fatalf("good file: %q %v", tok, err)
-	}
-}
-
-func TestNodeViewOf_ReadyConditionAndTaint(t *testing.T) {
-	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	node := func(status corev1.ConditionStatus, taints ...string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: since}}
-		for _, k := range taints {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoSchedule})
-		}
-		return n
-	}
-	cases := []struct {
-		n               *corev1.Node
-		verdict, reason string
-		tainted         bool
-	}{
-		{node(corev1.ConditionTrue), "ready", "Ready=True", false},
-		{node(corev1.ConditionFalse), "not-ready", "Ready=False", false},
-		{node(corev1.ConditionUnknown, vigil.FencedTaintKey), "unknown", "Ready=Unknown", true},
-		{node(corev1.ConditionUnknown, vigil.OutOfServiceTaintKey), "unknown", "Ready=Unknown, out-of-service", false},
-		{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, "unknown", "no Ready condition", false},
-	}
-	for _, tc := range cases {
-		v := nodeViewOf(tc.n)
-		if v.Verdict != tc.verdict || v.Reason != tc.reason || v.Tainted != tc.tainted || v.Source != "kubernetes" || v.Volumes == nil {
-			t.Errorf("%+v, want %s %q tainted=%t", v, tc.verdict, tc.reason, tc.tainted)
-		}
-	}
-	if v := nodeViewOf(node(corev1.ConditionTrue)); v.Since == nil || !v.Since.Equal(since.Time) {
-		t.Errorf("since = %v", v.Since)
 	}
 }

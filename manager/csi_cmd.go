@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/csi"
 )
@@ -32,18 +31,19 @@ func csiCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "serve",
 			Usage: "serve the CSI identity and controller services on a unix socket until SIGTERM or SIGINT",
-			Flags: []cli.Flag{
+			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "csi-endpoint", Required: true, EnvVars: []string{"CSI_ENDPOINT"},
 					Usage: "unix socket to serve on: unix:///path/csi.sock or a plain path"},
 				&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
 					Usage: "address (host:port) of the datapath volume server"},
-				&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
-					Usage: "file holding the shared datapath token"},
+				&cli.StringFlag{Name: "datapath-" + flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
+					Usage: "file holding the CSI controller's datapath token (a tokens file's controller token, or a projected ServiceAccount token for the audience " +
+						vigil.DatapathTokenAudience + "); read again when it changes"},
 				&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"},
 					Usage: "when set, ControllerPublishVolume refuses node ids that are not Kubernetes nodes (NotFound)"},
 				&cli.DurationFlag{Name: "datapath-timeout", Value: 10 * time.Second,
 					Usage: "how long one datapath call may take"},
-			},
+			}, datapathTLSFlags("datapath-")...),
 			Action: csiServe,
 		}},
 	}
@@ -57,10 +57,6 @@ func csiServe(c *cli.Context) error {
 	if _, err := csi.ParseEndpoint(endpoint); err != nil {
 		return fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}
-	token, err := datapath.ReadTokenFile(c.String("datapath-token-file"))
-	if err != nil {
-		return err
-	}
 	var opts []csi.Option
 	if kc := c.String("kubeconfig"); kc != "" {
 		nodes, err := kubeNodes(kc)
@@ -71,9 +67,9 @@ func csiServe(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	dp, err := client.Dial(ctx, c.String("datapath"), token, client.WithTimeout(c.Duration("datapath-timeout")))
+	dp, err := dialDatapath(ctx, c, "datapath-", c.String("datapath"), client.WithTimeout(c.Duration("datapath-timeout")))
 	if err != nil {
-		return fmt.Errorf("--datapath %s: %w", c.String("datapath"), err)
+		return fmt.Errorf("--datapath: %w", err)
 	}
 	defer dp.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

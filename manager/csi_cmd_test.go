@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
@@ -28,7 +27,7 @@ func writeToken(t *testing.T, token string) string {
 }
 
 func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
-	dp := datapathtest.Start(t, datapath.Options{})
+	dp := datapathtest.StartWith(t, datapathtest.Config{TLS: true})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -37,7 +36,8 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	app.Writer = &out
 	go func() {
 		done <- app.RunContext(ctx, []string{"vigil-manager", "csi", "serve",
-			"--csi-endpoint", "unix://" + sock, "--datapath", dp.Addr, "--datapath-token-file", writeToken(t, dp.Token)})
+			"--csi-endpoint", "unix://" + sock, "--datapath", dp.Addr, "--datapath-token-file", writeToken(t, dp.Token),
+			"--datapath-ca-file", dp.CAFile})
 	}()
 	var stopped bool
 	stop := func() {
@@ -104,6 +104,14 @@ func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
 		{"missing token file", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", "/nonexistent/token"}, "/nonexistent/token"},
 		{"no endpoint", []string{"--datapath-token-file", token}, "csi-endpoint"},
 		{"stray argument", []string{"--csi-endpoint", "/tmp/x.sock", "--datapath-token-file", token, "extra"}, "takes no arguments"},
+		{"missing CA file", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--datapath-ca-file", "/nonexistent/ca.crt"}, "/nonexistent/ca.crt"},
+		{"CA file without a certificate", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--datapath-ca-file", token}, "no PEM certificate"},
+		{"CA and insecure", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--datapath-ca-file", token, "--datapath-insecure"}, "contradict"},
+		{"plaintext off loopback", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--datapath", "10.1.2.3:9600"}, "--datapath-ca-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := App().Run(append([]string{"vigil-manager", "csi", "serve"}, tc.args...))

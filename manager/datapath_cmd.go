@@ -28,42 +28,40 @@ func datapathCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "serve",
 			Usage: "serve volumes over gRPC until SIGTERM or SIGINT, then flush and exit",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "listen", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
-					Usage: "address to listen on (host:port); loopback unless you choose otherwise"},
+			Description: "Every caller proves who it is: the controller role (the manager, the CSI controller) creates, deletes,\n" +
+				"grants, fences and releases; an engine does I/O, heartbeats and Leave as its own node only. Identities come\n" +
+				"from a tokens file (--" + flagServeTokenFile + ") or from ServiceAccount tokens checked with TokenReview (--" + flagServeControllerSAs + ",\n" +
+				"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".",
+			Flags: append([]cli.Flag{
+				&cli.StringFlag{Name: flagServeListen, Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
+					Usage: "address to listen on (host:port); loopback unless you choose otherwise, and off loopback only with TLS or --" + flagServeInsecure},
 				&cli.StringFlag{Name: "data-dir", Required: true, EnvVars: []string{"VIGIL_DATAPATH_DATA_DIR"},
 					Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
-				&cli.StringFlag{Name: "token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
-					Usage: "file holding the shared token every client must present"},
 				&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
 					Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
 				&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
 					Usage: "how long calls in progress may take to finish at shutdown"},
-			},
+			}, datapathServeAuthFlags()...),
 			Action: datapathServe,
 		}, {
 			Name:  "status",
 			Usage: "list a running server's volumes with their attachment tables (node, epoch, state) and its nodes (last heartbeat and I/O, announced stops, live grants)",
-			Flags: []cli.Flag{
+			Flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
 					Usage: "address of the datapath server"},
-				&cli.StringFlag{Name: "token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"},
-					Usage: "file holding the shared datapath token"},
+				&cli.StringFlag{Name: flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
+					Usage: "file holding a controller token of the datapath (a tokens file's controller token, or a projected ServiceAccount token)"},
 				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up after this long"},
-			},
+			}, datapathTLSFlags("")...),
 			Action: datapathStatus,
 		}},
 	}
 }
 
 func datapathStatus(c *cli.Context) error {
-	token, err := datapath.ReadTokenFile(c.String("token-file"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	dp, err := client.Dial(ctx, c.String("addr"), token, client.WithTimeout(c.Duration("timeout")))
+	dp, err := dialDatapath(ctx, c, "", c.String("addr"), client.WithTimeout(c.Duration("timeout")))
 	if err != nil {
 		return err
 	}
@@ -148,7 +146,7 @@ func datapathServe(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return fmt.Errorf("datapath serve takes no arguments, got %q", c.Args().Slice())
 	}
-	token, err := datapath.ReadTokenFile(c.String("token-file"))
+	sec, err := parseServeSecurity(c)
 	if err != nil {
 		return err
 	}
@@ -160,10 +158,15 @@ func datapathServe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := datapath.NewServer(store, token)
+	var opts []datapath.ServerOption
+	if sec.tls != nil {
+		opts = append(opts, datapath.WithTLS(sec.tls))
+	}
+	srv, err := datapath.NewServer(store, sec.auth, opts...)
 	if err != nil {
 		return errors.Join(err, store.Close())
 	}
+	slog.Info("datapath: callers", "security", sec.describe)
 	lis, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {
 		return errors.Join(fmt.Errorf("--listen %s: %w", c.String("listen"), err), store.Close())

@@ -3,6 +3,7 @@ package manager
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/devcerts"
 )
 
 // serveChildEnv makes TestDatapathServe_Child run the command for real; the
@@ -30,16 +32,31 @@ func TestDatapathServe_Child(t *testing.T) {
 	}
 }
 
-func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+// serveTokens is a tokens file for the serve tests: the controller and the
+// engines of node-1, node-2 and node-3.
+const serveTokens = `# a comment, then a blank line
+
+controller controller-token-0123
+node node-1 node-1-token-0123456
+node node-2 node-2-token-0123456
+node node-3 node-3-token-0123456
+`
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data := filepath.Join(dir, "data")
-	args := []string{"datapath", "serve", "--listen", "127.0.0.1:0", "--data-dir", data, "--token-file", tokenFile, "--capacity", "1073741824"}
+	return f
+}
+
+// startServe runs `datapath serve` with args in a child process and returns
+// its address and its output lines.
+func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *bufio.Scanner) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
-	cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(args, "\x1f"))
+	cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"datapath", "serve", "--listen", "127.0.0.1:0"}, args...), "\x1f"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -50,23 +67,39 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	lines := bufio.NewScanner(out)
-	addr := ""
 	for lines.Scan() {
 		if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok {
-			addr = strings.TrimSuffix(strings.Fields(a)[0], ",")
-			break
+			return cmd, strings.TrimSuffix(strings.Fields(a)[0], ","), lines
 		}
 	}
-	if addr == "" {
-		t.Fatal("the server never said where it listens")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, addr, "s3cret")
+	t.Fatal("the server never said where it listens")
+	return nil, "", nil
+}
+
+// TestDatapathServe_SIGTERMFlushesAndExits runs the server with TLS and a
+// tokens file: each caller with its own token over TLS, `datapath status`
+// verifying the server with the CA, then SIGTERM flushes and exits.
+func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := writeFile(t, "tokens", serveTokens)
+	certs, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	data := filepath.Join(dir, "data")
+	cmd, addr, lines := startServe(t, "--data-dir", data, "--token-file", tokenFile, "--capacity", "1073741824",
+		"--tls-cert-file", certs.Cert, "--tls-private-key-file", certs.Key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func(token string) *client.Client {
+		c, err := client.Dial(ctx, addr, token, client.WithCAFile(certs.CA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c, node1, node2, node3 := dial("controller-token-0123"), dial("node-1-token-0123456"), dial("node-2-token-0123456"), dial("node-3-token-0123456")
 	v, err := c.CreateVolume(ctx, "pvc-1", 1<<20, datapath.AccessRWO)
 	if err != nil {
 		t.Fatal(err)
@@ -75,19 +108,33 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteAt(ctx, v.ID, "node-1", e, 4096, []byte("kept")); err != nil {
+	if err := node1.WriteAt(ctx, v.ID, "node-1", e, 4096, []byte("kept")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Heartbeat(ctx, "node-2"); err != nil {
+	if err := node2.WriteAt(ctx, v.ID, "node-1", e, 0, []byte("not mine")); !errors.Is(err, datapath.ErrPermissionDenied) {
+		t.Fatalf("node-2 writes as node-1: %v; want ErrPermissionDenied", err)
+	}
+	if err := node2.Heartbeat(ctx, "node-2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Leave(ctx, "node-3", time.Minute); err != nil {
+	if _, err := node3.Leave(ctx, "node-3", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	var status strings.Builder
+	if _, err := node3.Fence(ctx, v.ID, "node-1"); !errors.Is(err, datapath.ErrPermissionDenied) {
+		t.Fatalf("node-3 fences: %v; want ErrPermissionDenied", err)
+	}
+	var refused strings.Builder
 	app := App()
+	app.Writer = &refused
+	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", writeFile(t, "t", "controller-token-0123"),
+		"--timeout", "3s"}); err == nil {
+		t.Fatalf("datapath status in plaintext to a TLS server succeeded:\n%s", refused.String())
+	}
+	ctlToken := writeFile(t, "ctl", "controller-token-0123\n")
+	var status strings.Builder
+	app = App()
 	app.Writer = &status
-	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", tokenFile}); err != nil {
+	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", ctlToken, "--ca-file", certs.CA}); err != nil {
 		t.Fatalf("datapath status: %v", err)
 	}
 	if !strings.Contains(status.String(), v.ID) || !strings.Contains(status.String(), "node-1") || !strings.Contains(status.String(), "granted") {
@@ -127,21 +174,98 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 
 func TestDatapathServe_BadFlags(t *testing.T) {
 	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty")
-	_ = os.WriteFile(empty, []byte("\n"), 0o600)
-	good := filepath.Join(dir, "token")
-	_ = os.WriteFile(good, []byte("tok\n"), 0o600)
-	cases := map[string][]string{
-		"empty token file":   {"datapath", "serve", "--data-dir", dir, "--token-file", empty},
-		"missing token file": {"datapath", "serve", "--data-dir", dir, "--token-file", filepath.Join(dir, "nope")},
-		"negative capacity":  {"datapath", "serve", "--data-dir", dir, "--token-file", good, "--capacity", "-1"},
-		"bad listen address": {"datapath", "serve", "--data-dir", dir, "--token-file", good, "--listen", "nowhere"},
+	good := writeFile(t, "tokens", serveTokens)
+	bare := writeFile(t, "bare", "s3cret-shared-token-of-old\n")
+	certs, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := map[string]string{"empty token file": "is empty", "missing token file": "no such file", "negative capacity": "capacity -1", "bad listen address": "--listen nowhere"}
-	for name, args := range cases {
-		err := App().Run(append([]string{"vigil-manager"}, args...))
-		if err == nil || !strings.Contains(err.Error(), want[name]) {
-			t.Errorf("%s: err = %v, want it to mention %q", name, err, want[name])
-		}
+	// A kubeconfig that loads; nothing here calls the API server.
+	kubeconfig := writeFile(t, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	serve := func(args ...string) []string {
+		return append([]string{"datapath", "serve", "--data-dir", dir}, args...)
 	}
+	sa := func(args ...string) []string {
+		return serve(append([]string{"--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", kubeconfig}, args...)...)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no credentials", serve(), "--token-file"},
+		{"empty tokens file", serve("--token-file", writeFile(t, "empty", "\n# nothing\n")), "holds no token"},
+		{"missing tokens file", serve("--token-file", filepath.Join(dir, "nope")), "no such file"},
+		{"a bare shared token", serve("--token-file", bare), "line 1: a bare token"},
+		{"unknown kind", serve("--token-file", writeFile(t, "k", "controller controller-token-0123\nadmin admin-token-012345678\n")), `line 2: unknown kind "admin"`},
+		{"short token", serve("--token-file", writeFile(t, "s", "node node-1 short\n")), "line 1: the token is 5 bytes; at least 16"},
+		{"bad node name", serve("--token-file", writeFile(t, "n", "node node/1\tx node-1-token-0123456\n")), "line 1"},
+		{"one token twice", serve("--token-file", writeFile(t, "d", "controller same-token-0123456789\nnode node-1 same-token-0123456789\n")), "line 2: the token of line 1 again"},
+		{"too many fields", serve("--token-file", writeFile(t, "f", "controller a-token-0123456789 extra\n")), "line 1: 2 fields after \"controller\""},
+		{"negative capacity", serve("--token-file", good, "--capacity", "-1"), "capacity -1"},
+		{"bad listen address", serve("--token-file", good, "--listen", "nowhere"), `--listen "nowhere"`},
+		{"plaintext off loopback", serve("--token-file", good, "--listen", "0.0.0.0:9600"), "--insecure"},
+		{"certificate without key", serve("--token-file", good, "--tls-cert-file", certs.Cert), "--tls-private-key-file"},
+		{"TLS and insecure", serve("--token-file", good, "--tls-cert-file", certs.Cert, "--tls-private-key-file", certs.Key, "--insecure"), "contradicts"},
+		{"certificate that is not one", serve("--token-file", good, "--tls-cert-file", good, "--tls-private-key-file", certs.Key), "--tls-cert-file"},
+		{"key of another certificate", serve("--token-file", good, "--tls-cert-file", certs.Cert, "--tls-private-key-file", writeKey(t)), "private key does not match"},
+		{"service account without a namespace", sa("--controller-service-accounts", "vigil-manager"), "want NAMESPACE:NAME"},
+		{"service account with two separators", sa("--controller-service-accounts", "vigil-system:a:b"), "want NAMESPACE:NAME"},
+		{"service account with a bad name", sa("--controller-service-accounts", "vigil-system:Vigil_Manager"), `name "Vigil_Manager"`},
+		{"service account in both roles", sa("--controller-service-accounts", "vigil-system/vigil-engine-node"), "both the controller and the engine role"},
+		{"cache TTL zero", sa("--token-review-cache-ttl", "0s"), "--token-review-cache-ttl 0s"},
+		{"cache TTL too long", sa("--token-review-cache-ttl", "1h"), "want 1s to 10m0s"},
+		{"negative outage grace", sa("--token-review-outage-grace", "-1s"), "--token-review-outage-grace -1s"},
+		{"empty audience", sa("--token-review-audience", ""), "--token-review-audience is empty"},
+		{"kubeconfig without service accounts", serve("--token-file", good, "--kubeconfig", kubeconfig), "no ServiceAccount has a role"},
+		{"audience without service accounts", serve("--token-file", good, "--token-review-audience", "x"), "--token-review-audience is a TokenReview setting"},
+		{"missing kubeconfig", serve("--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", filepath.Join(dir, "nope")), "--kubeconfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := App().Run(append([]string{"vigil-manager"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("refused flags created files in the data directory: %v", entries)
+	}
+}
+
+func TestDatapathStatus_BadFlags(t *testing.T) {
+	tok := writeFile(t, "ctl", "controller-token-0123\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"plaintext off loopback", []string{"--addr", "10.1.2.3:9600", "--token-file", tok}, "--ca-file"},
+		{"missing CA file", []string{"--token-file", tok, "--ca-file", "/nonexistent/ca.crt"}, "/nonexistent/ca.crt"},
+		{"CA and insecure", []string{"--token-file", tok, "--ca-file", tok, "--insecure"}, "contradict"},
+		{"empty token file", []string{"--token-file", writeFile(t, "empty", "\n")}, "is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := App().Run(append([]string{"vigil-manager", "datapath", "status", "--timeout", "2s"}, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// writeKey writes a private key of a certificate other than the test's.
+func writeKey(t *testing.T) string {
+	t.Helper()
+	other, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return other.Key
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -295,7 +296,12 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 		return errors.Join(err, lis.Close())
 	}
 	mux := newMux(reg, reaper.HasSynced, set.ActBlocked)
-	api, recoveries, err := mountAPI(mux, o.api, cs.token, set, factory, cs.recoveries, slog.Default())
+	var leading atomic.Bool // the nodes view shows the controllers' verdicts only while this replica leads
+	src := nodeSources{verdicts: reaper, leading: leading.Load}
+	if cs.loop.fencer != nil {
+		src.storage = cs.loop.fencer
+	}
+	api, recoveries, err := mountAPI(mux, o.api, cs.token, set, src, factory, cs.recoveries, slog.Default())
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
@@ -311,6 +317,8 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 
 	lead := func(ctx context.Context) {
 		slog.Info("vigil-manager: acting as leader")
+		leading.Store(true)
+		defer leading.Store(false)
 		if err := reaper.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
 			slog.Error("vigil-manager: reaper stopped", "err", err)
 		}

@@ -249,17 +249,21 @@ func TestRun_BadFlagsAreRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		"listen":                 {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
-		"workers":                {[]string{"--workers", "0"}, "--workers"},
-		"qps":                    {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
-		"lease":                  {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
-		"args":                   {[]string{"extra"}, "takes no arguments"},
-		"lease duration":         {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
-		"renew vs retry":         {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
-		"zero retry":             {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
-		"datapath without token": {[]string{"--datapath", "127.0.0.1:9600"}, "needs --datapath-token-file"},
-		"token without datapath": {[]string{"--datapath-token-file", "/tmp/t"}, "without --datapath"},
-		"datapath timeout":       {[]string{"--datapath", "x:1", "--datapath-token-file", "/t", "--datapath-timeout", "0s"}, "--datapath-timeout"},
+		"listen":                             {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
+		"workers":                            {[]string{"--workers", "0"}, "--workers"},
+		"qps":                                {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
+		"lease":                              {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
+		"args":                               {[]string{"extra"}, "takes no arguments"},
+		"lease duration":                     {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
+		"renew vs retry":                     {[]string{"--leader-elect-renew-deadline", "2s"}, "--leader-elect-retry-period"},
+		"zero retry":                         {[]string{"--leader-elect-retry-period", "0s"}, "must be positive"},
+		"datapath without token":             {[]string{"--datapath", "127.0.0.1:9600"}, "needs --datapath-token-file"},
+		"token without datapath":             {[]string{"--datapath-token-file", "/tmp/t"}, "without --datapath"},
+		"datapath timeout":                   {[]string{"--datapath", "x:1", "--datapath-token-file", "/t", "--datapath-timeout", "0s"}, "--datapath-timeout"},
+		"datapath off loopback in plaintext": {[]string{"--datapath", "10.1.2.3:9600", "--datapath-token-file", "/t"}, "--datapath-ca-file"},
+		"datapath CA and insecure": {[]string{"--datapath", "10.1.2.3:9600", "--datapath-token-file", "/t",
+			"--datapath-ca-file", "/ca", "--datapath-insecure"}, "contradict"},
+		"datapath without a port": {[]string{"--datapath", "10.1.2.3", "--datapath-token-file", "/t"}, "want host:port"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

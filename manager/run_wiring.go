@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	vigil "github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/fencer"
 )
@@ -33,23 +33,25 @@ const (
 )
 
 func loopFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagDatapath, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
 			Usage: "address (host:port) of the datapath, the fencing back end: with it the manager fences down nodes " +
 				"(fast-fenced-trigger), judges storage isolation from engine heartbeats and frees proven-fenced volumes; " +
 				"without it nothing is fenced by Vigil and only Kubernetes' own proofs count"},
 		&cli.StringFlag{Name: flagDatapathTokenFile, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
-			Usage: "file holding the datapath token (required with --" + flagDatapath + ")"},
+			Usage: "file holding the manager's datapath token, the controller role: a projected ServiceAccount token for the audience " +
+				vigil.DatapathTokenAudience + " (read again when it changes) or the controller token of the datapath's tokens file (required with --" + flagDatapath + ")"},
 		&cli.DurationFlag{Name: flagDatapathTimeout, Value: 5 * time.Second,
 			Usage: "how long one datapath call may take (a fence of every volume of a node is one call)"},
 		&cli.BoolFlag{Name: flagRecoveries, Value: true,
 			Usage: "write a NodeRecovery (vigil.io/v1alpha1) per node failure; needs the CRD (deploy/crds), and is turned off with a warning when the API server does not serve it"},
-	}
+	}, datapathTLSFlags("datapath-")...)
 }
 
 // loopOptions are the validated closed-loop flags.
 type loopOptions struct {
 	datapath, tokenFile string
+	dial                datapathDial
 	timeout             time.Duration
 	recoveries          bool
 }
@@ -65,6 +67,12 @@ func parseLoopOptions(c *cli.Context) (loopOptions, error) {
 	case o.timeout <= 0:
 		return o, fmt.Errorf("--%s %s: must be positive", flagDatapathTimeout, o.timeout)
 	}
+	if o.datapath != "" {
+		var err error
+		if o.dial, err = parseDatapathDial(c, "datapath-", o.datapath); err != nil {
+			return o, fmt.Errorf("--%s: %w", flagDatapath, err)
+		}
+	}
 	return o, nil
 }
 
@@ -79,13 +87,9 @@ type loopWiring struct {
 func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring, error) {
 	w := loopWiring{close: func() {}}
 	if o.datapath != "" {
-		token, err := datapath.ReadTokenFile(o.tokenFile)
+		dp, err := o.dial.dial(ctx, client.WithTimeout(o.timeout))
 		if err != nil {
-			return w, fmt.Errorf("--%s: %w", flagDatapathTokenFile, err)
-		}
-		dp, err := client.Dial(ctx, o.datapath, token, client.WithTimeout(o.timeout))
-		if err != nil {
-			return w, fmt.Errorf("--%s %s: %w", flagDatapath, o.datapath, err)
+			return w, fmt.Errorf("--%s: %w", flagDatapath, err)
 		}
 		w.fencer, w.close = fencer.New(dp), func() { _ = dp.Close() }
 		slog.Info("vigil-manager: fencing back end", "datapath", o.datapath)

@@ -30,7 +30,19 @@ type AuditEvent struct {
 	APIGroup, Resource, Subresource, Namespace, Name string
 	// Code is the HTTP status of the response.
 	Code int
+	// Decision is the authorizer's verdict ("allow", "forbid"; "" when the
+	// request ended before authorization), and Reason what it said, e.g.
+	// `RBAC: allowed by ClusterRoleBinding "vigil-manager" of ClusterRole
+	// "vigil-manager" to ServiceAccount "vigil-manager/vigil-system"`. A
+	// request authorized and still refused (403) was refused by admission.
+	Decision, Reason string
 }
+
+// Audit annotations of the authorizer's verdict.
+const (
+	auditDecision = "authorization.k8s.io/decision"
+	auditReason   = "authorization.k8s.io/reason"
+)
 
 // auditPolicy records, at metadata level (no bodies), the requests of Vigil's
 // ServiceAccounts, once per request: when a watch starts (its answer is known
@@ -97,7 +109,8 @@ type auditLine struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	StageTimestamp time.Time `json:"stageTimestamp"`
+	StageTimestamp time.Time         `json:"stageTimestamp"`
+	Annotations    map[string]string `json:"annotations"`
 }
 
 func parseAuditLog(name string, sc *bufio.Scanner) ([]AuditEvent, error) {
@@ -113,7 +126,8 @@ func parseAuditLog(name string, sc *bufio.Scanner) ([]AuditEvent, error) {
 			continue
 		}
 		seen[l.AuditID] = true
-		e := AuditEvent{Time: l.StageTimestamp, User: l.User.Username, Extra: l.User.Extra, Verb: l.Verb}
+		e := AuditEvent{Time: l.StageTimestamp, User: l.User.Username, Extra: l.User.Extra, Verb: l.Verb,
+			Decision: l.Annotations[auditDecision], Reason: l.Annotations[auditReason]}
 		if l.ObjectRef != nil {
 			e.APIGroup, e.Resource, e.Subresource = l.ObjectRef.APIGroup, l.ObjectRef.Resource, l.ObjectRef.Subresource
 			e.Namespace, e.Name = l.ObjectRef.Namespace, l.ObjectRef.Name

@@ -10,7 +10,7 @@ func TestParseAuditLog_StagesAndFields(t *testing.T) {
 	log := strings.Join([]string{
 		`{"auditID":"a","stage":"ResponseStarted","verb":"watch","user":{"username":"system:serviceaccount:vigil-system:vigil-engine-node","extra":{"authentication.kubernetes.io/node-name":["node-1"]}},"objectRef":{"resource":"nodes"},"responseStatus":{"code":200},"stageTimestamp":"2026-01-02T03:04:05.000000Z"}`,
 		`{"auditID":"a","stage":"ResponseComplete","verb":"watch","user":{"username":"system:serviceaccount:vigil-system:vigil-engine-node"},"objectRef":{"resource":"nodes"},"responseStatus":{"code":200}}`,
-		`{"auditID":"b","stage":"ResponseComplete","verb":"patch","user":{"username":"u"},"objectRef":{"resource":"nodes","subresource":"status","name":"node-2"},"responseStatus":{"code":403}}`,
+		`{"auditID":"b","stage":"ResponseComplete","verb":"patch","user":{"username":"u"},"objectRef":{"resource":"nodes","subresource":"status","name":"node-2"},"responseStatus":{"code":403},"annotations":{"authorization.k8s.io/decision":"forbid","authorization.k8s.io/reason":""}}`,
 		`{"auditID":"c","stage":"RequestReceived","verb":"get","user":{"username":"u"}}`,
 	}, "\n")
 	evs, err := parseAuditLog("test", bufio.NewScanner(strings.NewReader(log)))
@@ -23,7 +23,7 @@ func TestParseAuditLog_StagesAndFields(t *testing.T) {
 	if e := evs[0]; e.Verb != "watch" || e.Resource != "nodes" || e.Code != 200 || e.Extra["authentication.kubernetes.io/node-name"][0] != "node-1" || e.Time.IsZero() {
 		t.Errorf("first event %+v", e)
 	}
-	if e := evs[1]; e.Verb != "patch" || e.Subresource != "status" || e.Name != "node-2" || e.Code != 403 {
+	if e := evs[1]; e.Verb != "patch" || e.Subresource != "status" || e.Name != "node-2" || e.Code != 403 || e.Decision != "forbid" {
 		t.Errorf("second event %+v", e)
 	}
 }

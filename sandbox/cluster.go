@@ -207,7 +207,10 @@ func lastLines(s string, n int) string {
 
 // kwokctlConfig is the KwokctlConfiguration: everything binds to 127.0.0.1, the
 // API server's certificate also names each host end of the node links, and the
-// node-monitor timings and default tolerations are the configured ones. The
+// node-monitor timings and default tolerations are the configured ones. The API
+// server adds NodeRestriction to its default admission plugins, as every real
+// cluster does: a node's own identity (NodeKubeconfig) may change only its own
+// Node. The
 // controller-manager and the scheduler run without leader election: each is
 // alone, and with it they exit when the API server is away longer than their
 // renew deadline (10 s), where a kubelet would restart them; nothing restarts
@@ -234,6 +237,7 @@ func kwokctlConfig(cfg Config, st *state) string {
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: advertise-address, value: %q}\n", st.Nodes[0].HostIP)
+	b.WriteString("  - {key: enable-admission-plugins, value: NodeRestriction}\n")
 	if st.AuditLog != "" {
 		fmt.Fprintf(&b, "  - {key: audit-policy-file, value: %q}\n", auditPolicyPath(st))
 		fmt.Fprintf(&b, "  - {key: audit-log-path, value: %q}\n", st.AuditLog)

@@ -86,7 +86,11 @@
 // processes see VIGIL_NODES, the rack's node names. StartStack runs, per rack,
 // one heartbeat process (`vigil-sandbox heartbeat`, package sandbox/heartbeat)
 // that heartbeats every node of the rack to the datapath, instead of an engine
-// and a kubelet stand-in per node: nothing is mounted on a rack's nodes. The
+// and a kubelet stand-in per node: nothing is mounted on a rack's nodes. It
+// acts as each node with the node's own datapath token (RackTokensFile, a
+// line `node NODE TOKEN` per node: with StackAuthTokenReview a TokenRequest
+// token bound to the node's Node, one request per node; with StackAuthStatic a
+// random token also in the datapath's tokens file) over TLS (Stack.CAFile). The
 // controller-manager's and the scheduler's client rate limits are raised
 // (500/s) for the tens of thousands of pods such a cluster runs.
 //
@@ -103,7 +107,33 @@
 // on /run/netns itself is undone once no namespace is left there.
 //
 // StartStack (stack.go) adds Vigil's volume stack to a running sandbox; the
-// end-to-end tests in test/e2e use both.
+// end-to-end tests in test/e2e use both. RunOnHost runs another host process
+// (the demo's manager) that Down removes with the rest. The stack's datapath
+// serves TLS with a certificate from a CA made for the stack, and every caller
+// has an identity of its own (stack_auth.go): by default ServiceAccount tokens
+// of vigil-system minted with TokenRequest, each engine's bound to its Node and
+// checked by the datapath, as vigil-datapath, with TokenReview against the
+// sandbox's API server; or, with
+// StackAuthStatic, a tokens file with a random token per role and per node.
+// An engine's process gets only its node's token (NodeTokenFile).
+//
+// # Identities
+//
+// Vigil's components never run with the admin's credential. ApplyDeployRBAC
+// applies deploy/'s ServiceAccounts, roles, bindings and the engine's
+// admission policy (deploy.Identities, byte for byte what kustomize builds);
+// ComponentKubeconfig writes a kubeconfig for one of those ServiceAccounts
+// with a TokenRequest token (valid IdentityTokenLifetime), bound to a Node and
+// reaching the API server over that node's link when a node is given, as the
+// engine's. NodeKubeconfig writes a node's own kubelet identity, a client
+// certificate of system:node:NAME (group system:nodes) signed by the cluster's
+// CA; the API server runs the NodeRestriction admission plugin, so it may
+// change its own Node only, and KubeletRole adds the list and watch of claims,
+// volumes and attachments that the kubelet stand-in's informers need. StartStack
+// uses them all: the CSI controller and its sidecars run as vigil-csi-controller,
+// each engine as vigil-engine-node bound to its Node, each kubelet stand-in as
+// its node. kwok, the rest of each node's kubelet, keeps the admin's kubeconfig:
+// it is Kubernetes' stand-in, not Vigil's code.
 //
 // # The audit log
 //

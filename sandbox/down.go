@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,4 +133,49 @@ func unmountEmptyNetnsDir() error {
 		}
 	}
 	return nil
+}
+
+// nodeNetnsRE matches what follows "vigil-NAME-" in a node's namespace name.
+var nodeNetnsRE = regexp.MustCompile(`^[a-z]+-[0-9]+$`)
+
+// Leftovers lists what of the sandbox named name with work directory workDir
+// is still on the machine: the work directory, mounts under it, network
+// namespaces of its nodes (vigil-NAME-...), and processes whose command line
+// or working directory names the work directory. Empty after a complete Down.
+func Leftovers(name, workDir string) ([]string, error) {
+	var out []string
+	workDir = filepath.Clean(workDir)
+	if _, err := os.Stat(workDir); err == nil {
+		out = append(out, "work directory "+workDir)
+	}
+	mps, err := mountsUnder(workDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mps {
+		out = append(out, "mount "+m.path)
+	}
+	nss, _ := os.ReadDir("/run/netns")
+	for _, ns := range nss {
+		if rest, ok := strings.CutPrefix(ns.Name(), "vigil-"+name+"-"); ok && nodeNetnsRE.MatchString(rest) {
+			out = append(out, "network namespace "+ns.Name())
+		}
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
+		args := "\x00" + string(cmd)
+		if strings.Contains(args, "\x00"+workDir+"\x00") || strings.Contains(args, workDir+"/") || cwd == workDir || strings.HasPrefix(cwd, workDir+"/") {
+			out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,3 +137,27 @@ func (s *Sandbox) ProcessPID(node, name string) (int, error) {
 	}
 	return p.PID, nil
 }
+
+// RunOnHost starts spec on the host, outside every node, as the stack's host
+// processes run (a manager of a demo, for example): its output goes to
+// WorkDir/host/NAME.log (HostLog), Status lists it, KillProcess and
+// StartProcess with node "" control it, and Down kills it. A name that
+// already runs on the host is refused.
+func (s *Sandbox) RunOnHost(spec ProcessSpec) error {
+	if spec.Name == "" || len(spec.Args) == 0 || strings.ContainsAny(spec.Name, "/ ") {
+		return fmt.Errorf("%w: process spec %+v: want a Name (no '/' or space) and Args", ErrInvalidConfig, spec)
+	}
+	dir := filepath.Dir(s.HostLog(spec.Name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("host process %s: %w", spec.Name, err)
+	}
+	return s.withState(func(st *state) error { return startHostIn(st, dir, spec) })
+}
+
+// HostLog is the log of the host process name started by RunOnHost.
+func (s *Sandbox) HostLog(name string) string { return filepath.Join(s.workDir, "host", name+".log") }
+
+// NodeDir is node's directory (its processes' VIGIL_NODE_DIR): its logs, its
+// boot id, and the kubelet stand-in's root (NodeDir/kubelet) under which pods'
+// volumes are staged and published.
+func (s *Sandbox) NodeDir(node string) string { return filepath.Join(s.workDir, "nodes", node) }

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -149,5 +151,55 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSandbox_RunOnHost_BadSpec(t *testing.T) {
+	s := &Sandbox{workDir: t.TempDir()}
+	for _, spec := range []ProcessSpec{{}, {Name: "x"}, {Name: "a/b", Args: []string{"true"}}, {Name: "a b", Args: []string{"true"}}} {
+		if err := s.RunOnHost(spec); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("RunOnHost(%+v) = %v, want ErrInvalidConfig", spec, err)
+		}
+	}
+	if err := s.RunOnHost(ProcessSpec{Name: "ok", Args: []string{"true"}}); !errors.Is(err, ErrNotUp) {
+		t.Errorf("RunOnHost without a sandbox = %v, want ErrNotUp", err)
+	}
+}
+
+func TestLeftovers_WorkDirAndProcess(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vigil-sandbox-left")
+	if left, err := Leftovers("left", dir); err != nil || len(left) != 0 {
+		t.Fatalf("nothing there: %v, %v; want none", left, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := func(dir string, args ...string) *exec.Cmd {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = dir
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	named := start("/", "sh", "-c", "sleep 60; :", dir+"/marker") // names the directory
+	inside := start(dir, "sleep", "60")                           // runs in it
+	other := start("/", "sh", "-c", "sleep 60; :", dir+"-other/marker")
+	left, err := Leftovers("left", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(left, "\n")
+	for _, c := range []*exec.Cmd{named, inside} {
+		if !strings.Contains(got, fmt.Sprintf("process %d:", c.Process.Pid)) {
+			t.Errorf("leftovers %q lack process %d (%s)", got, c.Process.Pid, c.Args)
+		}
+	}
+	if !strings.Contains(got, "work directory "+dir) {
+		t.Errorf("leftovers %q lack the work directory", got)
+	}
+	if strings.Contains(got, fmt.Sprintf("process %d:", other.Process.Pid)) {
+		t.Errorf("leftovers %q name process %d, which belongs to another directory", got, other.Process.Pid)
 	}
 }

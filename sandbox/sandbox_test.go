@@ -87,7 +87,8 @@ func TestKwokctlConfig_Flags(t *testing.T) {
 	y := kwokctlConfig(cfg, st)
 	for _, want := range []string{`value: "7s"`, `value: "1s"`, `default-unreachable-toleration-seconds, value: "15"`,
 		`"10.213.0.1"`, `"10.213.0.5"`, "bindAddress: 127.0.0.1", "- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}",
-		"node-monitor-period, value: \"1s\"}\n  - {key: leader-elect, value: \"false\"}"} {
+		"node-monitor-period, value: \"1s\"}\n  - {key: leader-elect, value: \"false\"}",
+		"enable-admission-plugins, value: NodeRestriction"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, y)
 		}

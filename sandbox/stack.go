@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	vigil "github.com/vigil-storage/vigil"
 )
 
 // Vigil's binaries the stack runs, from `make build` (StackConfig.VigilBinDir).
@@ -54,6 +54,9 @@ type StackConfig struct {
 	// KubeletPollInterval bounds the time between two syncs of each node's
 	// kubelet stand-in; default 1s.
 	KubeletPollInterval time.Duration
+	// Auth is how callers prove who they are to the datapath; default
+	// StackAuthTokenReview. The datapath serves TLS either way.
+	Auth StackAuth
 }
 
 // Stack is a running Vigil volume stack: where its parts listen. It is also
@@ -65,10 +68,21 @@ type Stack struct {
 	DatapathAddr string `json:"datapathAddr"`
 	// DatapathPort is the port of DatapathAddr.
 	DatapathPort int `json:"datapathPort"`
-	// TokenFile holds the datapath's shared token.
+	// TokenFile holds the manager's datapath token (the controller role):
+	// for `vigil-manager run` and `datapath status`. Each engine has only its
+	// node's (NodeTokenFile), the CSI controller its own (CSITokenFile).
 	TokenFile string `json:"tokenFile"`
+	// CSITokenFile holds the CSI controller's datapath token.
+	CSITokenFile string `json:"csiTokenFile"`
+	// CAFile verifies the datapath's TLS certificate (--datapath-ca-file).
+	CAFile string `json:"caFile"`
+	// Auth is how callers prove who they are (StackConfig.Auth).
+	Auth StackAuth `json:"auth"`
 	// ControllerEndpoint is Vigil's CSI controller socket (unix://...).
 	ControllerEndpoint string `json:"controllerEndpoint"`
+	// ControllerKubeconfig is the identity of the CSI controller and its
+	// sidecars: the ServiceAccount vigil-csi-controller of deploy/.
+	ControllerKubeconfig string `json:"controllerKubeconfig"`
 	// StorageClass is the StorageClass of driver.vigil.io.
 	StorageClass string `json:"storageClass"`
 	// Dir holds the stack's files and the logs of its host processes.
@@ -97,6 +111,13 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 	if c.KubeletPollInterval == 0 {
 		c.KubeletPollInterval = time.Second
 	}
+	if c.Auth == "" {
+		c.Auth = StackAuthTokenReview
+	}
+	if c.Auth != StackAuthTokenReview && c.Auth != StackAuthStatic {
+		return c, fmt.Errorf("%w: Auth %q: want %q (ServiceAccount tokens, TokenReview) or %q (a tokens file)",
+			ErrInvalidConfig, c.Auth, StackAuthTokenReview, StackAuthStatic)
+	}
 	if c.DatapathPort < 0 || c.DatapathPort > 65535 {
 		return c, fmt.Errorf("%w: DatapathPort %d: want 0 (any free port) to 65535", ErrInvalidConfig, c.DatapathPort)
 	}
@@ -124,6 +145,20 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 // all of it and unmounts whatever the engines left. On a scale sandbox (Racks),
 // each rack runs one StackHeartbeat process instead of engines and kubelet
 // stand-ins: its nodes heartbeat to the datapath but mount nothing.
+//
+// Each component runs under its identity of deploy/ (ApplyDeployRBAC, then
+// ComponentKubeconfig), never the admin's: the CSI controller and its sidecars
+// as vigil-csi-controller, each engine as vigil-engine-node with a token bound
+// to its Node. Each kubelet stand-in writes its Node's status as a kubelet
+// does, as system:node:NAME (NodeKubeconfig).
+//
+// The datapath serves TLS with a certificate from a CA made here (Stack.CAFile;
+// it names 127.0.0.1 and every node link's host end), and every caller has its
+// own identity (cfg.Auth): the manager's token (Stack.TokenFile) and the CSI
+// controller's (Stack.CSITokenFile) have the controller role, and each engine
+// gets only its node's token (NodeTokenFile), by default a ServiceAccount
+// token that TokenRequest bound to its Node, checked by the datapath with
+// TokenReview against the sandbox's API server.
 func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	st0, err := loadState(s.workDir)
 	if err != nil {
@@ -140,12 +175,22 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	}
 	dir := filepath.Join(s.workDir, "stack")
 	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
-		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "datapath.token"),
-		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir}
+		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "manager.token"), CSITokenFile: filepath.Join(dir, "csi-controller.token"),
+		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir, Auth: cfg.Auth}
+	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
+		return nil, fmt.Errorf("create stack dir: %w", err)
+	}
+	if err := s.stackIdentities(ctx, stk, st0); err != nil {
+		return nil, err
+	}
+	security, err := s.stackSecurity(ctx, cfg, stk, st0)
+	if err != nil {
+		return nil, err
+	}
 	if err := writeStackFiles(stk); err != nil {
 		return nil, err
 	}
-	if err := s.startStackHost(ctx, cfg, stk); err != nil {
+	if err := s.startStackHost(ctx, cfg, stk, security); err != nil {
 		return nil, err
 	}
 	if err := s.createStackObjects(ctx, stk, st0); err != nil {
@@ -185,19 +230,8 @@ func (s *Sandbox) Stack() (*Stack, error) {
 	return &stk, nil
 }
 
-// writeStackFiles creates the stack's directory, a random datapath token and
-// stack.json.
+// writeStackFiles writes stack.json.
 func writeStackFiles(stk *Stack) error {
-	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
-		return fmt.Errorf("create stack dir: %w", err)
-	}
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
-		return fmt.Errorf("datapath token: %w", err)
-	}
-	if err := os.WriteFile(stk.TokenFile, []byte(hex.EncodeToString(tok)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write datapath token: %w", err)
-	}
 	b, _ := json.MarshalIndent(stk, "", "  ")
 	if err := os.WriteFile(filepath.Join(stk.Dir, "stack.json"), b, 0o644); err != nil {
 		return fmt.Errorf("write stack.json: %w", err)
@@ -205,14 +239,39 @@ func writeStackFiles(stk *Stack) error {
 	return nil
 }
 
+// stackIdentities applies deploy/'s RBAC and writes the kubeconfigs of the
+// stack's components: the CSI controller's, and per node the engine's and
+// the kubelet stand-in's.
+func (s *Sandbox) stackIdentities(ctx context.Context, stk *Stack, st *state) error {
+	if err := s.ApplyDeployRBAC(ctx); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	var err error
+	if stk.ControllerKubeconfig, err = s.ComponentKubeconfig(ctx, vigil.CSIControllerServiceAccount, ""); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	for _, n := range st.Nodes {
+		if len(n.Members) > 0 {
+			continue // a rack: its heartbeat process talks to the datapath only
+		}
+		if _, err := s.ComponentKubeconfig(ctx, vigil.EngineServiceAccount, n.Name); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		if _, err := s.NodeKubeconfig(n.Name); err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+	}
+	return nil
+}
+
 // startStackHost starts the host processes in order, each once the one it
 // needs answers: datapath and its forwarders, CSI controller, sidecars.
-func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack) error {
+func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack, security []string) error {
 	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
 	sock := filepath.Join(stk.Dir, "csi.sock")
-	kubeconfig := s.Kubeconfig()
-	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: []string{mgr, "datapath", "serve",
-		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath"), "--token-file", stk.TokenFile}})
+	kubeconfig := stk.ControllerKubeconfig
+	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{mgr, "datapath", "serve",
+		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, security...)})
 	if err != nil {
 		return err
 	}
@@ -236,7 +295,7 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	}
 	err = s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
 		"--csi-endpoint", stk.ControllerEndpoint, "--datapath", stk.DatapathAddr,
-		"--datapath-token-file", stk.TokenFile, "--kubeconfig", kubeconfig}})
+		"--datapath-token-file", stk.CSITokenFile, "--datapath-ca-file", stk.CAFile, "--kubeconfig", kubeconfig}})
 	if err != nil {
 		return err
 	}
@@ -260,12 +319,17 @@ func (s *Sandbox) startHost(stk *Stack, spec ProcessSpec) error {
 }
 
 func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
+	return startHostIn(st, stk.Dir, spec)
+}
+
+// startHostIn starts spec on the host with its log in dir and records it.
+func startHostIn(st *state, dir string, spec ProcessSpec) error {
 	for _, p := range st.Host {
 		if p.Name == spec.Name && p.alive() {
-			return fmt.Errorf("%w: host process %s already runs (pid %d): the stack is started", ErrAlreadyUp, spec.Name, p.PID)
+			return fmt.Errorf("%w: host process %s already runs (pid %d)", ErrAlreadyUp, spec.Name, p.PID)
 		}
 	}
-	p := &proc{ProcessSpec: spec, Log: filepath.Join(stk.Dir, spec.Name+".log")}
+	p := &proc{ProcessSpec: spec, Log: filepath.Join(dir, spec.Name+".log")}
 	var err error
 	p.PID, p.StartTime, err = startDetached("", spec.Args, spec.Env, p.Log)
 	if p.PID != 0 {
@@ -281,13 +345,13 @@ func startHostLocked(st *state, stk *Stack, spec ProcessSpec) error {
 func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 	endpoint := NodeCSIEndpoint("$VIGIL_NODE_DIR")
 	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
-		"--node-name", "$VIGIL_NODE", "--kubeconfig", "$VIGIL_KUBECONFIG",
+		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
 		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
-		"--datapath-token-file", stk.TokenFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
+		"--datapath-token-file", NodeTokenFile("$VIGIL_NODE_DIR"), "--datapath-ca-file", stk.CAFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
 		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
 		"--heartbeat-interval", cfg.HeartbeatInterval.String()}}
 	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",
-		"--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
+		"--kubeconfig", identityKubeconfig(s.workDir, "kubelet", "$VIGIL_NODE"), "--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
 	if err := s.AddProcess("", engine); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
@@ -299,12 +363,14 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 
 // StackHeartbeat is the process of each rack of a scale sandbox that heartbeats
 // the rack's nodes to the datapath (`vigil-sandbox heartbeat`), instead of an
-// engine and a kubelet stand-in per node.
+// engine and a kubelet stand-in per node. It acts as each node with that
+// node's own token (RackTokensFile), as the node's engine would, over TLS.
 const StackHeartbeat = "heartbeat"
 
 func rackHeartbeat(cfg StackConfig, stk *Stack) ProcessSpec {
 	return ProcessSpec{Name: StackHeartbeat, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "heartbeat",
-		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)), "--token-file", stk.TokenFile,
+		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
+		"--node-tokens-file", RackTokensFile("$VIGIL_NODE_DIR"), "--ca-file", stk.CAFile,
 		"--interval", cfg.HeartbeatInterval.String()}}
 }
 

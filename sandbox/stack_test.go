@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
@@ -63,5 +65,69 @@ func TestCleanupMounts_Nested(t *testing.T) {
 	}
 	if mps, _ := mountsUnder(dir); len(mps) != 0 {
 		t.Errorf("after cleanupMounts: %+v still mounted", mps)
+	}
+}
+
+func TestStackConfig_WithDefaults_Auth(t *testing.T) {
+	bin := t.TempDir()
+	for _, b := range []string{BinVigilManager, BinVigilEngineNode, BinVigilSandbox, BinCSIProvisioner, BinCSIAttacher} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := (StackConfig{VigilBinDir: bin}).withDefaults(bin)
+	if err != nil || c.Auth != StackAuthTokenReview {
+		t.Fatalf("default Auth = %q, %v; want %q", c.Auth, err, StackAuthTokenReview)
+	}
+	if _, err := (StackConfig{VigilBinDir: bin, Auth: "shared"}).withDefaults(bin); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Auth shared: err %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestNodeTokenFile_UnderNodeDir(t *testing.T) {
+	if got, want := NodeTokenFile("/w/nodes/node-1"), "/w/nodes/node-1/datapath.token"; got != want {
+		t.Errorf("NodeTokenFile = %q, want %q", got, want)
+	}
+}
+
+// TestWriteStaticTokens_OneTokenPerIdentity: the static mode's tokens file
+// gives the manager and the CSI controller the controller role and each node's
+// file that node's engine, every token different, every file private.
+func TestWriteStaticTokens_OneTokenPerIdentity(t *testing.T) {
+	work := t.TempDir()
+	stk := &Stack{Dir: filepath.Join(work, "stack"), TokenFile: filepath.Join(work, "stack", "manager.token"),
+		CSITokenFile: filepath.Join(work, "stack", "csi-controller.token")}
+	st := &state{Nodes: []*nodeState{{Name: "node-1"}, {Name: "node-2"}}}
+	tokensFile, err := writeStaticTokens(stk, st, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := datapath.ReadTokensFile(tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for file, want := range map[string]datapath.Identity{
+		stk.TokenFile:                        {Role: datapath.RoleController},
+		stk.CSITokenFile:                     {Role: datapath.RoleController},
+		NodeTokenFile(st.Nodes[0].dir(work)): {Role: datapath.RoleEngine, Node: "node-1"},
+		NodeTokenFile(st.Nodes[1].dir(work)): {Role: datapath.RoleEngine, Node: "node-2"},
+	} {
+		fi, err := os.Stat(file)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, mode %v; want a file only its owner reads", file, err, fi)
+		}
+		tok, err := datapath.ReadTokenFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[tok] {
+			t.Fatalf("%s holds a token another identity has", file)
+		}
+		seen[tok] = true
+		id, err := auth.Authenticate(context.Background(), tok)
+		if err != nil || id.Role != want.Role || id.Node != want.Node {
+			t.Errorf("%s: %+v, %v; want %+v", file, id, err, want)
+		}
 	}
 }

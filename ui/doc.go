@@ -12,6 +12,16 @@
 // for every change at once (PATCH /v1/settings with If-Match), a guard against
 // leaving with unsaved changes, and the token kept for the tab in sessionStorage.
 //
+// Every page shows a banner while a refused settings value keeps the manager
+// from acting, naming the file (or the store), the value and what is allowed;
+// the script updates it from the "problems" event.
+//
+// The nodes page shows each node's verdict and since when (the leader's
+// controllers; a standby shows the Node's Ready condition and says so), its
+// engine's last heartbeat at the datapath, a graceful stop, whether Vigil
+// fenced it (and when) and whether it carries vigil.io/fenced, and its rows at
+// the datapath with their epochs. Without a datapath those columns say so.
+//
 // The recoveries page draws each recovery's timeline as an SVG rendered by the
 // server (timeline.go): detected → fenced → pods reaped → attachments freed →
 // replacements Running → node back and clean, each with its time after detection.

@@ -2,12 +2,10 @@ package ui
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,60 +17,10 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// recordingSettings is the test double of httpapi.SettingsService until package
-// settings records history itself: the real *settings.Settings on the memory
-// store plus an in-memory history and an all-or-nothing SetMany.
-type recordingSettings struct {
-	*settings.Settings
-	mu      sync.Mutex
-	history []httpapi.ChangeRecord
-}
-
-func (f *recordingSettings) SetAs(ctx context.Context, name, value string, who httpapi.Actor) error {
-	before, _ := f.Get(name)
-	if err := f.Set(ctx, name, value); err != nil {
-		return err
-	}
-	after, _ := f.Get(name)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.history = append([]httpapi.ChangeRecord{{Time: time.Now(), Setting: name, Old: before.Value, New: after.Value,
-		OldSource: before.Source, NewSource: after.Source, Actor: who}}, f.history...)
-	return nil
-}
-
-func (f *recordingSettings) ResetAs(ctx context.Context, name string, who httpapi.Actor) error {
-	return f.Reset(ctx, name)
-}
-
-func (f *recordingSettings) SetMany(ctx context.Context, values map[string]string, who httpapi.Actor) error {
-	var errs []error
-	for name, v := range values {
-		if _, err := settings.ParseValue(name, v); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	for name, v := range values {
-		if err := f.SetAs(ctx, name, v, who); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *recordingSettings) History(_ context.Context, limit int) ([]httpapi.ChangeRecord, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]httpapi.ChangeRecord(nil), f.history[:min(limit, len(f.history))]...), nil
-}
-
 const testToken = "ui-test-token"
 
 type fixture struct {
-	set *recordingSettings
+	set *settings.Settings
 	srv *httptest.Server
 	ui  *UI
 }
@@ -93,7 +41,7 @@ func newFixture(t testing.TB, managed map[string]string, tokenForReads bool) *fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := &recordingSettings{Settings: s}
+	set := s
 	api, err := httpapi.New(httpapi.Config{Settings: set, Token: testToken, TokenForReads: tokenForReads,
 		Nodes: fakeNodes{}, Recoveries: fakeRecoveries{}})
 	if err != nil {
@@ -115,15 +63,17 @@ var t0 = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 
 type fakeNodes struct{}
 
-func (fakeNodes) Nodes(context.Context) ([]httpapi.NodeView, error) {
-	since := t0
-	hb := 0.8
-	return []httpapi.NodeView{
-		{Name: "node-a", Verdict: "down", Reason: "Ready=Unknown", Since: &since, Fenced: true, Tainted: true, Source: "controller",
+func (fakeNodes) Nodes(context.Context) (httpapi.NodesReport, error) {
+	since, fenced := t0, t0.Add(400*time.Millisecond)
+	hb, silent := 0.8, 90.0
+	return httpapi.NodesReport{Verdicts: httpapi.VerdictsController, Datapath: httpapi.DatapathConnected, Nodes: []httpapi.NodeView{
+		{Name: "node-a", Verdict: httpapi.VerdictDown, Reason: "ready-unknown", Since: &since, HeartbeatAgeSeconds: &silent,
+			Fenced: true, FencedAt: &fenced, Tainted: true,
 			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "fenced"}}},
-		{Name: "node-b", Verdict: "up", Since: &since, HeartbeatAgeSeconds: &hb, Source: "controller",
+		{Name: "node-b", Verdict: httpapi.VerdictUp, Since: &since, HeartbeatAgeSeconds: &hb,
 			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "granted"}}},
-	}, nil
+		{Name: "node-c", Verdict: httpapi.VerdictLeaving, Reason: "graceful stop announced", Leaving: true, Volumes: []httpapi.VolumeGrant{}},
+	}}, nil
 }
 
 type fakeRecoveries struct{}

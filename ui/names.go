@@ -27,6 +27,9 @@ const (
 		"That is safe only when the old node can no longer write to the pod's volumes. Vigil makes it safe by fencing " +
 		"first: the storage refuses every write from the dead node before any pod is deleted. It is not safe for volumes " +
 		"Vigil cannot fence, and it is never done to DaemonSet, Job or bare pods, or to pods annotated vigil.io/reap: \"false\"."
+	blockedIntro = "A settings value it refused leaves a setting with a value in force that is not the one given, and no good " +
+		"value stands in for it. Nodes are still judged and reported, but nothing is fenced, tainted or deleted until " +
+		"this is fixed (the manager's /readyz fails meanwhile):"
 	dryRunBanner = "Vigil decides but does not act: nothing is fenced or deleted, every decision is logged and recorded as an Event."
 )
 

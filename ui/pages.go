@@ -14,17 +14,20 @@ import (
 
 type nodesData struct {
 	layout
-	Nodes []httpapi.NodeView
+	httpapi.NodesReport
 	Error string
 }
 
+// NoDatapath: the manager runs without a datapath, so the storage columns are empty.
+func (d nodesData) NoDatapath() bool { return d.Datapath == httpapi.DatapathNone }
+
 func (u *UI) nodesPage(w http.ResponseWriter, r *http.Request) {
 	d := nodesData{layout: u.layout(r, "Nodes", "nodes")}
-	nodes, err := u.api.Nodes(r.Context())
+	rep, err := u.api.Nodes(r.Context())
 	if err != nil {
 		d.Error = "The nodes cannot be shown yet: " + err.Error()
 	}
-	d.Nodes = nodes
+	d.NodesReport = rep
 	if partial(r) {
 		u.renderPartial(w, "nodes", d)
 		return
@@ -137,10 +140,12 @@ var funcs = template.FuncMap{
 	},
 	"verdictClass": func(v string) string {
 		switch v {
-		case "up", "ready":
+		case httpapi.VerdictUp, httpapi.VerdictReady:
 			return "ok"
-		case "leaving":
+		case httpapi.VerdictLeaving:
 			return "info"
+		case httpapi.VerdictSuspect:
+			return "warn"
 		}
 		return "bad"
 	},

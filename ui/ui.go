@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/httpapi"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 //go:embed templates/*.html
@@ -101,10 +102,20 @@ type layout struct {
 	// need the token, without JavaScript).
 	Token string
 	Now   time.Time
+	// ActBlocked is set while a refused settings value keeps the manager from
+	// acting; Blocking lists those values. Every page shows them in a banner.
+	ActBlocked string
+	Blocking   []settings.Problem
 }
+
+// BlockedIntro is the blocked banner's explanation.
+func (layout) BlockedIntro() string { return blockedIntro }
 
 func (u *UI) layout(r *http.Request, title, nav string) layout {
 	l := layout{Title: title, Nav: nav, Version: vigil.Version, TokenForReads: u.api.TokenForReads(), Now: u.now()}
+	if p := u.api.Service().Problems(); p.ActBlocked != "" {
+		l.ActBlocked, l.Blocking = p.ActBlocked, p.Blocking()
+	}
 	if l.TokenForReads {
 		l.Token = r.PostFormValue(fieldToken)
 	}

@@ -84,6 +84,25 @@ func TestUI_SettingsPage_DryRunBannerAndProblem(t *testing.T) {
 		"Refused value:", `setting node-down-grace-period: invalid value &#34;forever&#34;`)
 }
 
+// A value refused at startup blocks acting: every page says so at the top,
+// naming the file, the value and what is allowed.
+func TestUI_Pages_BlockedBannerNamesTheRefusedValue(t *testing.T) {
+	f := newFixture(t, map[string]string{settings.NameNodeDownGracePeriod: "forever"}, false)
+	var path string
+	for _, p := range f.set.Problems() {
+		path = p.Path
+	}
+	for _, p := range []string{"/", PathNodes, PathRecoveries, PathRecoveries + "/node-a-20260102-030000"} {
+		_, body := f.get(t, p)
+		mustContain(t, body, `<div class="banner bad blocked" id="blocked-banner" role="alert">`, "Vigil is not acting.",
+			"<li>overlay file "+path+" refused: setting node-down-grace-period: invalid value &#34;forever&#34;",
+			"allowed: a duration from 0s to 10m")
+	}
+	clean := newFixture(t, nil, false)
+	_, body := clean.get(t, PathNodes)
+	mustContain(t, body, `id="blocked-banner" role="alert" hidden>`)
+}
+
 func formOf(t *testing.T, f *fixture, changes map[string]string) url.Values {
 	t.Helper()
 	list := f.ui.api.Service().Settings()
@@ -116,7 +135,7 @@ func TestUI_SaveSettings_TwoAtOnceWithoutJavaScript(t *testing.T) {
 		t.Fatalf("not in force: %v", f.set.Values())
 	}
 	h, _ := f.set.History(t.Context(), 10)
-	if len(h) != 3 || h[0].Actor.Source != httpapi.SourceUI {
+	if len(h) != 3 || h[0].Actor.Source != httpapi.SourceUI || !strings.HasPrefix(h[0].Actor.Identity, httpapi.TokenIdentityPrefix) {
 		t.Fatalf("history = %+v", h)
 	}
 	_, page := f.get(t, loc)
@@ -178,8 +197,12 @@ func TestUI_NodesPage(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("= %d", code)
 	}
-	mustContain(t, body, `id="node-node-a"`, `<span class="pill bad">down</span>`, "Ready=Unknown", "1m30s ago",
-		"vigil.io/fenced", "epoch 8", "0.80s ago", `data-partial="/nodes?partial=1"`)
+	mustContain(t, body, `id="node-node-a"`, `<span class="pill bad" data-role="verdict">down</span>`, "ready-unknown", "1m30s ago",
+		"vigil.io/fenced", "epoch 8", "0.80s ago", `data-partial="/nodes?partial=1"`,
+		"1m30s ago</td>", // node-a's silent engine: heartbeat age
+		`<span class="pill bad">fenced</span> <time class="muted" datetime="2026-01-02T03:00:00Z">1m29.6s ago</time>`,
+		`<span class="pill info" data-role="verdict">leaving</span>`, "none since the datapath started",
+		"Verdicts: the manager's controllers", "the datapath, polled every second")
 	_, part := f.get(t, PathNodes+"?partial=1")
 	if strings.Contains(part, "<html") || !strings.Contains(part, `id="node-node-b"`) {
 		t.Fatalf("partial = %s", part)

@@ -5,14 +5,29 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/vigil-storage/vigil/datapath/client"
 	enginenode "github.com/vigil-storage/vigil/engine-node"
 )
 
-func dial(ctx context.Context, addr, token string) (enginenode.DatapathClient, error) {
-	return client.Dial(ctx, addr, token)
+func dial(ctx context.Context, cfg enginenode.DialConfig) (enginenode.DatapathClient, error) {
+	return client.Dial(ctx, cfg.Addr, "", clientOptions(cfg)...)
+}
+
+// clientOptions turns the engine's datapath flags into client options: the
+// token file (read again when it rotates), TLS with the CA, or plaintext.
+func clientOptions(cfg enginenode.DialConfig) []client.Option {
+	opts := []client.Option{client.WithTokenFile(cfg.TokenFile)}
+	switch {
+	case cfg.CAFile != "":
+		opts = append(opts, client.WithCAFile(cfg.CAFile))
+	case cfg.Insecure:
+		slog.Warn("datapath client: plaintext (--datapath-insecure): this node's token and data cross the network in the clear", "datapath", cfg.Addr)
+		opts = append(opts, client.WithInsecure())
+	}
+	return opts
 }
 
 func main() {

@@ -32,7 +32,7 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "workdir", EnvVars: []string{"VIGIL_SANDBOX_DIR"},
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
-		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(),
+		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(), demoCommand(),
 			kubelet.Command(), ledger.Command(), heartbeat.Command()},
 	}
 }
@@ -62,10 +62,18 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "bin-dir", Usage: "binaries from `make testbin` (default: the pinned cache)"},
 			&cli.BoolFlag{Name: "stack", Usage: "also run Vigil's volume stack (datapath, CSI controller and sidecars, an engine and a kubelet stand-in per node)"},
 			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
+			&cli.StringFlag{Name: "datapath-auth", Value: string(sandbox.StackAuthTokenReview),
+				Usage: "how --stack's callers prove who they are to the datapath: tokenreview (ServiceAccount tokens, the engines' bound to their Node) or static (a tokens file)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("up takes no arguments, got %q", c.Args().Slice())
+			}
+			switch auth := sandbox.StackAuth(c.String("datapath-auth")); {
+			case auth != sandbox.StackAuthTokenReview && auth != sandbox.StackAuthStatic:
+				return fmt.Errorf("--datapath-auth %q: want %s or %s", auth, sandbox.StackAuthTokenReview, sandbox.StackAuthStatic)
+			case c.IsSet("datapath-auth") && !c.Bool("stack"):
+				return fmt.Errorf("--datapath-auth is for --stack's datapath; give --stack too")
 			}
 			nodes, rackSize := c.Int("nodes"), 0
 			if c.Int("racks") != 0 {
@@ -278,11 +286,11 @@ func startStack(c *cli.Context, s *sandbox.Sandbox) error {
 		}
 		dir = filepath.Dir(exe)
 	}
-	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir})
+	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir, Auth: sandbox.StackAuth(c.String("datapath-auth"))})
 	if err != nil {
 		return fmt.Errorf("%w (the sandbox is up: logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
 	}
-	fmt.Printf("vigil stack: datapath %s (token %s), CSI controller %s, StorageClass %s\n",
-		stk.DatapathAddr, stk.TokenFile, stk.ControllerEndpoint, stk.StorageClass)
+	fmt.Printf("vigil stack: datapath %s (TLS, CA %s; %s identities; the manager's token %s), CSI controller %s, StorageClass %s\n",
+		stk.DatapathAddr, stk.CAFile, stk.Auth, stk.TokenFile, stk.ControllerEndpoint, stk.StorageClass)
 	return nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +47,25 @@ func TestApp_Node_ArgCount(t *testing.T) {
 	err := run("--workdir", t.TempDir(), "node", "stop")
 	if err == nil || !strings.Contains(err.Error(), "one node name") {
 		t.Errorf("node stop without a name = %v, want an error asking for one node name", err)
+	}
+}
+
+func TestApp_Up_BadDatapathAuth(t *testing.T) {
+	dir := t.TempDir()
+	for args, mention := range map[string]string{
+		"--stack --datapath-auth shared":   `--datapath-auth "shared": want tokenreview or static`,
+		"--datapath-auth static":           "give --stack too",
+		"--stack --datapath-auth=":         `--datapath-auth ""`,
+		"--stack --datapath-auth STATIC":   `"STATIC"`,
+		"--stack --datapath-auth=tokenrev": `"tokenrev"`,
+	} {
+		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("up %s = %v, want an error mentioning %q", args, err, mention)
+		}
+	}
+	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("a refused up left a sandbox behind: %v", err)
 	}
 }
 
@@ -95,8 +117,25 @@ func TestApp_Up_BadRacks(t *testing.T) {
 }
 
 func TestApp_Heartbeat_BadFlags(t *testing.T) {
-	for _, args := range [][]string{{}, {"--datapath", "127.0.0.1:1"}, {"--datapath", "127.0.0.1:1", "--token-file", "t"},
-		{"--datapath", "127.0.0.1:1", "--token-file", "t", "--nodes", "a,,b"}} {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("node a 0123456789abcdef0123\nnode b fedcba98765432100123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	controller := filepath.Join(dir, "controller")
+	if err := os.WriteFile(controller, []byte("controller 0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dp, ca := []string{"--datapath", "127.0.0.1:1"}, []string{"--ca-file", filepath.Join(dir, "ca.crt")}
+	with := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	for _, args := range [][]string{{}, dp, with(dp, []string{"--node-tokens-file", tokens}), // no CA
+		with(dp, ca), // no tokens
+		with(dp, ca, []string{"--node-tokens-file", filepath.Join(dir, "missing")}),
+		with(dp, ca, []string{"--node-tokens-file", controller}),                  // the controller's token
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--nodes", "a,c"}),    // c has no token
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--nodes", "a,,b"}),   // an empty name
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--interval", "-1s"}), // negative interval
+		with(dp, ca, []string{"--node-tokens-file", tokens}, []string{"extra"})} {
 		err := run(append([]string{"heartbeat"}, args...)...)
 		if !errors.Is(err, heartbeat.ErrBadConfig) {
 			t.Errorf("heartbeat %q = %v, want heartbeat.ErrBadConfig", args, err)

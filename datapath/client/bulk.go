@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -39,15 +40,17 @@ type bulkResult struct {
 // one reader goroutine hands responses to the waiting callers by id.
 type bulkConn struct {
 	c       net.Conn
+	token   string // the token its hello carried
 	wmu     sync.Mutex
 	hdr     []byte
 	mu      sync.Mutex
 	pending map[uint64]chan bulkResult
 	nextID  uint64
 	err     error // set once the connection is dead
+	retired bool  // the token changed: no new writes; closed once none is pending
 }
 
-func dialBulk(ctx context.Context, addr, token string) (*bulkConn, error) {
+func dialBulk(ctx context.Context, addr, token string, tlsCfg *tls.Config) (*bulkConn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -55,6 +58,20 @@ func dialBulk(ctx context.Context, addr, token string) (*bulkConn, error) {
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
+	}
+	if tlsCfg != nil {
+		tc := tls.Client(c, tlsCfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			// A certificate the CA does not vouch for is final; anything else
+			// (a reset, a timeout) may pass on the next attempt.
+			var verr *tls.CertificateVerificationError
+			if errors.As(err, &verr) {
+				return nil, fmt.Errorf("datapath %s: TLS: %w", addr, err)
+			}
+			return nil, fmt.Errorf("%w: TLS handshake: %v", errBulkTransport, err)
+		}
+		c = tc
 	}
 	br := bufio.NewReaderSize(c, 16<<10)
 	if _, err := c.Write(wire.AppendBulkHello(nil, token)); err != nil {
@@ -74,7 +91,7 @@ func dialBulk(ctx context.Context, addr, token string) (*bulkConn, error) {
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	b := &bulkConn{c: c, pending: map[uint64]chan bulkResult{}}
+	b := &bulkConn{c: c, token: token, pending: map[uint64]chan bulkResult{}}
 	go b.readLoop(br)
 	return b, nil
 }
@@ -119,6 +136,7 @@ func (b *bulkConn) readLoop(br *bufio.Reader) {
 		b.mu.Lock()
 		ch := b.pending[r.ID]
 		delete(b.pending, r.ID)
+		done := b.retired && len(b.pending) == 0
 		b.mu.Unlock()
 		if ch != nil {
 			ch <- bulkResult{code: r.Code, msg: msg}
@@ -127,6 +145,22 @@ func (b *bulkConn) readLoop(br *bufio.Reader) {
 			b.fail(datapath.BulkError(r.Code, msg))
 			return
 		}
+		if done {
+			b.fail(net.ErrClosed)
+			return
+		}
+	}
+}
+
+// retire takes the connection out of use (its token was replaced): writes in
+// flight get their answers, then it closes.
+func (b *bulkConn) retire() {
+	b.mu.Lock()
+	b.retired = true
+	idle := len(b.pending) == 0
+	b.mu.Unlock()
+	if idle {
+		b.fail(net.ErrClosed)
 	}
 }
 
@@ -215,10 +249,14 @@ func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
 		return nil, errBulkUnsupported
 	}
 	c.bulkNext = (c.bulkNext + 1) % bulkConns
+	token := c.token.get()
 	if b := c.bulk[c.bulkNext]; b != nil && !b.dead() {
-		return b, nil
+		if b.token == token {
+			return b, nil
+		}
+		b.retire()
 	}
-	b, err := dialBulk(ctx, c.addr, c.token)
+	b, err := dialBulk(ctx, c.addr, token, c.bulkTLS)
 	if errors.Is(err, errBulkUnsupported) {
 		c.bulkRetryAt = time.Now().Add(bulkRetryAfter)
 	}

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -26,6 +29,10 @@ type options struct {
 	maxBackoff time.Duration
 	dialOpts   []grpc.DialOption
 	noBulk     bool
+	tokenFile  string
+	caFile     string
+	roots      *x509.CertPool
+	insecure   bool
 }
 
 // WithTimeout sets the timeout of each attempt (default 10s). The caller's
@@ -49,10 +56,11 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client talks to one datapath server. It is safe for concurrent use.
 type Client struct {
-	conn  *grpc.ClientConn
-	addr  string
-	token string
-	opts  options
+	conn    *grpc.ClientConn
+	addr    string
+	token   *tokenSource
+	bulkTLS *tls.Config // the bulk channel's (ALPN vigil-bulk/1); nil: plaintext
+	opts    options
 
 	bulkMu   sync.Mutex
 	bulk     [bulkConns]*bulkConn
@@ -63,8 +71,11 @@ type Client struct {
 }
 
 // Dial prepares a client for the server at addr ("host:port"), authenticating
-// with token. It does not wait for the server: the first call does, within its
-// timeout and retries. ctx is checked once, before anything is set up.
+// with token (or, when token is empty, with the file given to WithTokenFile).
+// It speaks TLS when given a CA (WithCAFile, WithRootCAs); without one it
+// refuses an address off loopback unless WithInsecure. It does not wait for
+// the server: the first call does, within its timeout and retries. ctx is
+// checked once, before anything is set up.
 func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
@@ -72,16 +83,25 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if addr == "" {
 		return nil, fmt.Errorf("%w: dial datapath: empty address; want host:port", datapath.ErrInvalidArgument)
 	}
-	if token == "" {
-		return nil, fmt.Errorf("%w: dial datapath %s: empty token", datapath.ErrInvalidArgument, addr)
-	}
 	o := options{timeout: 10 * time.Second, retries: 3, minBackoff: 50 * time.Millisecond, maxBackoff: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	ts, err := newTokenSource(token, o.tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
+	}
+	tlsCfg, err := o.transport(addr)
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
 	dialOpts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(tokenCreds(token)),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(ts),
 		grpc.WithDefaultCallOptions(
 			grpc.ForceCodecV2(wire.Codec{}),
 			grpc.MaxCallRecvMsgSize(wire.MaxBytes+4096),
@@ -96,7 +116,7 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
-	return &Client{conn: conn, addr: addr, token: token, opts: o, bulkOff: o.noBulk}, nil
+	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), opts: o, bulkOff: o.noBulk}, nil
 }
 
 // Close closes the connections.
@@ -104,16 +124,6 @@ func (c *Client) Close() error {
 	c.closeBulk()
 	return c.conn.Close()
 }
-
-type tokenCreds string
-
-func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{datapath.TokenMetadataKey: "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity is false: the datapath listens on loopback or a
-// cluster-private address and authenticates with the shared token.
-func (tokenCreds) RequireTransportSecurity() bool { return false }
 
 // retryClass says which failures a call may be retried on.
 type retryClass int

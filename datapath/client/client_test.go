@@ -17,14 +17,11 @@ import (
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
 
-func dial(t testing.TB, srv *datapathtest.Server, opts ...client.Option) *client.Client {
+// dial returns a client that makes each call as production would: I/O,
+// heartbeats and Leave as the named node's engine, the rest as the controller.
+func dial(t testing.TB, srv *datapathtest.Server, opts ...client.Option) *datapathtest.Roles {
 	t.Helper()
-	c, err := client.Dial(context.Background(), srv.Addr, srv.Token, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return srv.DialRoles(t, opts...)
 }
 
 func TestClient_VolumeLifecycle(t *testing.T) {
@@ -137,7 +134,7 @@ func TestClient_Dial_WrongOrMissingToken(t *testing.T) {
 	}
 	defer bad.Close()
 	_, err = bad.CreateVolume(ctx, "pvc-b", 4096, datapath.AccessRWO)
-	if !errors.Is(err, datapath.ErrUnauthenticated) || !strings.Contains(err.Error(), "wrong token") {
+	if !errors.Is(err, datapath.ErrUnauthenticated) || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("wrong token: %v", err)
 	}
 	if err := bad.DeleteVolume(ctx, v.ID); !errors.Is(err, datapath.ErrUnauthenticated) {
@@ -161,9 +158,9 @@ func TestClient_Dial_WrongOrMissingToken(t *testing.T) {
 	}
 }
 
-// rawConn talks to the server without the client's own checks, to prove the
-// server refuses bad requests by itself.
-func rawConn(t *testing.T, srv *datapathtest.Server) (*grpc.ClientConn, grpc.CallOption) {
+// rawConn talks to the server with token and without the client's own
+// checks, to prove the server refuses bad requests by itself.
+func rawConn(t *testing.T, srv *datapathtest.Server, token string) (*grpc.ClientConn, grpc.CallOption) {
 	t.Helper()
 	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
@@ -171,7 +168,7 @@ func rawConn(t *testing.T, srv *datapathtest.Server) (*grpc.ClientConn, grpc.Cal
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return conn, grpc.PerRPCCredsCallOption{Creds: bearer(srv.Token)}
+	return conn, grpc.PerRPCCredsCallOption{Creds: bearer(token)}
 }
 
 type bearer string
@@ -187,7 +184,7 @@ func TestServer_BadRequests_ClearErrorsNothingChanged(t *testing.T) {
 	ctx := context.Background()
 	v, _ := c.CreateVolume(ctx, "pvc-a", 8<<20, datapath.AccessRWO)
 	e, _ := c.Grant(ctx, v.ID, "n1")
-	conn, creds := rawConn(t, srv)
+	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
 	codec := grpc.ForceCodecV2(wire.Codec{})
 	write := func(data []byte) error {
 		req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}, Data: data}

@@ -22,4 +22,15 @@
 // WriteAt waits for the answer, so the caller's buffer is free once WriteAt
 // returns here too. A server that does not answer the bulk hello gets writes
 // over gRPC.
+//
+// Each client presents one identity's token: the controller's (the manager,
+// the CSI controller) or one node's engine's; the server refuses with
+// ErrPermissionDenied whatever that identity may not do (an engine granting,
+// or acting as another node). The token is Dial's argument, or a file
+// (WithTokenFile) read again when it changes, for projected ServiceAccount
+// tokens that the kubelet rotates; bulk connections opened with an older token
+// are replaced. With a CA (WithCAFile, WithRootCAs) the client speaks TLS on
+// both channels and verifies the server's certificate for the address's host;
+// without one it speaks plaintext only to a loopback address, or anywhere with
+// WithInsecure.
 package client

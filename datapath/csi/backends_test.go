@@ -1,7 +1,6 @@
 package csi
 
 import (
-	"context"
 	"testing"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -20,16 +19,12 @@ func sanityBackends() []sanityBackend {
 }
 
 // startRealDatapath starts a datapath server with the given capacity and
-// returns a client to it; both stop when the test ends.
-func startRealDatapath(t testing.TB, capacity int64) *client.Client {
+// returns a client to it that calls as the controller (and does a test's I/O
+// as the node's engine); both stop when the test ends.
+func startRealDatapath(t testing.TB, capacity int64) *datapathtest.Roles {
 	t.Helper()
 	srv := datapathtest.Start(t, datapath.Options{Capacity: capacity, Logger: discardLogger()})
-	c, err := client.Dial(context.Background(), srv.Addr, srv.Token)
-	if err != nil {
-		t.Fatalf("dial datapath %s: %v", srv.Addr, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return srv.DialRoles(t)
 }
 
 // The datapath client is what the manager passes to NewServer.

@@ -1,47 +1,117 @@
 // Package datapathtest starts a real datapath server for tests: a store in a
-// temporary directory, served over gRPC on 127.0.0.1 with a random token, and
-// stopped (and flushed) by t.Cleanup.
+// temporary directory, served on 127.0.0.1 (plaintext, or TLS with a
+// throwaway CA), stopped and flushed by t.Cleanup. Callers prove who they are
+// as in production: Token is the controller's, NodeToken(node) the token of
+// one node's engine, and the server's real authorization lets each do only
+// its own part.
 package datapathtest
 
 import (
+	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
+	"fmt"
 	"net"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/devcerts"
 )
 
 // Server is a running test server.
 type Server struct {
-	Addr  string
+	Addr string
+	// Token is the controller's token (create, grant, fence, release, reports).
 	Token string
 	Dir   string
 	Store *datapath.Store
+	// CA verifies the server's certificate and CAFile holds it (PEM); both
+	// are empty without Config.TLS.
+	CA     *x509.CertPool
+	CAFile string
+	auth   *nodeTokens
 }
 
-// Start starts a server with opts (Capacity 0 means 1 TiB here, so tests do not
-// depend on the disk's size) and registers its shutdown with t.Cleanup.
+// NodeToken is the token of node's engine: I/O, heartbeats and Leave as
+// that node only.
+func (s *Server) NodeToken(node string) string { return s.auth.token(node) }
+
+// At is the same server reached at addr (through a proxy, say): same
+// tokens, same CA.
+func (s *Server) At(addr string) *Server {
+	c := *s
+	c.Addr = addr
+	return &c
+}
+
+// Config says how StartWith runs the server.
+type Config struct {
+	// Options of the store (Capacity 0 means 1 TiB here, so tests do not
+	// depend on the disk's size).
+	Options datapath.Options
+	// Dir is the data directory; default a new t.TempDir() (give one to
+	// reopen after a stop).
+	Dir string
+	// TLS serves TLS with a certificate for 127.0.0.1 from a new CA.
+	TLS bool
+	// Auth replaces the server's authenticator (a TokenReview one, say);
+	// Token and NodeToken keep working only if it accepts them.
+	Auth datapath.Authenticator
+}
+
+// Start starts a plaintext server with opts and registers its shutdown with
+// t.Cleanup.
 func Start(t testing.TB, opts datapath.Options) *Server {
 	t.Helper()
-	if opts.Capacity == 0 {
-		opts.Capacity = 1 << 40
-	}
-	dir := t.TempDir()
-	return StartIn(t, dir, opts)
+	return StartWith(t, Config{Options: opts})
 }
 
 // StartIn is Start with a chosen data directory (to reopen after a stop).
 func StartIn(t testing.TB, dir string, opts datapath.Options) *Server {
 	t.Helper()
-	store, err := datapath.Open(dir, opts)
+	return StartWith(t, Config{Options: opts, Dir: dir})
+}
+
+// StartWith starts a server as cfg says.
+func StartWith(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	if cfg.Options.Capacity == 0 {
+		cfg.Options.Capacity = 1 << 40
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	store, err := datapath.Open(cfg.Dir, cfg.Options)
 	if err != nil {
 		t.Fatalf("open datapath store: %v", err)
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	srv, err := datapath.NewServer(store, token)
+	nt := newNodeTokens()
+	out := &Server{Token: nt.controller, Dir: cfg.Dir, Store: store, auth: nt}
+	var auth datapath.Authenticator = nt
+	if cfg.Auth != nil {
+		auth = cfg.Auth
+	}
+	var opts []datapath.ServerOption
+	if cfg.TLS {
+		files, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1", "localhost"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc, err := datapath.ServerTLS(files.Cert, files.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, datapath.WithTLS(tc))
+		out.CAFile = files.CA
+		out.CA = mustPool(t, files.CA)
+	}
+	srv, err := datapath.NewServer(store, auth, opts...)
 	if err != nil {
 		t.Fatalf("datapath server: %v", err)
 	}
@@ -60,5 +130,57 @@ func StartIn(t testing.TB, dir string, opts datapath.Options) *Server {
 			t.Errorf("close datapath store: %v", err)
 		}
 	})
-	return &Server{Addr: lis.Addr().String(), Token: token, Dir: dir, Store: store}
+	out.Addr = lis.Addr().String()
+	return out
+}
+
+func mustPool(t testing.TB, caFile string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("CA file %s holds no certificate", caFile)
+	}
+	return pool
+}
+
+// nodeTokens authenticates the controller's random token and, for any node,
+// a token derived from the node name with a random key ("node.NAME.MAC"): so
+// a test may use any node name without registering it first, and one node's
+// token never passes for another's.
+type nodeTokens struct {
+	controller string
+	key        []byte
+}
+
+func newNodeTokens() *nodeTokens {
+	var k [32]byte
+	_, _ = rand.Read(k[:])
+	var c [16]byte
+	_, _ = rand.Read(c[:])
+	return &nodeTokens{controller: "controller." + hex.EncodeToString(c[:]), key: k[:]}
+}
+
+func (n *nodeTokens) mac(node string) string {
+	m := hmac.New(sha256.New, n.key)
+	m.Write([]byte(node))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (n *nodeTokens) token(node string) string { return "node." + node + "." + n.mac(node) }
+
+// Authenticate implements datapath.Authenticator.
+func (n *nodeTokens) Authenticate(_ context.Context, token string) (datapath.Identity, error) {
+	if hmac.Equal([]byte(token), []byte(n.controller)) {
+		return datapath.Identity{Role: datapath.RoleController, Name: "datapathtest controller token"}, nil
+	}
+	if rest, ok := strings.CutPrefix(token, "node."); ok {
+		if i := strings.LastIndexByte(rest, '.'); i > 0 && hmac.Equal([]byte(rest[i+1:]), []byte(n.mac(rest[:i]))) {
+			return datapath.Identity{Role: datapath.RoleEngine, Node: rest[:i], Name: "datapathtest node token"}, nil
+		}
+	}
+	return datapath.Identity{}, fmt.Errorf("%w: not a token of this test server", datapath.ErrUnauthenticated)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
@@ -18,13 +19,14 @@ func Example() {
 	defer os.RemoveAll(dir)
 	store, _ := datapath.Open(dir, datapath.Options{Capacity: 1 << 30})
 	defer store.Close()
-	srv, _ := datapath.NewServer(store, "example-token")
+	tokens, _ := datapath.ParseTokens(strings.NewReader("controller example-controller-token\n"), "example")
+	srv, _ := datapath.NewServer(store, tokens)
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop(0)
 
 	ctx := context.Background()
-	dp, _ := client.Dial(ctx, lis.Addr().String(), "example-token")
+	dp, _ := client.Dial(ctx, lis.Addr().String(), "example-controller-token")
 	defer dp.Close()
 	for _, name := range []string{"pvc-a", "pvc-b"} {
 		v, _ := dp.CreateVolume(ctx, name, 1<<20, datapath.AccessRWO)

@@ -69,7 +69,7 @@ func (c *cutter) set(cut bool) {
 
 // control arranges the datapath's state through a client of its own.
 type control struct {
-	dp    *client.Client
+	dp    *datapathtest.Roles // the controller's calls as the controller, heartbeats as each node
 	clock *clock
 	cut   *cutter
 }
@@ -98,11 +98,7 @@ func newBackend(t *testing.T) (*fencer.Fencer, *control) {
 	clk := &clock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	srv := datapathtest.Start(t, datapath.Options{Now: clk.Now})
 	ctx := context.Background()
-	own, err := client.Dial(ctx, srv.Addr, srv.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = own.Close() })
+	own := srv.DialRoles(t)
 	cut := &cutter{}
 	dp, err := client.Dial(ctx, srv.Addr, srv.Token,
 		client.WithRetries(8), client.WithBackoff(5*time.Millisecond, 50*time.Millisecond),

@@ -77,7 +77,9 @@
 // node's processes (VIGIL_NODE, VIGIL_KUBECONFIG, VIGIL_NODE_DIR), so that it
 // runs inside the node's network namespace and dies with the node. Its client
 // needs to read pods, PVCs, PVs, VolumeAttachments and CSIDrivers, patch
-// nodes/status and create events.
+// nodes/status and create events; the sandbox's stack runs it as its node, as
+// a kubelet runs (sandbox.NodeKubeconfig: system:node:NAME, held to its own
+// Node by the API server's Node authorizer and NodeRestriction).
 //
 // The package owns only this stand-in; the node service is engine-node's, the
 // node's lifecycle (kwok, network namespace, start and stop) is sandbox's.

@@ -57,7 +57,8 @@ func mountsUnder(t *testing.T, dir string) []string {
 }
 
 // startRealNode serves the real node service of testNode over a real datapath
-// on a unix socket; cleanups stop it after everything registered later.
+// on a unix socket, the engine with its node's token; it returns a client
+// with the controller's. Cleanups stop it after everything registered later.
 func startRealNode(t *testing.T) (*client.Client, string, csi.NodeClient) {
 	t.Helper()
 	requireRealStack(t)
@@ -65,12 +66,17 @@ func startRealNode(t *testing.T) (*client.Client, string, csi.NodeClient) {
 	t.Cleanup(cancel)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dp := datapathtest.Start(t, datapath.Options{})
-	dpc, err := client.Dial(ctx, dp.Addr, dp.Token)
+	dpc, err := client.Dial(ctx, dp.Addr, dp.Token) // the controller's, returned for grants
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dpc.Close() })
-	ns, err := enginenode.NewNodeServer(ctx, enginenode.Config{NodeName: testNode, StateDir: t.TempDir(), BootID: "boot-1", Datapath: dpc, Log: quiet})
+	engine, err := client.Dial(ctx, dp.Addr, dp.NodeToken(testNode)) // the engine's own
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { engine.Close() })
+	ns, err := enginenode.NewNodeServer(ctx, enginenode.Config{NodeName: testNode, StateDir: t.TempDir(), BootID: "boot-1", Datapath: engine, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

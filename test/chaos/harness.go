@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vigil-storage/vigil/datapath"
+	vigil "github.com/vigil-storage/vigil"
 	dpclient "github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/sandbox"
 )
@@ -82,11 +82,8 @@ func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...a
 	if err := os.MkdirAll(filepath.Join(h.dir, "ledger"), 0o755); err != nil {
 		return h, err
 	}
-	tok, err := datapath.ReadTokenFile(h.stk.TokenFile)
-	if err != nil {
-		return h, err
-	}
-	if h.dp, err = dpclient.Dial(ctx, h.stk.DatapathAddr, tok); err != nil {
+	if h.dp, err = dpclient.Dial(ctx, h.stk.DatapathAddr, "", dpclient.WithTokenFile(h.stk.TokenFile),
+		dpclient.WithCAFile(h.stk.CAFile)); err != nil {
 		return h, fmt.Errorf("datapath client: %w", err)
 	}
 	logf("chaos: sandbox and stack up in %.1fs", time.Since(t0).Seconds())
@@ -132,8 +129,13 @@ func (h *Harness) startManagers() error {
 	if err := sandbox.InstallCRDs(ctx, h.sb.RESTConfig()); err != nil {
 		return err
 	}
+	// The managers run as deploy/'s vigil-manager, as in a cluster.
+	kubeconfig, err := h.sb.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
+	if err != nil {
+		return err
+	}
 	for _, name := range []string{"manager-a", "manager-b"} {
-		args := managerArgs(mgr, h.sb.Kubeconfig(), store, filepath.Join(h.dir, name), h.stk.DatapathAddr, h.stk.TokenFile, loop)
+		args := managerArgs(mgr, kubeconfig, store, filepath.Join(h.dir, name), h.stk, loop)
 		m := newManager(name, args, h.dir)
 		h.mgrs = append(h.mgrs, m)
 		if err := m.start(); err != nil {

@@ -12,13 +12,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/sandbox"
 )
 
-// Names of the suite's objects in the sandbox.
-const (
-	namespace = "chaos"
-	leaseName = "vigil-chaos"
-)
+// namespace holds the suite's workload. The managers' Lease is deploy/'s
+// (vigil-system/vigil-manager): the managers run as deploy/'s vigil-manager,
+// whose role allows that Lease only.
+const namespace = "chaos"
 
 // manager is one `vigil-manager run` child process. Each incarnation logs to a
 // file of its own, so "acting as leader" in it means this process leads.
@@ -36,15 +38,16 @@ type manager struct {
 // so that a SIGKILLed leader is replaced within seconds.
 //
 // When `vigil-manager run` has the datapath flags (--datapath,
-// --datapath-token-file) they are passed, and the manager fences, reaps and
-// frees attachments by itself (the closed loop); a manager without them runs
-// without a datapath, and the faults that need the loop are not drawn.
-func managerArgs(bin, kubeconfig, store, stateDir, dpAddr, tokenFile string, loop bool) []string {
+// --datapath-token-file) they are passed with the stack's CA, and the manager
+// fences, reaps and frees attachments by itself (the closed loop); a manager
+// without them runs without a datapath, and the faults that need the loop are
+// not drawn.
+func managerArgs(bin, kubeconfig, store, stateDir string, stk *sandbox.Stack, loop bool) []string {
 	args := []string{bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:" + store, "--state-dir", stateDir,
-		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", namespace, "--leader-elect-lease-name", leaseName,
+		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", vigil.Namespace, "--leader-elect-lease-name", vigil.ManagerLeaseName,
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s"}
 	if loop {
-		args = append(args, "--datapath", dpAddr, "--datapath-token-file", tokenFile)
+		args = append(args, "--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile, "--datapath-ca-file", stk.CAFile)
 	}
 	return args
 }

@@ -40,7 +40,7 @@ import (
 // (one cycle, a bounded wait).
 const (
 	benchName   = "bench-recovery"
-	benchSubnet = "10.213.192.0/24"
+	benchSubnet = "10.213.208.0/24"
 	benchNS     = "bench"
 	benchSTS    = "bs"
 	benchDeploy = "bd"
@@ -236,8 +236,7 @@ func (b *benchEnv) cycle(t *testing.T, mode string, n int, bound time.Duration) 
 	b.turn++
 	victims := byNode[victim]
 	for _, p := range victims {
-		must(t, os.WriteFile(filepath.Join(p.target, benchMarker), []byte(fmt.Sprintf("%s cycle %d %s\n", mode, n, p.key)), 0o644))
-		syncPath(t, p.target)
+		writeDurable(t, filepath.Join(p.target, benchMarker), fmt.Sprintf("%s cycle %d %s\n", mode, n, p.key))
 	}
 	start := time.Now()
 	must(t, b.s.Stop(victim))
@@ -299,9 +298,18 @@ func (b *benchEnv) measure(t *testing.T, mode string, n int, victim string, p be
 	return r
 }
 
-func syncPath(t *testing.T, dir string) {
+// writeDurable writes a file through a pod's mount as an application that
+// needs it to survive a power cut does: the file and its directory fsynced.
+func writeDurable(t *testing.T, path, content string) {
 	t.Helper()
-	d, err := os.Open(dir)
+	f, err := os.Create(path)
+	must(t, err)
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+	must(t, f.Sync())
+	must(t, f.Close())
+	d, err := os.Open(filepath.Dir(path))
 	must(t, err)
 	defer d.Close()
 	must(t, d.Sync())
@@ -473,7 +481,20 @@ func TestBench_Reap110Pods(t *testing.T) {
 				last = time.Now()
 			}
 		case <-deadline:
-			t.Fatalf("%d of %d pods deleted within 60 s", deleted, pods)
+			_, metrics := mgr.get("/metrics")
+			var decisions []string
+			for _, l := range strings.Split(metrics, "\n") {
+				if strings.HasPrefix(l, "vigil_reaper_decisions_total") || strings.HasPrefix(l, "vigil_nodes_") || strings.HasPrefix(l, "vigil_fences_total") {
+					decisions = append(decisions, l)
+				}
+			}
+			evs, _ := c.CoreV1().Events(benchNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=VigilPodNotReaped"})
+			var why []string
+			for _, ev := range evs.Items {
+				why = append(why, ev.InvolvedObject.Name+": "+ev.Message)
+			}
+			t.Fatalf("%d of %d pods deleted within 60 s\nmanager metrics:\n%s\nnot-reaped Events (%d):\n%s\nmanager log tail:\n%s",
+				deleted, pods, strings.Join(decisions, "\n"), len(why), strings.Join(why, "\n"), mgr.tail())
 		}
 	}
 	rec := e.waitRecovery(t, "node-1", start, v1alpha1.PhaseReaping, 30*time.Second)

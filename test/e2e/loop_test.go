@@ -3,7 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vigil "github.com/vigil-storage/vigil"
@@ -31,6 +36,9 @@ const (
 	loopSubnet = "10.213.176.0/24"
 	loopNS     = "loop"
 	loopNodes  = 3
+	// loopSettings is the manager's settings ConfigMap, as in deploy/: the
+	// manager reads and watches it; a person (the test, as admin) writes it.
+	loopSettings = "vigil-settings"
 )
 
 // loopEnv is the closed-loop sandbox: the stack, the manager, and clients.
@@ -38,7 +46,7 @@ type loopEnv struct {
 	s     *sandbox.Sandbox
 	stk   *sandbox.Stack
 	mgr   *manager
-	store string // the manager's bolt settings file
+	store string // the manager's settings store: the ConfigMap of deploy/
 	dp    *dpclient.Client
 	rc    *v1alpha1.Client
 }
@@ -57,6 +65,7 @@ func TestLoop(t *testing.T) {
 		{"GracefulEngineRestart", e.testGracefulEngineRestart},
 		{"AttachmentPolicies", e.testAttachmentPolicies},
 		{"CrashLoop", e.testCrashLoop},
+		{"DeleteClaim", e.testDeleteClaim},
 	} {
 		if !t.Run(c.name, c.run) {
 			t.Logf("%s failed; the cases after it share its sandbox and are skipped", c.name)
@@ -65,11 +74,23 @@ func TestLoop(t *testing.T) {
 	}
 }
 
+// loopSpec names a closed-loop sandbox and adds flags to its manager.
+type loopSpec struct {
+	name, subnet, workDir string
+	managerArgs           []string
+}
+
 // upLoop brings up the loop sandbox: 3 nodes, the stack, the CRDs, and the
 // manager with delete-both, the fast trigger and immediate attachment recovery.
 func upLoop(t *testing.T) *loopEnv {
+	return upLoopWith(t, loopSpec{name: loopName, subnet: loopSubnet, workDir: "vigil-e2e-loop"})
+}
+
+// upLoopWith is upLoop for the sandbox spec names (a name, subnet and work
+// directory of its own, so it never meets another's leftovers).
+func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	t.Helper()
-	workDir := filepath.Join(os.TempDir(), "vigil-e2e-loop")
+	workDir := filepath.Join(os.TempDir(), spec.workDir)
 	must(t, sandbox.DownWorkDir(workDir))
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -82,8 +103,8 @@ func upLoop(t *testing.T) *loopEnv {
 			t.Errorf("after sandbox down, loop devices backed under %s: %v", workDir, loops)
 		}
 	})
-	cfg := sandbox.Config{Name: loopName, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
-		DefaultTolerationSeconds: tolerationSeconds, Subnet: loopSubnet}
+	cfg := sandbox.Config{Name: spec.name, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: spec.subnet, AuditLog: true}
 	cfg.Logf = t.Logf
 	t.Cleanup(func() {
 		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
@@ -100,6 +121,11 @@ func upLoop(t *testing.T) *loopEnv {
 	if err != nil {
 		t.Fatalf("sandbox up: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := collectAudit(s, "loop"); err != nil {
+			t.Error(err)
+		}
+	})
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
 	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin})
@@ -110,30 +136,54 @@ func upLoop(t *testing.T) *loopEnv {
 	for _, ns := range []string{vigil.Namespace, loopNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
 	}
-	e := &loopEnv{s: s, stk: stk, store: filepath.Join(t.TempDir(), "settings.db")}
+	e := &loopEnv{s: s, stk: stk, store: "configmap:" + vigil.Namespace + "/" + loopSettings}
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
 	e.set(t, settings.NameVolumeAttachmentRecoveryPolicy, string(settings.RecoveryImmediate))
 	e.rc, err = v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
-	tok, err := datapath.ReadTokenFile(stk.TokenFile)
-	must(t, err)
-	e.dp, err = dpclient.Dial(ctx, stk.DatapathAddr, tok)
-	must(t, err)
+	e.dp = dialStack(t, ctx, stk, stk.TokenFile)
 	t.Cleanup(func() { _ = e.dp.Close() })
-	e.mgr = startManager(t, "loop", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
-		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
+	checkStackIdentities(t, ctx, s, stk, e.dp)
+	kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
+	must(t, err)
+	tokenFile := filepath.Join(t.TempDir(), "api-token")
+	must(t, os.WriteFile(tokenFile, []byte(loopAPIToken+"\n"), 0o600))
+	e.mgr = startManager(t, "loop", managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+		kubeconfig: kubeconfig, extra: append([]string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
+			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, spec.managerArgs...)})
 	return e
 }
 
-// set changes a setting of the running manager the way an operator would.
+// loopAPIToken is the manager's REST API token in TestLoop.
+const loopAPIToken = "e2e-loop-token-0123456789abcdef"
+
+// set changes a setting the way an operator would: before the manager runs,
+// `vigil-manager settings set` on the ConfigMap with the admin's kubeconfig;
+// once it runs, through its REST API, which writes the ConfigMap under the
+// manager's identity.
 func (e *loopEnv) set(t *testing.T, name, value string) {
 	t.Helper()
-	bin, err := filepath.Abs(managerBin)
+	if e.mgr == nil {
+		bin, err := filepath.Abs(managerBin)
+		must(t, err)
+		out, err := exec.Command(bin, "settings", "set", "--store", e.store, "--kubeconfig", e.s.Kubeconfig(), name, value).CombinedOutput()
+		if err != nil {
+			t.Fatalf("settings set %s %s: %v: %s", name, value, err, out)
+		}
+		return
+	}
+	body, _ := json.Marshal(map[string]string{"value": value})
+	req, err := http.NewRequest(http.MethodPut, "http://"+e.mgr.addr+"/v1/settings/"+name, bytes.NewReader(body))
 	must(t, err)
-	out, err := exec.Command(bin, "settings", "set", "--store", "bolt:"+e.store, name, value).CombinedOutput()
-	if err != nil {
-		t.Fatalf("settings set %s %s: %v: %s", name, value, err, out)
+	req.Header.Set("Authorization", "Bearer "+loopAPIToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("PUT /v1/settings/%s %q: %s %s", name, value, resp.Status, b)
 	}
 }
 
@@ -438,4 +488,29 @@ func (e *loopEnv) checkRecovery(t *testing.T, rec *v1alpha1.NodeRecovery, app lo
 	if len(problems) > 0 {
 		t.Errorf("NodeRecovery %s: %s\n%+v", rec.Name, strings.Join(problems, "; "), s)
 	}
+}
+
+// testDeleteClaim: deleting a workload and its claim frees everything, as a
+// user of the cluster sees it: the pod goes, the kubelet stand-in unpublishes
+// and unstages, the attachment is detached (ControllerUnpublish), and the
+// external-provisioner deletes the volume at the datapath (DeleteVolume) and
+// its PersistentVolume.
+func (e *loopEnv) testDeleteClaim(t *testing.T) {
+	ctx := context.Background()
+	c := e.s.Client()
+	app := e.newLoopApp(t, "del", "node-2")
+	pod := e.waitAppPod(t, app, "", "", 60*time.Second)
+	waitAttached(t, ctx, e.s, app.pv, pod.Spec.NodeName)
+	waitPublished(t, ctx, e.s, pod.Spec.NodeName, pod, app.pv)
+	t0 := time.Now()
+	must(t, c.AppsV1().StatefulSets(loopNS).Delete(ctx, app.name, metav1.DeleteOptions{}))
+	must(t, c.CoreV1().PersistentVolumeClaims(loopNS).Delete(ctx, app.claim, metav1.DeleteOptions{}))
+	must(t, sandbox.Poll(ctx, 90*time.Second, "PersistentVolume "+app.pv+" deleted", func(ctx context.Context) (bool, string, error) {
+		_, err := c.CoreV1().PersistentVolumes().Get(ctx, app.pv, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	}, e.describe))
+	if v, err := e.dp.GetVolume(ctx, app.handle); !errors.Is(err, datapath.ErrNotFound) {
+		t.Errorf("datapath volume %s after its claim was deleted: %+v, %v; want ErrNotFound", app.handle, v, err)
+	}
+	t.Logf("claim %s deleted: PersistentVolume %s and datapath volume %s gone %.1fs later", app.claim, app.pv, app.handle, time.Since(t0).Seconds())
 }

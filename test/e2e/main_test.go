@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/internal/testenv"
 	"github.com/vigil-storage/vigil/sandbox"
 )
@@ -23,6 +24,10 @@ const (
 
 // sb is the sandbox every test of the package shares.
 var sb *sandbox.Sandbox
+
+// managerKubeconfig is the identity of the managers the tests start on sb:
+// the ServiceAccount vigil-manager of deploy/.
+var managerKubeconfig string
 
 // standIn is registered on every node: a stand-in for the processes later work
 // runs per node (vigil-engine-node, a kubelet stand-in). It records its boot id.
@@ -44,7 +49,7 @@ func run(m *testing.M) int {
 	// the shared one: VIGIL_E2E_SHARED=0 skips it (a test that reads sb then fails).
 	if os.Getenv("VIGIL_E2E_SHARED") == "0" {
 		fmt.Println("e2e: VIGIL_E2E_SHARED=0: no shared sandbox; only tests with sandboxes of their own can run")
-		return m.Run()
+		return judgeRBAC(m.Run(), false)
 	}
 	workDir := filepath.Join(os.TempDir(), "vigil-e2e")
 	// One run at a time on a machine: a second run waits here instead of tearing
@@ -84,9 +89,17 @@ func run(m *testing.M) int {
 	t0 := time.Now()
 	sb, err = sandbox.Up(ctx, sandbox.Config{Name: "e2e", WorkDir: workDir, Nodes: 3,
 		NodeMonitorGracePeriod: nodeMonitorGrace, DefaultTolerationSeconds: tolerationSeconds,
-		Subnet: "10.213.128.0/24"})
+		Subnet: "10.213.128.0/24", AuditLog: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: sandbox up:", err)
+		return 1
+	}
+	if err := sb.ApplyDeployRBAC(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if managerKubeconfig, err = sb.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	if err := sb.AddProcess("", standIn); err != nil {
@@ -94,5 +107,24 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Printf("e2e: sandbox with 3 Ready nodes in %.1fs (work dir %s)\n", time.Since(t0).Seconds(), workDir)
-	return m.Run()
+	code := m.Run()
+	if err := collectAudit(sb, "shared"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	return judgeRBAC(code, wholeSuite())
+}
+
+// judgeRBAC prints the RBAC coverage of the run (rbac_coverage_test.go) and
+// turns a passing run's code into 1 if it found a problem.
+func judgeRBAC(code int, whole bool) int {
+	problems, report := checkRBACCoverage(whole)
+	fmt.Println(report)
+	for _, p := range problems {
+		fmt.Println("FAIL: RBAC:", p)
+	}
+	if len(problems) > 0 && code == 0 {
+		code = 1
+	}
+	return code
 }

@@ -33,10 +33,11 @@ type manager struct {
 // managerOpts are the flags that differ between the suite's managers.
 type managerOpts struct {
 	store          string // bolt settings file
+	storeSpec      string // the settings store, when not the bolt file store (configmap:NS/NAME)
 	leaseNamespace string
 	leaseName      string
 	extra          []string // more flags of `run`
-	kubeconfig     string   // the cluster; default the shared sandbox's
+	kubeconfig     string   // the cluster and identity; default the shared sandbox's vigil-manager
 }
 
 // startManager runs bin/vigil-manager run on a free port and waits for its
@@ -53,9 +54,13 @@ func startManager(t *testing.T, name string, o managerOpts) *manager {
 	must(t, err)
 	kubeconfig := o.kubeconfig
 	if kubeconfig == "" {
-		kubeconfig = sb.Kubeconfig()
+		kubeconfig = managerKubeconfig
 	}
-	m.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--settings-store", "bolt:"+o.store,
+	store := "bolt:" + o.store
+	if o.storeSpec != "" {
+		store = o.storeSpec
+	}
+	m.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--settings-store", store,
 		"--listen", "127.0.0.1:0", "--leader-elect-lease-namespace", o.leaseNamespace,
 		"--leader-elect-lease-name", o.leaseName, "--resync", "10m", "--state-dir", filepath.Join(t.TempDir(), "state"))
 	m.cmd.Args = append(m.cmd.Args, o.extra...)

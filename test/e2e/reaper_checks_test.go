@@ -75,9 +75,10 @@ func checkNoForceDelete(t *testing.T, ctx context.Context, p corev1.Pod) {
 	}
 }
 
-// checkOrder fails unless every VolumeAttachment the pod had on the victim was
-// deleted before the pod (by etcd revision), and no attachment of the case's
-// volumes on another node was ever deleted.
+// checkOrder fails if a VolumeAttachment the pod had on the victim was
+// deleted before the pod (by etcd revision): the matrix runs no datapath, so
+// nothing is proven fenced and Vigil must leave the attachments to
+// Kubernetes, which detaches once the pod is gone.
 func checkOrder(t *testing.T, rec *recorder, cp *casePods, p corev1.Pod, podGone deletion) {
 	t.Helper()
 	vas := rec.attachmentDeletions()
@@ -85,13 +86,9 @@ func checkOrder(t *testing.T, rec *recorder, cp *casePods, p corev1.Pod, podGone
 		t.Errorf("pod %s had no VolumeAttachment on %s to check", p.Name, reapVictim)
 	}
 	for _, name := range cp.attachments[p.Name] {
-		d, ok := vas[name]
-		switch {
-		case !ok:
-			t.Errorf("VolumeAttachment %s of reaped pod %s on %s never deleted", name, p.Name, reapVictim)
-		case d.rv >= podGone.rv:
-			t.Errorf("VolumeAttachment %s deleted at revision %d, after its pod %s (revision %d): attachments must go first",
-				name, d.rv, p.Name, podGone.rv)
+		if d, ok := vas[name]; ok && d.rv < podGone.rv {
+			t.Errorf("VolumeAttachment %s deleted at revision %d, before its pod %s (revision %d): without a proof of "+
+				"fencing only Kubernetes may free it, after the pod", name, d.rv, p.Name, podGone.rv)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
@@ -77,13 +78,14 @@ func TestScale_RackFailure(t *testing.T) {
 			t.Fatalf("settings set %s: %v: %s", kv[0], err, out)
 		}
 	}
-	kubeconfig, err := w.managerKubeconfig(ctx, workDir)
+	kubeconfig, err := w.sb.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr := startManager(t, filepath.Join(bin, sandbox.BinVigilManager), "--kubeconfig", kubeconfig, "--settings-store", "bolt:"+store,
 		"--state-dir", filepath.Join(workDir, "manager-state"), "--listen", "127.0.0.1:0", "--leader-elect=false",
-		"--datapath", w.stk.DatapathAddr, "--datapath-token-file", w.stk.TokenFile)
+		"--datapath", w.stk.DatapathAddr, "--datapath-token-file", w.stk.TokenFile,
+		"--datapath-ca-file", w.stk.CAFile)
 	time.Sleep(5 * time.Second) // its informers list once; the measurement starts after
 	beforeCPU, _ := cpuTicks(mgr.Process.Pid)
 	f, cut, err := w.cutAndMeasure(ctx, 10*time.Minute)

@@ -76,11 +76,8 @@ func setup(ctx context.Context, cfg Config, workDir, vigilBin string, logf func(
 	}); err != nil {
 		return w, err
 	}
-	tok, err := datapath.ReadTokenFile(w.stk.TokenFile)
-	if err != nil {
-		return w, err
-	}
-	if w.dp, err = dpclient.Dial(ctx, w.stk.DatapathAddr, tok); err != nil {
+	if w.dp, err = dpclient.Dial(ctx, w.stk.DatapathAddr, "", dpclient.WithTokenFile(w.stk.TokenFile),
+		dpclient.WithCAFile(w.stk.CAFile)); err != nil {
 		return w, err
 	}
 	if err := sandbox.EnsureNamespace(ctx, w.c, namespace); err != nil {

@@ -78,10 +78,24 @@
       .then(function (html) { if (html !== null) { live.innerHTML = html; } });
   }
 
+  // Every page: the banner while a refused settings value blocks acting.
+  handlers.problems = function (ev) {
+    var banner = $("#blocked-banner");
+    if (!banner) { return; }
+    var list = $("[data-role=blocked-list]", banner);
+    list.textContent = "";
+    (ev.problems || []).filter(function (p) { return p.blocking; }).forEach(function (p) {
+      var li = document.createElement("li");
+      li.textContent = p.message + (p.setting ? "" : "; allowed: " + p.allowed);
+      list.appendChild(li);
+    });
+    banner.hidden = !ev.actBlocked;
+  };
+
   var page = body.getAttribute("data-page");
   if (page === "nodes") {
     handlers.nodes = refreshPartial;
-    setInterval(refreshPartial, 5000); // ages move on between events
+    setInterval(refreshPartial, 2000); // heartbeat ages move on between events
   } else if (page === "recoveries") {
     handlers.recoveries = refreshPartial;
   } else if (page === "settings") {

@@ -24,6 +24,9 @@ const (
 	BulkMagic = "VGLBULK1"
 	// BulkMagicLen is how many bytes the server reads to tell bulk from gRPC.
 	BulkMagicLen = len(BulkMagic)
+	// BulkALPN is the bulk channel's TLS application protocol name; gRPC
+	// negotiates "h2" on the same port.
+	BulkALPN = "vigil-bulk/1"
 	// BulkMaxToken is the longest token a hello may carry.
 	BulkMaxToken = 4096
 	// BulkMaxData is the largest payload of one request (datapath.MaxIOSize).
