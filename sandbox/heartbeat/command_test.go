@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/vigil-storage/vigil/datapath"
-	"github.com/vigil-storage/vigil/datapath/datapathtest"
 	dpclient "github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
 // runCommand runs the heartbeat command with args until ctx ends.
