@@ -5,7 +5,9 @@
 //
 // Setup brings up a sandbox of 5 nodes with the volume stack (datapath, CSI
 // controller and sidecars, an engine and a kubelet stand-in per node), two
-// `vigil-manager run` processes under leader election (short Lease timings,
+// `vigil-manager run` processes as deploy/'s vigil-manager ServiceAccount, on
+// its Lease, reaching the datapath over TLS with the manager's token, under
+// leader election (short Lease timings,
 // settings delete-both…, fast trigger on, attachment recovery immediate), and a
 // workload of a StatefulSet of 3 (one pod per node) and a Deployment of 1, every
 // pod on a ReadWriteOnce volume of Vigil's StorageClass. For each running pod

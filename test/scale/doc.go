@@ -2,8 +2,8 @@
 // in a cluster of hundreds of nodes.
 //
 // TestScale_RackFailure brings up a scale sandbox (package sandbox, Racks: one
-// kwok and one heartbeat process per rack of SCALE_RACK_SIZE nodes) with Vigil's
-// stack, creates SCALE_PODS pods of which SCALE_PROTECTED are protected
+// kwok and one heartbeat process per rack of SCALE_RACK_SIZE nodes, each node
+// heartbeating with its own datapath token over TLS) with Vigil's stack, creates SCALE_PODS pods of which SCALE_PROTECTED are protected
 // (StatefulSets of up to 50 pods, each pod on a static ReadWriteOnce volume that
 // exists in the datapath, attached by the real csi-attacher so that the node
 // holds a grant) and the rest unprotected (Deployments of up to 100 pods without
@@ -20,8 +20,9 @@
 //
 // It reports those times, the setup's duration, the manager's RSS (now and
 // peak) and CPU over the measurement, the API requests the manager made during
-// it by verb and resource (it runs as its own ServiceAccount, and the sandbox's
-// audit log records that ServiceAccount's requests) and the RSS of every
+// it by verb and resource (it runs as deploy/'s vigil-manager ServiceAccount,
+// with deploy/'s roles, and the sandbox's audit log records that
+// ServiceAccount's requests) and the RSS of every
 // control-plane process, as tables in the test log and as scale-report.json in
 // SCALE_REPORT (default $TMPDIR/vigil-scale-report). Without SCALE_* it runs a
 // smoke size: 2 racks of 10 nodes, 200 pods, 50 protected.
