@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -182,7 +183,15 @@ func (h *Harness) createWorkload(ctx context.Context) error {
 	}
 	ss := sandbox.Workload{Namespace: namespace, Name: statefulSetName, StorageClass: h.stk.StorageClass, Size: volumeSize,
 		Spread: true, TerminationGracePeriodSeconds: &grace}
-	if _, err := c.AppsV1().StatefulSets(namespace).Create(ctx, ss.StatefulSet(3), metav1.CreateOptions{}); err != nil {
+	// Parallel: the StatefulSet controller recreates a reaped pod without
+	// waiting for its siblings to be Ready. With the default OrderedReady a
+	// reaped db-1 waited forever once db-0 had been marked Ready=False by the
+	// node controller (an API server restart marks every node NotReady for a
+	// moment): kwok, the sandbox's kubelet, never reports a pod Ready again,
+	// where a real kubelet would. What Vigil does is the same either way.
+	set := ss.StatefulSet(3)
+	set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	if _, err := c.AppsV1().StatefulSets(namespace).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create StatefulSet: %w", err)
 	}
 	dep := sandbox.Workload{Namespace: namespace, Name: deploymentName, Claims: []string{deploymentClaim},
