@@ -43,7 +43,7 @@ testbin: ## build the sandbox's control plane once into a per-version cache (san
 	GO=$(GO) sandbox/tools/testbin.sh
 
 e2e: testbin build ## end-to-end tests against the sandbox (needs root)
-	$(GO) test -count=1 -v -timeout 20m ./test/e2e/
+	$(GO) test -count=1 -v -timeout 40m ./test/e2e/
 
 chaos: testbin build ## the chaos suite: CHAOS_CYCLES (default 100) random faults with a data ledger; report in $$CHAOS_REPORT
 	CHAOS_CYCLES=$(CHAOS_CYCLES) $(GO) test -count=1 -v -timeout 0 ./test/chaos/

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -221,7 +223,28 @@ func mustJSON(t *testing.T, v any) string {
 
 type runtimeObject = runtime.Object
 
-// testFailedErr is the API server's answer to a JSON patch whose test failed.
+// testFailedErr is the API server's answer to a JSON patch whose test failed:
+// a 422 with the generic message only (the apiserver's patch handler).
 func testFailedErr() error {
-	return apierrors.NewBadRequest(`the server rejected our request due to an error in our request: testing value /status/volumesInUse failed: test failed`)
+	return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", corev1.Resource("nodes"), "node-1",
+		"testing value /status/volumesInUse failed: test failed", 0, false)
+}
+
+func TestIsTestFailed(t *testing.T) {
+	for name, c := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"server's 422":          {testFailedErr(), true},
+		"bad request naming it": {apierrors.NewBadRequest("testing value /spec/taints failed"), true},
+		"nil":                   {nil, false},
+		"not found":             {apierrors.NewNotFound(corev1.Resource("nodes"), "node-1"), false},
+		"forbidden":             {apierrors.NewForbidden(corev1.Resource("nodes"), "node-1", errors.New("no")), false},
+		"conflict":              {apierrors.NewConflict(corev1.Resource("nodes"), "node-1", errors.New("rv")), false},
+		"plain error":           {errors.New("connection refused"), false},
+	} {
+		if got := isTestFailed(c.err); got != c.want {
+			t.Errorf("%s: isTestFailed(%v) = %v, want %v", name, c.err, got, c.want)
+		}
+	}
 }

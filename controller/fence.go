@@ -160,8 +160,24 @@ func (r *Reaper) taintFenced(ctx context.Context, name string, reason FenceReaso
 	})
 }
 
-// isTestFailed recognizes the API server's answer to a JSON patch whose test
-// operation failed (a bad request naming the test).
+// isTestFailed recognizes the API server's answer to a JSON patch that does not
+// apply: a 422 with nothing but the generic message "the server rejected our
+// request due to an error in our request" (the reason, such as the failed test
+// operation, is not passed on; validation errors of the patched object read
+// differently), or a bad request naming the test. Vigil's patches are well
+// formed, so either means the object changed since it was read.
 func isTestFailed(err error) bool {
-	return err != nil && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "test")
+	switch {
+	case err == nil:
+		return false
+	case apierrors.IsInvalid(err):
+		return strings.Contains(err.Error(), patchNotAppliedMessage)
+	case apierrors.IsBadRequest(err):
+		return strings.Contains(err.Error(), "test")
+	}
+	return false
 }
+
+// patchNotAppliedMessage is how client-go words the API server's 422 for a JSON
+// patch that does not apply.
+const patchNotAppliedMessage = "the server rejected our request due to an error in our request"

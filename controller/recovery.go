@@ -268,16 +268,25 @@ func (rs *recoveries) matchReplacement(st *recoveryState, p *cachedPod, ownerKey
 			idx = i
 		}
 	}
-	if idx < 0 {
+	if idx < 0 && p.DeletionTimestamp == nil {
 		for _, reaped := range s.Pods {
 			if st.ownerKeys[reaped.UID] != ownerKey || st.preexisting[reaped.UID][p.UID] || reaped.Namespace != p.Namespace ||
-				(reaped.Owner == string(OwnerStatefulSet) && reaped.Name != p.Name) || rs.replaced(s, reaped.UID) {
+				(reaped.Owner == string(OwnerStatefulSet) && reaped.Name != p.Name) {
 				continue
 			}
-			s.Replacements = append(s.Replacements, v1alpha1.Replacement{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-				Replaces: reaped.UID})
-			idx = len(s.Replacements) - 1
-			break
+			r := v1alpha1.Replacement{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Replaces: reaped.UID}
+			j := rs.replacementOf(s, reaped.UID)
+			if j < 0 {
+				s.Replacements = append(s.Replacements, r)
+				idx = len(s.Replacements) - 1
+				break
+			}
+			if s.Replacements[j].RunningAt == nil {
+				// The replacement seen first went away before it ran (its
+				// owner made another): this one replaces the reaped pod now.
+				s.Replacements[j], idx = r, j
+				break
+			}
 		}
 	}
 	if idx < 0 {
@@ -297,14 +306,14 @@ func (rs *recoveries) matchReplacement(st *recoveryState, p *cachedPod, ownerKey
 	return changed
 }
 
-// replaced reports whether the reaped pod already has a replacement.
-func (rs *recoveries) replaced(s *v1alpha1.NodeRecoveryStatus, uid types.UID) bool {
-	for _, r := range s.Replacements {
+// replacementOf returns the index of the reaped pod's replacement, or -1.
+func (rs *recoveries) replacementOf(s *v1alpha1.NodeRecoveryStatus, uid types.UID) int {
+	for i, r := range s.Replacements {
 		if r.Replaces == uid {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // checkRecovered marks the recovery Recovered once every reaped pod has a

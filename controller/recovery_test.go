@@ -143,7 +143,15 @@ func TestRecoveries_TimelineFromDetectionToNodeReturn(t *testing.T) {
 	// The other replica on node-2 existed before: not a replacement. The new
 	// db-0 (new UID) is scheduled, then Running.
 	rs.observePod(cached("app", "db-1", "node-2", "uid-db-1", sts, corev1.PodRunning), "app/StatefulSet/db", at(1))
+	// A first db-0 is scheduled but goes away before it runs (terminating,
+	// then gone); the StatefulSet makes another, which is the replacement.
+	rs.observePod(cached("app", "db-0", "node-3", "uid-gone", sts, corev1.PodPending), "app/StatefulSet/db", at(0.9))
+	gone := cached("app", "db-0", "node-3", "uid-gone", sts, corev1.PodPending)
+	gone.DeletionTimestamp = &metav1.Time{Time: at(0.95)}
+	rs.observePod(gone, "app/StatefulSet/db", at(0.95))
 	rs.observePod(cached("app", "db-0", "", "uid-new", sts, corev1.PodPending), "app/StatefulSet/db", at(1.1))
+	// The gone pod's last word (its delete) does not take the slot back.
+	rs.observePod(gone, "app/StatefulSet/db", at(1.15))
 	rs.observePod(cached("app", "db-0", "node-2", "uid-new", sts, corev1.PodPending), "app/StatefulSet/db", at(1.2))
 	rs.observePod(cached("app", "db-0", "node-2", "uid-new", sts, corev1.PodRunning), "app/StatefulSet/db", at(2.5))
 	rs.flush(ctx)

@@ -74,15 +74,22 @@ func csiServe(c *cli.Context) error {
 	defer dp.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srv := csi.NewServer(dp, append(opts, csi.WithLogger(log))...)
+	serveCtx, serveDone := context.WithCancel(ctx)
+	announced := make(chan struct{})
 	go func() {
+		defer close(announced)
 		select {
 		case <-srv.Ready():
 			// The line is the readiness signal for scripts and tests.
 			fmt.Fprintf(c.App.Writer, "csi: serving %s on %s (datapath %s)\n", vigil.DriverName, endpoint, c.String("datapath"))
-		case <-ctx.Done():
+		case <-serveCtx.Done():
 		}
 	}()
-	return srv.Serve(ctx, endpoint)
+	err = srv.Serve(ctx, endpoint)
+	// Nothing of this command writes after it returns.
+	serveDone()
+	<-announced
+	return err
 }
 
 // kubeNodes answers "is this a Kubernetes node?" with one GET per publish.

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/internal/testenv"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 )
@@ -174,5 +176,58 @@ func TestWriteStaticTokens_RackTokens(t *testing.T) {
 		if _, err := os.Stat(NodeTokenFile(rack.dir(work))); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("rack %s has a single node's token file (%v)", rack.Name, err)
 		}
+	}
+}
+
+// stuckBackend never answers a read until released: a FUSE server that can no
+// longer serve (its process is dying).
+type stuckBackend struct{ release chan struct{} }
+
+func (b stuckBackend) ReadAt(ctx context.Context, off int64, n int) ([]byte, error) {
+	<-b.release
+	return nil, syscall.EIO
+}
+func (b stuckBackend) WriteAt(context.Context, int64, []byte) error { return nil }
+func (b stuckBackend) Flush(context.Context) error                  { return nil }
+
+// A reader stuck on a FUSE disk under the work dir whose server no longer
+// answers is freed by abortFUSEUnder: its read fails instead of waiting forever.
+func TestAbortFUSEUnder_FreesAStuckReader(t *testing.T) {
+	testenv.RequireRoot(t, "mount(2)")
+	testenv.RequireNoError(t, "FUSE", fusedisk.Usable())
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "node-1", "disk")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := stuckBackend{release: make(chan struct{})}
+	d, err := fusedisk.Mount(mnt, 1<<20, b, fusedisk.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(b.release); _ = cleanupMounts(dir); _ = d.Unmount() })
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.Open(d.Path())
+		if err == nil {
+			_, err = f.ReadAt(make([]byte, 4096), 0)
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the read returned before the abort: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	abortFUSEUnder(dir)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the read succeeded on an aborted connection")
+		}
+		t.Logf("read after the abort: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read still waits 30 s after the abort")
 	}
 }

@@ -234,7 +234,7 @@ func (d *demo) startManager(ctx context.Context, bin string) error {
 	// --state-dir: the manager generates its API token there (TokenFile).
 	err = d.s.RunOnHost(sandbox.ProcessSpec{Name: ManagerProcess, Args: []string{filepath.Join(bin, sandbox.BinVigilManager), "run",
 		"--kubeconfig", kubeconfig, "--settings-store", store, "--listen", d.cfg.Listen, "--state-dir", dir,
-		"--datapath", d.stk.DatapathAddr, "--datapath-token-file", d.stk.TokenFile}})
+		"--datapath", d.stk.DatapathAddr, "--datapath-token-file", d.stk.TokenFile, "--datapath-ca-file", d.stk.CAFile}})
 	if err != nil {
 		return err
 	}

@@ -130,13 +130,13 @@ func upBench(t *testing.T) *loopEnv {
 	e.set(t, settings.NameFastFencedTrigger, "true")
 	e.rc, err = v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
-	tok, err := datapath.ReadTokenFile(stk.TokenFile)
-	must(t, err)
-	e.dp, err = dpclient.Dial(ctx, stk.DatapathAddr, tok)
-	must(t, err)
+	e.dp = dialStack(t, ctx, stk, stk.TokenFile)
 	t.Cleanup(func() { _ = e.dp.Close() })
+	kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
+	must(t, err)
 	e.mgr = startManager(t, "bench", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
-		kubeconfig: s.Kubeconfig(), extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile}})
+		kubeconfig: kubeconfig, extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
+			"--datapath-ca-file", stk.CAFile}})
 	return e
 }
 
@@ -394,11 +394,17 @@ func TestBench_Reap110Pods(t *testing.T) {
 	// A real datapath on loopback, heartbeats from the test for both nodes.
 	dpDir := t.TempDir()
 	tokenFile := filepath.Join(dpDir, "token")
-	must(t, os.WriteFile(tokenFile, []byte("bench-110-token\n"), 0o600))
+	// The datapath's tokens file: the manager's controller token and one
+	// engine token per node, for the test's heartbeats as that node.
+	const ctlToken, node1Token, node2Token = "bench-110-controller-token", "bench-110-node-1-token", "bench-110-node-2-token"
+	tokensFile := filepath.Join(dpDir, "tokens")
+	must(t, os.WriteFile(tokensFile, []byte(datapath.FormatTokens([]datapath.TokenEntry{{Token: ctlToken},
+		{Node: "node-1", Token: node1Token}, {Node: "node-2", Token: node2Token}})), 0o600))
+	must(t, os.WriteFile(tokenFile, []byte(ctlToken+"\n"), 0o600))
 	addr := freeLoopback(t)
 	bin, err := filepath.Abs(managerBin)
 	must(t, err)
-	startChild(t, bin, "datapath", "serve", "--listen", addr, "--data-dir", filepath.Join(dpDir, "data"), "--token-file", tokenFile)
+	startChild(t, bin, "datapath", "serve", "--listen", addr, "--data-dir", filepath.Join(dpDir, "data"), "--token-file", tokensFile)
 	must(t, sandbox.Poll(ctx, 30*time.Second, "datapath answering", func(context.Context) (bool, string, error) {
 		cn, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -406,9 +412,13 @@ func TestBench_Reap110Pods(t *testing.T) {
 		}
 		return err == nil, fmt.Sprint(err), nil
 	}, nil))
-	client, err := dpclient.Dial(ctx, addr, "bench-110-token")
-	must(t, err)
-	defer client.Close()
+	nodeClients := map[string]*dpclient.Client{}
+	for node, tok := range map[string]string{"node-1": node1Token, "node-2": node2Token} {
+		nc, err := dpclient.Dial(ctx, addr, tok)
+		must(t, err)
+		defer nc.Close()
+		nodeClients[node] = nc
+	}
 	var beating sync.Map
 	beating.Store("node-1", true)
 	beating.Store("node-2", true)
@@ -418,7 +428,7 @@ func TestBench_Reap110Pods(t *testing.T) {
 		for hbCtx.Err() == nil {
 			beating.Range(func(k, v any) bool {
 				if v.(bool) {
-					_ = client.Heartbeat(hbCtx, k.(string))
+					_ = nodeClients[k.(string)].Heartbeat(hbCtx, k.(string))
 				}
 				return true
 			})
