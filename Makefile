@@ -7,15 +7,22 @@ LDFLAGS   := -s -w -X $(PKG).Version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Every command under cmd/ becomes a binary of the same name.
 BINARIES  := $(notdir $(wildcard cmd/*))
-# Unit tests: every package but the end-to-end suite.
-UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
+# Unit tests: every package but the suites under test/ (end-to-end, chaos).
+UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/)
+# Cycles of `make chaos` (`make test` runs a short chaos run of 5).
+CHAOS_CYCLES ?= 100
+# Size of `make bench-scale` (issue 13: 500 nodes, 20,000 pods, 5,000 protected).
+SCALE_RACKS ?= 10
+SCALE_RACK_SIZE ?= 50
+SCALE_PODS ?= 20000
+SCALE_PROTECTED ?= 5000
 FUZZTIME  ?= 5s
 # The container image `make image` builds (deploy/base names it "vigil" in its
 # images: list; point that list at what you push).
 IMAGE     ?= vigil-storage/vigil:$(VERSION)
 CONTAINER_ENGINE ?= docker
 
-.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale
 
 all: build
 
@@ -23,7 +30,7 @@ build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
 
-test: unit fuzz e2e ## every test: unit, short fuzzing, end-to-end
+test: unit fuzz e2e chaos-short ## every test: unit, short fuzzing, end-to-end, a short chaos run
 
 # go test hides what passing packages print, so the lines counting tests
 # skipped for a missing prerequisite (internal/testenv) are collected and shown
@@ -37,6 +44,16 @@ testbin: ## build the sandbox's control plane once into a per-version cache (san
 
 e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e/
+
+chaos: testbin build ## the chaos suite: CHAOS_CYCLES (default 100) random faults with a data ledger; report in $$CHAOS_REPORT
+	CHAOS_CYCLES=$(CHAOS_CYCLES) $(GO) test -count=1 -v -timeout 0 ./test/chaos/
+
+chaos-short: testbin build ## 5 chaos cycles (part of make test)
+	CHAOS_CYCLES=5 $(GO) test -count=1 -v -timeout 30m ./test/chaos/
+
+bench-scale: testbin build ## a rack's power cut among SCALE_RACKS racks of SCALE_RACK_SIZE nodes, SCALE_PODS pods (SCALE_PROTECTED on Vigil volumes); report in $$SCALE_REPORT
+	SCALE_RACKS=$(SCALE_RACKS) SCALE_RACK_SIZE=$(SCALE_RACK_SIZE) SCALE_PODS=$(SCALE_PODS) SCALE_PROTECTED=$(SCALE_PROTECTED) \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestScale_RackFailure$$' ./test/scale/
 
 fuzz: ## run each fuzz target briefly on top of its checked-in corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzParseValue$$' -fuzztime $(FUZZTIME) ./settings

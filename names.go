@@ -17,6 +17,8 @@ const (
 	ReapAnnotation = "vigil.io/reap"
 	// NodeLabel is the label the sandbox puts on its simulated nodes.
 	NodeLabel = "vigil.io/node"
+	// RackLabel names the rack of a node of the scale sandbox (one kwok per rack).
+	RackLabel = "vigil.io/rack"
 	// OutOfServiceTaintKey is Kubernetes' out-of-service taint: the operator's word
 	// that a node is down and its volumes may be detached.
 	OutOfServiceTaintKey = "node.kubernetes.io/out-of-service"

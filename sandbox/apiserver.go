@@ -113,6 +113,7 @@ func terminate(p *proc, grace time.Duration) error {
 // startWith starts args with exactly env in dir, in a session of its own,
 // output appended to logPath.
 func startWith(args, env []string, dir, logPath string) (int, error) {
+	closeInheritedOnExec()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("open log: %w", err)

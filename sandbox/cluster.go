@@ -90,7 +90,7 @@ func preflight(cfg Config) error {
 		}
 		l.Close()
 	}
-	for i := 0; i < cfg.Nodes; i++ {
+	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
 			return err
@@ -111,13 +111,19 @@ func newState(cfg Config) (*state, error) {
 	if cfg.AuditLog {
 		st.AuditLog = filepath.Join(cfg.WorkDir, "audit.log")
 	}
-	for i := 0; i < cfg.Nodes; i++ {
+	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
 			return nil, err
 		}
 		n := &nodeState{Name: NodeName(i), Index: i, HostIP: host.String(), NodeIP: node.String()}
-		n.NetNS, n.HostVeth, n.NodeVeth = linkNames(cfg.Name, i)
+		if cfg.Racks > 0 {
+			n.Name = RackName(i)
+			for j := range cfg.RackSize {
+				n.Members = append(n.Members, RackNodeName(i, j))
+			}
+		}
+		n.NetNS, n.HostVeth, n.NodeVeth = linkNames(cfg.Name, n.Name, i)
 		n.Kubeconfig = filepath.Join(n.dir(cfg.WorkDir), "kubeconfig")
 		st.Nodes = append(st.Nodes, n)
 	}
@@ -163,7 +169,7 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 	}
 	s.logf("sandbox: API server ready (%.1fs)", time.Since(t0).Seconds())
 	for _, n := range st.Nodes {
-		if err := s.createNode(ctx, n); err != nil {
+		if err := s.createNodes(ctx, n); err != nil {
 			return err
 		}
 		if err := bootNode(st, n); err != nil {
@@ -176,7 +182,7 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 	if err := s.WaitNodesReady(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	s.logf("sandbox: %d nodes Ready (%.1fs)", len(st.Nodes), time.Since(t0).Seconds())
+	s.logf("sandbox: %d nodes Ready (%.1fs)", len(st.k8sNodes()), time.Since(t0).Seconds())
 	return nil
 }
 
@@ -220,7 +226,13 @@ func kwokctlConfig(cfg Config, st *state) string {
 	fmt.Fprintf(&b, "  - {key: node-monitor-grace-period, value: %q}\n", cfg.NodeMonitorGracePeriod.String())
 	fmt.Fprintf(&b, "  - {key: node-monitor-period, value: %q}\n", cfg.NodeMonitorPeriod.String())
 	b.WriteString("  - {key: leader-elect, value: \"false\"}\n")
+	if cfg.Racks > 0 {
+		b.WriteString(scaleQPS)
+	}
 	b.WriteString("- name: kube-scheduler\n  extraArgs:\n  - {key: leader-elect, value: \"false\"}\n")
+	if cfg.Racks > 0 {
+		b.WriteString(scaleQPS)
+	}
 	b.WriteString("- name: kube-apiserver\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: default-unreachable-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
@@ -233,6 +245,11 @@ func kwokctlConfig(cfg Config, st *state) string {
 	}
 	return b.String()
 }
+
+// scaleQPS lifts the client rate limits of the controller-manager (20/s by
+// default) and the scheduler (50/s) for a scale sandbox, whose StatefulSet and
+// ReplicaSet controllers and scheduler handle tens of thousands of pods.
+const scaleQPS = "  - {key: kube-api-qps, value: \"500\"}\n  - {key: kube-api-burst, value: \"1000\"}\n"
 
 func createCluster(ctx context.Context, cfg Config, st *state) error {
 	confPath := filepath.Join(st.WorkDir, "kwokctl.yaml")

@@ -43,7 +43,15 @@ type Config struct {
 	// BinDir holds the binaries; default BinDir().
 	BinDir string
 	// Nodes is the number of simulated nodes, 1 to 64; they are named node-1 ...
+	// Zero when Racks is set.
 	Nodes int
+	// Racks, when set (1 to MaxRacks), makes a scale sandbox: racks named
+	// rack-1 ..., each one network namespace and one kwok that runs RackSize
+	// nodes (rack-R-node-1 ..., label vigil.io/rack=rack-R). The sandbox's node
+	// operations (Stop, Start, Partition, AddProcess, ...) then take rack names.
+	Racks int
+	// RackSize is the nodes per rack, 1 to MaxRackSize; default 50.
+	RackSize int
 	// NodeMonitorGracePeriod: how long a silent node stays Ready (kcm flag). Default 10s.
 	NodeMonitorGracePeriod time.Duration
 	// NodeMonitorPeriod: how often kcm checks node health. Default 1s.
@@ -71,6 +79,12 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 // MaxNodes is the largest Nodes value Validate accepts.
 const MaxNodes = 64
 
+// MaxRacks and MaxRackSize bound a scale sandbox (20 racks of 100: 2,000 nodes).
+const (
+	MaxRacks    = 20
+	MaxRackSize = 100
+)
+
 // withDefaults returns c with every unset field given its default.
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -97,6 +111,9 @@ func (c Config) withDefaults() Config {
 	if c.Subnet == "" {
 		c.Subnet = "10.213.0.0/16"
 	}
+	if c.Racks > 0 && c.RackSize == 0 {
+		c.RackSize = 50
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -109,8 +126,16 @@ func (c Config) Validate() error {
 	if len(c.Name) > 20 || !nameRE.MatchString(c.Name) {
 		return fmt.Errorf("%w: Name %q: want lower-case letters, digits and '-', at most 20 characters", ErrInvalidConfig, c.Name)
 	}
-	if c.Nodes < 1 || c.Nodes > MaxNodes {
-		return fmt.Errorf("%w: Nodes %d: want 1 to %d", ErrInvalidConfig, c.Nodes, MaxNodes)
+	switch {
+	case c.Racks != 0 && c.Nodes != 0:
+		return fmt.Errorf("%w: Nodes %d and Racks %d: give one of them (a scale sandbox's nodes are Racks × RackSize)",
+			ErrInvalidConfig, c.Nodes, c.Racks)
+	case c.Racks < 0 || c.Racks > MaxRacks:
+		return fmt.Errorf("%w: Racks %d: want 0 (no racks) or 1 to %d", ErrInvalidConfig, c.Racks, MaxRacks)
+	case c.Racks > 0 && (c.RackSize < 1 || c.RackSize > MaxRackSize):
+		return fmt.Errorf("%w: RackSize %d: want 1 to %d", ErrInvalidConfig, c.RackSize, MaxRackSize)
+	case c.Racks == 0 && (c.Nodes < 1 || c.Nodes > MaxNodes):
+		return fmt.Errorf("%w: Nodes %d: want 1 to %d (or Racks for a scale sandbox)", ErrInvalidConfig, c.Nodes, MaxNodes)
 	}
 	if c.NodeMonitorPeriod < 0 || c.NodeMonitorGracePeriod < 0 || c.NodeMonitorPeriod > c.NodeMonitorGracePeriod {
 		return fmt.Errorf("%w: NodeMonitorPeriod %s, NodeMonitorGracePeriod %s: want 0 < period <= grace period",
@@ -129,11 +154,26 @@ func (c Config) Validate() error {
 	if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
 		return fmt.Errorf("%w: Subnet %q: want an IPv4 prefix of /30 or larger, e.g. 10.213.0.0/16", ErrInvalidConfig, c.Subnet)
 	}
-	if need := c.Nodes * 4; need > 1<<(32-p.Bits()) {
-		return fmt.Errorf("%w: Subnet %q holds fewer than the %d addresses %d nodes need", ErrInvalidConfig, c.Subnet, need, c.Nodes)
+	if need := c.links() * 4; need > 1<<(32-p.Bits()) {
+		return fmt.Errorf("%w: Subnet %q holds fewer than the %d addresses %d node links need", ErrInvalidConfig, c.Subnet, need, c.links())
 	}
 	return nil
 }
+
+// links is the number of network namespaces and links: one per node, or one
+// per rack.
+func (c Config) links() int {
+	if c.Racks > 0 {
+		return c.Racks
+	}
+	return c.Nodes
+}
+
+// RackName is the name of rack r (from 0): rack-1, rack-2, ...
+func RackName(r int) string { return fmt.Sprintf("rack-%d", r+1) }
+
+// RackNodeName is the name of node i (from 0) of rack r: rack-1-node-1, ...
+func RackNodeName(r, i int) string { return fmt.Sprintf("rack-%d-node-%d", r+1, i+1) }
 
 // nodeAddrs returns the host-end and node-end addresses of node i's link.
 func nodeAddrs(subnet string, i int) (host, node netip.Addr, err error) {

@@ -63,6 +63,37 @@
 // A datapath that must be partitioned too has to be reached over the node's link
 // (the stack's engines reach it on VIGIL_HOST_IP).
 //
+// Faults other than a node's power and network, for the chaos suite:
+//
+//   - KillProcess(node, name) SIGKILLs one process of a node (its engine, say) or,
+//     with node "", one host process of the stack (the datapath); StartProcess
+//     starts it again, as a supervisor restarts a crashed container.
+//   - RunOnNode(node, spec) runs a one-off process on a node (a pod's writer):
+//     a power cut kills it and no boot starts it again.
+//   - RestartAPIServer restarts kube-apiserver (SIGTERM, then the same command
+//     line, environment and directory; its PID where kwokctl keeps it). The
+//     controller-manager and the scheduler run without leader election, so an
+//     API server away longer than their renew deadline does not end them.
+//
+// # Racks: the scale sandbox
+//
+// With Config.Racks the sandbox simulates racks instead of nodes: each rack
+// (rack-1, ...) has one network namespace, one link and one kwok that manages
+// its Config.RackSize nodes (rack-R-node-I, labelled vigil.io/rack=rack-R) in
+// kwok's multi-node mode, so a cluster of 10 racks of 50 nodes runs ten kwoks.
+// Stop, Start, Partition, Heal and AddProcess then take rack names: a rack's
+// power cut stops its kwok, and all its nodes go NotReady together. Its
+// processes see VIGIL_NODES, the rack's node names. StartStack runs, per rack,
+// one heartbeat process (`vigil-sandbox heartbeat`, package sandbox/heartbeat)
+// that heartbeats every node of the rack to the datapath, instead of an engine
+// and a kubelet stand-in per node: nothing is mounted on a rack's nodes. It
+// acts as each node with the node's own datapath token (RackTokensFile, a
+// line `node NODE TOKEN` per node: with StackAuthTokenReview a TokenRequest
+// token bound to the node's Node, one request per node; with StackAuthStatic a
+// random token also in the datapath's tokens file) over TLS (Stack.CAFile). The
+// controller-manager's and the scheduler's client rate limits are raised
+// (500/s) for the tens of thousands of pods such a cluster runs.
+//
 // # State and cleanup
 //
 // All state (PIDs with their start times, names of namespaces and veths, boot ids)

@@ -16,7 +16,7 @@ import (
 type mountPoint struct {
 	path   string
 	fstype string
-	dev    string // major:minor; for FUSE the minor names its connection
+	dev    string // major:minor; for FUSE, 0:N names connection N
 }
 
 // mountsUnder lists the mount points strictly under dir, deepest first.
@@ -81,10 +81,13 @@ func loopsBackedUnder(dir string) []string {
 }
 
 // cleanupMounts takes down what the node processes of a sandbox (a CSI node
-// service killed by a power cut or by Down) left mounted under workDir: the
-// filesystems first (deepest first), then the loop devices whose backing file
-// is under workDir, then the FUSE mounts behind them. Nodes share the host's
-// mount namespace, so nothing else would ever unmount them.
+// service killed by a power cut or by Down) left mounted under workDir: it
+// aborts the FUSE connections of the FUSE mounts there (their servers are dead;
+// an ext4 over a loop over a FUSE file whose connection is not aborted blocks
+// its unmount forever, waiting for a journal commit no server will answer),
+// then unmounts the filesystems (deepest first), detaches the loop devices whose
+// backing file is under workDir, and unmounts the FUSE mounts behind them. Nodes
+// share the host's mount namespace, so nothing else would ever unmount them.
 func cleanupMounts(workDir string) error {
 	var errs []error
 	abortFUSEUnder(workDir)
@@ -98,6 +101,7 @@ func cleanupMounts(workDir string) error {
 			return nil
 		}
 		errs = errs[:0]
+		abortFUSE(mps)
 		for _, m := range mps {
 			if !isFUSE(m.fstype) {
 				errs = append(errs, unmount(m.path))
@@ -154,4 +158,17 @@ func unmount(path string) error {
 		return fmt.Errorf("unmount %s: %w", path, err)
 	}
 	return nil
+}
+
+// abortFUSE aborts the connection of every FUSE mount of mps, so that I/O still
+// waiting on a dead server fails instead of hanging; already aborted or gone
+// connections are fine.
+func abortFUSE(mps []mountPoint) {
+	for _, m := range mps {
+		major, minor, ok := strings.Cut(m.dev, ":")
+		if !isFUSE(m.fstype) || !ok || major != "0" {
+			continue
+		}
+		_ = os.WriteFile(filepath.Join("/sys/fs/fuse/connections", minor, "abort"), []byte("1"), 0o200)
+	}
 }

@@ -21,13 +21,14 @@ func ip(args ...string) error {
 	return nil
 }
 
-// linkNames returns the network namespace and veth names of node index i of sandbox
-// name. Interface names are at most 15 bytes, so the sandbox name is hashed.
-func linkNames(name string, i int) (netns, hostVeth, nodeVeth string) {
+// linkNames returns the network namespace and veth names of node (or rack)
+// index i of sandbox name; the namespace is named after the node's name, member.
+// Interface names are at most 15 bytes, so the sandbox name is hashed.
+func linkNames(name, member string, i int) (netns, hostVeth, nodeVeth string) {
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	id := fmt.Sprintf("%05x", h.Sum32()&0xfffff)
-	return fmt.Sprintf("vigil-%s-%s", name, NodeName(i)), fmt.Sprintf("vg%sh%d", id, i), fmt.Sprintf("vg%sn%d", id, i)
+	return fmt.Sprintf("vigil-%s-%s", name, member), fmt.Sprintf("vg%sh%d", id, i), fmt.Sprintf("vg%sn%d", id, i)
 }
 
 func netnsExists(name string) bool {

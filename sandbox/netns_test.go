@@ -12,7 +12,7 @@ import (
 func TestStartDetached_InNetns(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces and veth links")
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.5", NodeIP: "10.213.251.6"}
-	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", 0)
+	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-proc", NodeName(0), 0)
 	t.Cleanup(func() { _ = deleteLink(n) })
 	if err := createLink(n); err != nil {
 		t.Fatal(err)

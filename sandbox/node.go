@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	vigil "github.com/vigil-storage/vigil"
@@ -20,18 +22,42 @@ import (
 // kubelet, attach volumes for the node; without it no VolumeAttachment is created.
 const AttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 
-// createNode creates the Node object that node n's kwok manages.
-func (s *Sandbox) createNode(ctx context.Context, n *nodeState) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        n.Name,
-		Labels:      map[string]string{vigil.NodeLabel: n.Name, corev1.LabelHostname: n.Name},
-		Annotations: map[string]string{AttachDetachAnnotation: "true"},
-	}}
-	_, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create node %s: %w", n.Name, err)
+// createNodes creates the Node objects n's kwok manages: n itself, or every
+// member of a rack (labelled with the rack).
+func (s *Sandbox) createNodes(ctx context.Context, n *nodeState) error {
+	return forEach(n.k8sNodes(), func(name string) error {
+		labels := map[string]string{vigil.NodeLabel: name, corev1.LabelHostname: name}
+		if len(n.Members) > 0 {
+			labels[vigil.RackLabel] = n.Name
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels,
+			Annotations: map[string]string{AttachDetachAnnotation: "true"}}}
+		_, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create node %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// forEach calls f for every name, ten at a time, and joins the errors.
+func forEach(names []string, f func(name string) error) error {
+	errs := make(chan error, len(names))
+	sem := make(chan struct{}, 10)
+	for _, name := range names {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- f(name)
+		}()
 	}
-	return nil
+	var all []error
+	for range names {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }
 
 // nodeEnv is the environment of node n's processes at its current boot.
@@ -43,6 +69,7 @@ func nodeEnv(st *state, n *nodeState) []string {
 		"VIGIL_KUBECONFIG=" + n.Kubeconfig,
 		"VIGIL_NODE_IP=" + n.NodeIP,
 		"VIGIL_HOST_IP=" + n.HostIP,
+		"VIGIL_NODES=" + strings.Join(n.k8sNodes(), ","),
 	}
 }
 
@@ -62,9 +89,13 @@ func bootNode(st *state, n *nodeState) error {
 	}
 	n.Powered = true
 	env := nodeEnv(st, n)
+	selector := vigil.NodeLabel + "=" + n.Name
+	if len(n.Members) > 0 {
+		selector = vigil.RackLabel + "=" + n.Name
+	}
 	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: "kwok", Args: []string{
 		filepath.Join(st.BinDir, BinKwok), "--kubeconfig", n.Kubeconfig,
-		"--manage-all-nodes=false", "--manage-nodes-with-label-selector", vigil.NodeLabel + "=" + n.Name,
+		"--manage-all-nodes=false", "--manage-nodes-with-label-selector", selector,
 		"--node-lease-duration-seconds", strconv.Itoa(st.LeaseSeconds),
 		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0"}},
 		Log: filepath.Join(dir, "kwok.log")}

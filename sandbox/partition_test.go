@@ -162,7 +162,7 @@ func newPartitionFixture(t *testing.T, withDatapath bool) *partitionFixture {
 	dir := t.TempDir()
 	st := &state{Name: "unit-part", WorkDir: dir}
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.9", NodeIP: "10.213.251.10"}
-	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-part", 0)
+	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-part", NodeName(0), 0)
 	st.Nodes = []*nodeState{n}
 	t.Cleanup(func() {
 		_ = killAll(st.Forwarders, 5*time.Second)

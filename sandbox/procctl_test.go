@@ -20,7 +20,7 @@ func procFixture(t *testing.T) (*Sandbox, *nodeState) {
 	RequireRoot(t)
 	dir := t.TempDir()
 	n := &nodeState{Name: "node-1", HostIP: "10.213.251.13", NodeIP: "10.213.251.14", Powered: true}
-	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-procctl", 0)
+	n.NetNS, n.HostVeth, n.NodeVeth = linkNames("unit-procctl", NodeName(0), 0)
 	st := &state{Name: "unit-procctl", WorkDir: dir, Nodes: []*nodeState{n}}
 	t.Cleanup(func() {
 		if st, err := loadState(dir); err == nil {

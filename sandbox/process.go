@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -21,6 +22,8 @@ import (
 //	VIGIL_KUBECONFIG  a kubeconfig that reaches the API server over the node's link
 //	VIGIL_NODE_IP     the node's address on its link
 //	VIGIL_HOST_IP     the host's address on the node's link
+//	VIGIL_NODES       the Kubernetes nodes it runs, comma-separated: the node
+//	                  itself, or every node of a rack (scale sandbox)
 //
 // e.g. Args: []string{"bin/vigil-engine-node", "--node", "$VIGIL_NODE"}.
 type ProcessSpec struct {
@@ -54,6 +57,7 @@ func startDetached(netns string, args, env []string, logPath string) (pid int, s
 		// node's other processes; a node shares the host's mounts.
 		args = append([]string{"nsenter", "--net=/run/netns/" + netns, "--"}, args...)
 	}
+	closeInheritedOnExec()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, 0, fmt.Errorf("open log: %w", err)
@@ -76,6 +80,26 @@ func startDetached(netns string, args, env []string, logPath string) (pid int, s
 		return pid, 0, fmt.Errorf("start %s: exited at once (see %s)", args[0], logPath)
 	}
 	return pid, start, nil
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec, once
+// per process. Go opens its own files so, but not those it inherited: `flock
+// FILE go test ...` hands its lock to the test as descriptor 3, and without this
+// every node process would inherit it, so a node process stuck in the kernel
+// (an engine killed while unmounting over its own FUSE disk) would hold the
+// machine's sandbox lock for good.
+var closeInheritedOnExec = sync.OnceFunc(closeInheritedOnExecBody)
+
+func closeInheritedOnExecBody() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // procStartTime reads the start time of pid (field 22 of /proc/PID/stat, in clock

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +32,11 @@ func TestConfig_Validate_Bad(t *testing.T) {
 		"subnet not cidr":  {Nodes: 1, Subnet: "10.0.0.1"},
 		"subnet ipv6":      {Nodes: 1, Subnet: "fd00::/64"},
 		"subnet too small": {Nodes: 3, Subnet: "10.0.0.0/29"},
+		"nodes and racks":  {Nodes: 3, Racks: 2},
+		"too many racks":   {Racks: MaxRacks + 1},
+		"rack too big":     {Racks: 1, RackSize: MaxRackSize + 1},
+		"negative racks":   {Racks: -1},
+		"racks subnet":     {Racks: 3, Subnet: "10.0.0.0/29"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
@@ -50,14 +57,14 @@ func TestNodeAddrs_Layout(t *testing.T) {
 }
 
 func TestLinkNames_FitInterfaceNames(t *testing.T) {
-	ns, h, n := linkNames(strings.Repeat("x", 20), MaxNodes-1)
+	ns, h, n := linkNames(strings.Repeat("x", 20), NodeName(MaxNodes-1), MaxNodes-1)
 	if len(h) > 15 || len(n) > 15 || h == n {
 		t.Errorf("veth names %q %q: want distinct, at most 15 bytes", h, n)
 	}
 	if !strings.HasPrefix(ns, "vigil-") {
 		t.Errorf("netns %q: want prefix vigil-", ns)
 	}
-	_, h2, _ := linkNames("other", MaxNodes-1)
+	_, h2, _ := linkNames("other", NodeName(MaxNodes-1), MaxNodes-1)
 	if h2 == h {
 		t.Errorf("two sandboxes share veth name %q", h)
 	}
@@ -220,5 +227,71 @@ func TestBinDir_MatchesTestbinScript(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out)); got != BinDir() {
 		t.Errorf("testbin.sh --dir = %s, BinDir() = %s: the two must agree", got, BinDir())
+	}
+}
+
+func TestNewState_Racks(t *testing.T) {
+	cfg := Config{Racks: 2, RackSize: 3, WorkDir: t.TempDir()}.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := newState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 2 || st.Nodes[1].Name != "rack-2" || st.Nodes[1].HostIP != "10.213.0.5" {
+		t.Fatalf("racks %+v, want rack-1 and rack-2 with one link each", st.Nodes)
+	}
+	want := []string{"rack-1-node-1", "rack-1-node-2", "rack-1-node-3", "rack-2-node-1", "rack-2-node-2", "rack-2-node-3"}
+	if got := st.k8sNodes(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("k8sNodes = %v, want %v", got, want)
+	}
+	if env := strings.Join(nodeEnv(st, st.Nodes[0]), " "); !strings.Contains(env, "VIGIL_NODES=rack-1-node-1,rack-1-node-2,rack-1-node-3") {
+		t.Errorf("rack env %s lacks VIGIL_NODES", env)
+	}
+	if y := kwokctlConfig(cfg, st); strings.Count(y, "kube-api-qps, value: \"500\"") != 2 {
+		t.Errorf("scale sandbox config does not lift kcm's and the scheduler's QPS:\n%s", y)
+	}
+	if y := kwokctlConfig(Config{Nodes: 1}.withDefaults(), st); strings.Contains(y, "kube-api-qps") {
+		t.Errorf("a node sandbox changes the QPS:\n%s", y)
+	}
+	if (Config{Racks: 10}).Validate() != nil {
+		t.Error("10 racks of the default 50 refused")
+	}
+}
+
+// A descriptor the test process inherited (flock's lock, say) is not passed on
+// to the processes the sandbox starts.
+func TestStartDetached_InheritedDescriptorNotPassedOn(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "lockfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Make it look inherited: a descriptor without close-on-exec.
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	closeInheritedOnExec = sync.OnceFunc(closeInheritedOnExecBody)
+	out := filepath.Join(dir, "fds")
+	pid, _, err := startDetached("", []string{"sh", "-c", "ls -l /proc/$$/fd > " + out}, nil, filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if _, err := procStartTime(pid); err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "lockfile") {
+		t.Errorf("the started process got the inherited descriptor:\n%s", b)
 	}
 }

@@ -142,7 +142,9 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 // Start is a reboot) and the kubelet stand-in (`vigil-sandbox kubelet`); in the
 // API, the CSIDriver driver.vigil.io (attachRequired, podInfoOnMount), a CSINode
 // per node and a StorageClass. It returns once every socket answers. Down kills
-// all of it and unmounts whatever the engines left.
+// all of it and unmounts whatever the engines left. On a scale sandbox (Racks),
+// each rack runs one StackHeartbeat process instead of engines and kubelet
+// stand-ins: its nodes heartbeat to the datapath but mount nothing.
 //
 // Each component runs under its identity of deploy/ (ApplyDeployRBAC, then
 // ComponentKubeconfig), never the admin's: the CSI controller and its sidecars
@@ -194,6 +196,13 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	if err := s.createStackObjects(ctx, stk, st0); err != nil {
 		return nil, err
 	}
+	if len(st0.Nodes[0].Members) > 0 {
+		// A scale sandbox: one heartbeat process per rack stands in for its engines.
+		if err := s.AddProcess("", rackHeartbeat(cfg, stk)); err != nil {
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		return stk, nil
+	}
 	if err := s.addStackNodeProcesses(cfg, stk); err != nil {
 		return nil, err
 	}
@@ -242,6 +251,9 @@ func (s *Sandbox) stackIdentities(ctx context.Context, stk *Stack, st *state) er
 		return fmt.Errorf("stack: %w", err)
 	}
 	for _, n := range st.Nodes {
+		if len(n.Members) > 0 {
+			continue // a rack: its heartbeat process talks to the datapath only
+		}
 		if _, err := s.ComponentKubeconfig(ctx, vigil.EngineServiceAccount, n.Name); err != nil {
 			return fmt.Errorf("stack: %w", err)
 		}
@@ -347,6 +359,19 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 		return fmt.Errorf("stack: %w", err)
 	}
 	return nil
+}
+
+// StackHeartbeat is the process of each rack of a scale sandbox that heartbeats
+// the rack's nodes to the datapath (`vigil-sandbox heartbeat`), instead of an
+// engine and a kubelet stand-in per node. It acts as each node with that
+// node's own token (RackTokensFile), as the node's engine would, over TLS.
+const StackHeartbeat = "heartbeat"
+
+func rackHeartbeat(cfg StackConfig, stk *Stack) ProcessSpec {
+	return ProcessSpec{Name: StackHeartbeat, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "heartbeat",
+		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
+		"--node-tokens-file", RackTokensFile("$VIGIL_NODE_DIR"), "--ca-file", stk.CAFile,
+		"--interval", cfg.HeartbeatInterval.String()}}
 }
 
 func freePort() (int, error) {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
@@ -41,6 +42,13 @@ const stackTokenLifetime = 24 * time.Hour
 // NodeTokenFile is the datapath token of the engine of the node whose
 // directory (VIGIL_NODE_DIR) is nodeDir: only that node's credential.
 func NodeTokenFile(nodeDir string) string { return filepath.Join(nodeDir, "datapath.token") }
+
+// RackTokensFile holds, on a scale sandbox, the datapath tokens of the nodes
+// of the rack whose directory (VIGIL_NODE_DIR) is rackDir: a line
+// `node NODE TOKEN` per node of the rack and nothing else, for the rack's
+// heartbeat process (StackHeartbeat), which acts as each of them with its own
+// token.
+func RackTokensFile(rackDir string) string { return filepath.Join(rackDir, "datapath.tokens") }
 
 // stackSecurity writes the stack's credentials: a CA and the datapath's
 // certificate (for 127.0.0.1 and every node link's host end), and one token
@@ -97,10 +105,13 @@ func writeStaticTokens(stk *Stack, st *state, workDir string) (string, error) {
 	manager, csi := random(), random()
 	entries := []datapath.TokenEntry{{Token: manager}, {Token: csi}}
 	files := map[string]string{stk.TokenFile: manager, stk.CSITokenFile: csi}
-	for _, n := range st.Nodes {
+	err := writeNodeTokens(st, workDir, func(node string) (string, error) {
 		tok := random()
-		entries = append(entries, datapath.TokenEntry{Node: n.Name, Token: tok})
-		files[NodeTokenFile(n.dir(workDir))] = tok
+		entries = append(entries, datapath.TokenEntry{Node: node, Token: tok})
+		return tok, nil
+	})
+	if err != nil {
+		return "", err
 	}
 	tokensFile := filepath.Join(stk.Dir, "datapath", "tokens")
 	files[tokensFile] = strings.TrimSuffix(datapath.FormatTokens(entries), "\n")
@@ -110,6 +121,31 @@ func writeStaticTokens(stk *Stack, st *state, workDir string) (string, error) {
 		}
 	}
 	return tokensFile, nil
+}
+
+// writeNodeTokens gets a token of every Kubernetes node from token and writes
+// it where its engine reads it: NodeTokenFile of the node's directory, or, on
+// a scale sandbox, one RackTokensFile per rack with its nodes' tokens for the
+// rack's heartbeat process.
+func writeNodeTokens(st *state, workDir string, token func(node string) (string, error)) error {
+	for _, n := range st.Nodes {
+		var rack []datapath.TokenEntry
+		for _, name := range n.k8sNodes() {
+			tok, err := token(name)
+			if err != nil {
+				return err
+			}
+			rack = append(rack, datapath.TokenEntry{Node: name, Token: tok})
+		}
+		path, content := NodeTokenFile(n.dir(workDir)), rack[0].Token
+		if len(n.Members) > 0 {
+			path, content = RackTokensFile(n.dir(workDir)), strings.TrimSuffix(datapath.FormatTokens(rack), "\n")
+		}
+		if err := writeSecret(path, content); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mintServiceAccountTokens creates vigil-system's ServiceAccounts and asks
@@ -135,21 +171,23 @@ func (s *Sandbox) mintServiceAccountTokens(ctx context.Context, stk *Stack, st *
 			return err
 		}
 	}
-	for _, n := range st.Nodes {
-		node, err := s.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("stack: node %s: %w", n.Name, err)
-		}
-		tok, err := s.MintDatapathToken(ctx, vigil.EngineServiceAccount,
-			&authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID})
-		if err != nil {
-			return err
-		}
-		if err := writeSecret(NodeTokenFile(n.dir(s.workDir)), tok); err != nil {
-			return err
-		}
+	// One list for every Node's UID: a scale sandbox has hundreds.
+	nodes, err := s.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("stack: list nodes: %w", err)
 	}
-	return nil
+	uids := map[string]types.UID{}
+	for _, n := range nodes.Items {
+		uids[n.Name] = n.UID
+	}
+	return writeNodeTokens(st, s.workDir, func(node string) (string, error) {
+		uid, ok := uids[node]
+		if !ok {
+			return "", fmt.Errorf("stack: node %s: no Node object to bind its engine's token to", node)
+		}
+		return s.MintDatapathToken(ctx, vigil.EngineServiceAccount,
+			&authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: uid})
+	})
 }
 
 // MintDatapathToken asks the sandbox's API server for a token of the

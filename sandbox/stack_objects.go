@@ -31,13 +31,13 @@ func (s *Sandbox) createStackObjects(ctx context.Context, stk *Stack, st *state)
 	if _, err := s.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("stack: create StorageClass %s: %w", stk.StorageClass, err)
 	}
-	for _, n := range st.Nodes {
-		cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+	return forEach(st.k8sNodes(), func(name string) error {
+		cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
-				Name: vigil.DriverName, NodeID: n.Name, TopologyKeys: []string{vigil.TopologyNodeKey}}}}}
+				Name: vigil.DriverName, NodeID: name, TopologyKeys: []string{vigil.TopologyNodeKey}}}}}
 		if _, err := s.client.StorageV1().CSINodes().Create(ctx, cn, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("stack: create CSINode %s: %w", n.Name, err)
+			return fmt.Errorf("stack: create CSINode %s: %w", name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/internal/testenv"
+	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 )
 
 func TestStackConfig_WithDefaults_Bad(t *testing.T) {
@@ -130,6 +131,50 @@ func TestWriteStaticTokens_OneTokenPerIdentity(t *testing.T) {
 		id, err := auth.Authenticate(context.Background(), tok)
 		if err != nil || id.Role != want.Role || id.Node != want.Node {
 			t.Errorf("%s: %+v, %v; want %+v", file, id, err, want)
+		}
+	}
+}
+
+// TestWriteStaticTokens_RackTokens: on a scale sandbox each rack's
+// RackTokensFile holds exactly its nodes' tokens, each one that node's engine
+// identity at the datapath, and no rack gets a single node's token file.
+func TestWriteStaticTokens_RackTokens(t *testing.T) {
+	work := t.TempDir()
+	stk := &Stack{Dir: filepath.Join(work, "stack"), TokenFile: filepath.Join(work, "stack", "manager.token"),
+		CSITokenFile: filepath.Join(work, "stack", "csi-controller.token")}
+	st := &state{Nodes: []*nodeState{{Name: "rack-1", Members: []string{"rack-1-node-1", "rack-1-node-2"}},
+		{Name: "rack-2", Members: []string{"rack-2-node-1"}}}}
+	tokensFile, err := writeStaticTokens(stk, st, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := datapath.ReadTokensFile(tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctrl, nodes := auth.Counts(); ctrl != 2 || nodes != 3 {
+		t.Errorf("tokens file: %d controller and %d node tokens, want 2 and 3", ctrl, nodes)
+	}
+	for _, rack := range st.Nodes {
+		file := RackTokensFile(rack.dir(work))
+		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v, mode %v; want a file only its owner reads", file, err, fi)
+		}
+		tokens, err := heartbeat.ReadNodeTokens(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tokens) != len(rack.Members) {
+			t.Errorf("%s: %d tokens, want one per node of %s (%d)", file, len(tokens), rack.Name, len(rack.Members))
+		}
+		for _, node := range rack.Members {
+			id, err := auth.Authenticate(context.Background(), tokens[node])
+			if err != nil || id.Role != datapath.RoleEngine || id.Node != node {
+				t.Errorf("%s's token in %s: %+v, %v; want the engine of %s", node, file, id, err, node)
+			}
+		}
+		if _, err := os.Stat(NodeTokenFile(rack.dir(work))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("rack %s has a single node's token file (%v)", rack.Name, err)
 		}
 	}
 }

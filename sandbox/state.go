@@ -52,6 +52,26 @@ type nodeState struct {
 	// Once is the one-off processes of RunOnNode: killed by a power cut, never
 	// started at a boot.
 	Once []*proc `json:"once,omitempty"`
+	// Members are the Kubernetes nodes of a rack (scale sandbox); empty for a
+	// sandbox node, which is its own Kubernetes node.
+	Members []string `json:"members,omitempty"`
+}
+
+// k8sNodes is the Kubernetes nodes n runs: its members for a rack, else itself.
+func (n *nodeState) k8sNodes() []string {
+	if len(n.Members) > 0 {
+		return n.Members
+	}
+	return []string{n.Name}
+}
+
+// k8sNodes is every Kubernetes node of the sandbox.
+func (st *state) k8sNodes() []string {
+	var out []string
+	for _, n := range st.Nodes {
+		out = append(out, n.k8sNodes()...)
+	}
+	return out
 }
 
 func (n *nodeState) dir(workDir string) string { return filepath.Join(workDir, "nodes", n.Name) }

@@ -34,8 +34,10 @@ type NodeStatus struct {
 	Partition   PartitionTarget
 	BootID      string
 	// Ready is the Node's Ready condition status (True, False, Unknown) or "" if
-	// the API server did not answer.
-	Ready      string
+	// the API server did not answer; for a rack, "READY/MEMBERS", e.g. "50/50".
+	Ready string
+	// Members are a rack's Kubernetes nodes (scale sandbox).
+	Members    []string
 	Taints     []string
 	Kubeconfig string
 	Processes  []ProcessStatus
@@ -86,11 +88,16 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	for _, n := range st.Nodes {
 		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
 			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
-		if node, ok := api[n.Name]; ok {
-			ns.Ready = string(NodeReadyStatus(&node))
-			for _, t := range node.Spec.Taints {
-				ns.Taints = append(ns.Taints, t.Key+":"+string(t.Effect))
+		if len(n.Members) == 0 {
+			if node, ok := api[n.Name]; ok {
+				ns.Ready = string(NodeReadyStatus(&node))
+				for _, t := range node.Spec.Taints {
+					ns.Taints = append(ns.Taints, t.Key+":"+string(t.Effect))
+				}
 			}
+		} else {
+			ns.Members = n.Members
+			ns.Ready = rackReady(n.Members, api)
 		}
 		for _, p := range append(n.procs(), n.Once...) {
 			ns.Processes = append(ns.Processes, ProcessStatus{Name: p.Name, PID: p.PID,
@@ -103,6 +110,21 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 			Command: strings.Join(p.Args, " ")})
 	}
 	return out, nil
+}
+
+// rackReady is "READY/ALL" over a rack's members, "" if the API server gave no
+// node at all.
+func rackReady(members []string, api map[string]corev1.Node) string {
+	if len(api) == 0 {
+		return ""
+	}
+	ready := 0
+	for _, m := range members {
+		if node, ok := api[m]; ok && NodeReadyStatus(&node) == corev1.ConditionTrue {
+			ready++
+		}
+	}
+	return fmt.Sprintf("%d/%d", ready, len(members))
 }
 
 // NodeReadyStatus is node's Ready condition status, Unknown if it has none.

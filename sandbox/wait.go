@@ -61,7 +61,7 @@ func (s *Sandbox) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 	var names []string
 	for _, n := range st.Nodes {
 		if n.Powered && !n.Partition.cutsAPIServer() {
-			names = append(names, n.Name)
+			names = append(names, n.k8sNodes()...)
 		}
 	}
 	return s.WaitNodeReady(ctx, timeout, corev1.ConditionTrue, names...)

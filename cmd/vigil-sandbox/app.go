@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 	"github.com/vigil-storage/vigil/sandbox/kubelet"
 	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
@@ -32,7 +33,7 @@ func app() *cli.App {
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
 		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(), demoCommand(),
-			kubelet.Command(), ledger.Command()},
+			kubelet.Command(), ledger.Command(), heartbeat.Command()},
 	}
 }
 
@@ -48,7 +49,9 @@ func upCommand() *cli.Command {
 		Name:  "up",
 		Usage: "create the cluster and its nodes; returns when every node is Ready",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes (1 to 64)"},
+			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes (1 to 64; 0 with --racks)"},
+			&cli.IntFlag{Name: "racks", Usage: "a scale sandbox: this many racks (1 to 20), each one kwok running --rack-size nodes"},
+			&cli.IntFlag{Name: "rack-size", Value: 50, Usage: "nodes per rack (1 to 100) with --racks"},
 			&cli.DurationFlag{Name: "node-monitor-grace-period", Value: 10 * time.Second,
 				Usage: "how long a silent node stays Ready"},
 			&cli.DurationFlag{Name: "node-monitor-period", Value: time.Second, Usage: "how often node health is checked"},
@@ -72,9 +75,19 @@ func upCommand() *cli.Command {
 			case c.IsSet("datapath-auth") && !c.Bool("stack"):
 				return fmt.Errorf("--datapath-auth is for --stack's datapath; give --stack too")
 			}
+			nodes, rackSize := c.Int("nodes"), 0
+			if c.Int("racks") != 0 {
+				if rackSize = c.Int("rack-size"); rackSize < 1 {
+					return fmt.Errorf("%w: --rack-size %d: want 1 to %d", sandbox.ErrInvalidConfig, rackSize, sandbox.MaxRackSize)
+				}
+				if !c.IsSet("nodes") {
+					nodes = 0
+				}
+			}
 			t0 := time.Now()
 			s, err := sandbox.Up(c.Context, sandbox.Config{
-				Name: c.String("name"), WorkDir: workDir(c), BinDir: c.String("bin-dir"), Nodes: c.Int("nodes"),
+				Name: c.String("name"), WorkDir: workDir(c), BinDir: c.String("bin-dir"), Nodes: nodes,
+				Racks: c.Int("racks"), RackSize: rackSize,
 				NodeMonitorGracePeriod:   c.Duration("node-monitor-grace-period"),
 				NodeMonitorPeriod:        c.Duration("node-monitor-period"),
 				DefaultTolerationSeconds: c.Int("toleration-seconds"), Subnet: c.String("subnet"),
@@ -186,7 +199,7 @@ func nodeCommand() *cli.Command {
 	}
 	return &cli.Command{
 		Name:  "node",
-		Usage: "power a node off or on, cut or restore its network",
+		Usage: "power a node (a rack, in a scale sandbox) off or on, cut or restore its network",
 		Subcommands: []*cli.Command{
 			op("stop", "power cut: SIGKILL the node's kwok and every process of the node at once", (*sandbox.Sandbox).Stop),
 			op("start", "boot the node again (new boot id)", (*sandbox.Sandbox).Start),

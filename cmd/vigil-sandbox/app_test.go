@@ -2,10 +2,14 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 )
 
 func run(args ...string) error {
@@ -100,5 +104,41 @@ func TestApp_NodePartition_NotUp(t *testing.T) {
 	err := run("--workdir", t.TempDir(), "node", "partition", "node-1", "--from", "apiserver")
 	if !errors.Is(err, sandbox.ErrNotUp) {
 		t.Errorf("node partition without a sandbox = %v, want ErrNotUp", err)
+	}
+}
+
+func TestApp_Up_BadRacks(t *testing.T) {
+	for _, args := range [][]string{{"--racks", "21"}, {"--racks", "2", "--rack-size", "0"}, {"--racks", "2", "--nodes", "3"}, {"--racks", "-1"}} {
+		err := run(append([]string{"--workdir", t.TempDir(), "up"}, args...)...)
+		if !errors.Is(err, sandbox.ErrInvalidConfig) {
+			t.Errorf("up %q = %v, want ErrInvalidConfig", args, err)
+		}
+	}
+}
+
+func TestApp_Heartbeat_BadFlags(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("node a 0123456789abcdef0123\nnode b fedcba98765432100123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	controller := filepath.Join(dir, "controller")
+	if err := os.WriteFile(controller, []byte("controller 0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dp, ca := []string{"--datapath", "127.0.0.1:1"}, []string{"--ca-file", filepath.Join(dir, "ca.crt")}
+	with := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	for _, args := range [][]string{{}, dp, with(dp, []string{"--node-tokens-file", tokens}), // no CA
+		with(dp, ca), // no tokens
+		with(dp, ca, []string{"--node-tokens-file", filepath.Join(dir, "missing")}),
+		with(dp, ca, []string{"--node-tokens-file", controller}),                  // the controller's token
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--nodes", "a,c"}),    // c has no token
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--nodes", "a,,b"}),   // an empty name
+		with(dp, ca, []string{"--node-tokens-file", tokens, "--interval", "-1s"}), // negative interval
+		with(dp, ca, []string{"--node-tokens-file", tokens}, []string{"extra"})} {
+		err := run(append([]string{"heartbeat"}, args...)...)
+		if !errors.Is(err, heartbeat.ErrBadConfig) {
+			t.Errorf("heartbeat %q = %v, want heartbeat.ErrBadConfig", args, err)
+		}
 	}
 }

@@ -26,6 +26,8 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "node", EnvVars: []string{"VIGIL_NODE"}, Usage: "node name written in each record"},
 			&cli.StringFlag{Name: "ledger", Usage: "ledger file on the host (appended to)"},
 			&cli.DurationFlag{Name: "interval", Usage: "time between records (default 100ms)"},
+			&cli.BoolFlag{Name: "require-mount", Value: true,
+				Usage: "open the records file only while --dir is a mount point (as a container sees its volume)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -34,7 +36,7 @@ func Command() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return Run(ctx, Config{Dir: c.String("dir"), PodUID: c.String("pod-uid"), Node: c.String("node"),
-				Ledger: c.String("ledger"), Interval: c.Duration("interval"),
+				Ledger: c.String("ledger"), Interval: c.Duration("interval"), RequireMount: c.Bool("require-mount"),
 				Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 		},
 	}

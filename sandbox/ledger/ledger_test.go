@@ -138,6 +138,38 @@ func TestRun_AcksOnlyWhatIsOnDisk(t *testing.T) {
 	}
 }
 
+// With RequireMount, a directory that is not a mount point gets no record:
+// the bare target directory of a node is not the volume.
+func TestRun_RequireMount_BareDirectory(t *testing.T) {
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	must(t, os.Mkdir(vol, 0o755))
+	ledgerPath := filepath.Join(dir, "ledger")
+	var fails atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Dir: vol, PodUID: "u", Node: "n", Ledger: ledgerPath, Interval: 5 * time.Millisecond,
+			RetryAfter: 5 * time.Millisecond, RequireMount: true, Logf: func(string, ...any) { fails.Add(1) }})
+	}()
+	waitFor(t, func() bool { return fails.Load() > 0 })
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	must(t, <-done)
+	if acks, _ := ReadLedger(ledgerPath); len(acks) != 0 {
+		t.Errorf("acknowledged %d records in a bare directory", len(acks))
+	}
+	if _, err := os.Stat(filepath.Join(vol, RecordsFile("u"))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("records file created in a bare directory: %v", err)
+	}
+	if err := isMountPoint("/proc"); err != nil {
+		t.Errorf("isMountPoint(/proc) = %v, want nil", err)
+	}
+	if err := isMountPoint(vol); !errors.Is(err, ErrNotMounted) {
+		t.Errorf("isMountPoint(%s) = %v, want ErrNotMounted", vol, err)
+	}
+}
+
 func TestRun_BadConfig(t *testing.T) {
 	for name, c := range map[string]Config{
 		"no dir":        {PodUID: "u", Node: "n", Ledger: "l"},

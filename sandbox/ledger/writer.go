@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -24,6 +25,12 @@ type Config struct {
 	Interval time.Duration
 	// RetryAfter is the pause after a failed write, fsync or open; default 500ms.
 	RetryAfter time.Duration
+	// RequireMount: open the records file only while Dir is a mount point (its
+	// device differs from its parent's). A container keeps its volume mounted in
+	// a mount namespace of its own, so it never writes into the bare target
+	// directory of the node; a writer that runs in the host's namespace must
+	// refuse to, or a write the volume never sees would be acknowledged.
+	RequireMount bool
 	// Logf receives one line per failure and per recovery; default none.
 	Logf func(format string, args ...any)
 }
@@ -112,6 +119,12 @@ func (w *writer) once(seq uint64) error {
 		if time.Now().Before(w.retry) {
 			return nil
 		}
+		if w.cfg.RequireMount {
+			if err := isMountPoint(w.cfg.Dir); err != nil {
+				w.fail(seq, "open", err)
+				return nil
+			}
+		}
 		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			w.fail(seq, "open", err)
@@ -147,4 +160,23 @@ func (w *writer) fail(seq uint64, op string, err error) {
 	w.failing = true
 	w.close()
 	w.retry = time.Now().Add(w.cfg.RetryAfter)
+}
+
+// ErrNotMounted: RequireMount is set and the volume's directory is not a mount point.
+var ErrNotMounted = errors.New("volume not mounted")
+
+// isMountPoint reports, as an error, that dir is not a mount point: its device
+// is its parent's.
+func isMountPoint(dir string) error {
+	var st, parent syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	if err := syscall.Stat(filepath.Dir(filepath.Clean(dir)), &parent); err != nil {
+		return err
+	}
+	if st.Dev == parent.Dev {
+		return fmt.Errorf("%w: %s is on its parent's file system", ErrNotMounted, dir)
+	}
+	return nil
 }

@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/sandbox"
+)
+
+// TestChaos is the suite: CHAOS_CYCLES cycles of random faults (see the package
+// documentation); it fails at the first cycle with a violation, naming its seed.
+func TestChaos(t *testing.T) {
+	sandbox.RequireRoot(t)
+	cfg, err := ConfigFromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{sandbox.BinVigilManager, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s: run `make build` first (make chaos does): %v", b, err)
+		}
+	}
+	if err := sandbox.CheckBinaries(sandbox.BinDir()); err != nil {
+		t.Fatal(err)
+	}
+	workDir := filepath.Join(os.TempDir(), "vigil-chaos")
+	lockRun(t, workDir+".lock")
+	if err := sandbox.DownWorkDir(workDir); err != nil {
+		t.Fatalf("remove a leftover chaos sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv(EnvKeep) != "" {
+			t.Logf("%s: sandbox left in %s; bin/vigil-sandbox --workdir %s down removes it", EnvKeep, workDir, workDir)
+			return
+		}
+		if err := sandbox.DownWorkDir(workDir); err != nil {
+			t.Errorf("sandbox down: %v", err)
+		}
+	})
+	ctx := context.Background()
+	t0 := time.Now()
+	setupCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	defer cancel()
+	h, err := Setup(setupCtx, workDir, bin, t.Logf)
+	if h != nil {
+		t.Cleanup(h.Teardown)
+	}
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	kinds, err := ParseKinds(cfg.Faults, h.Loop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Seed: cfg.Seed, Replay: cfg.Replay, Loop: h.Loop(), Enabled: kinds, NotRun: notRun(kinds, h.Loop()),
+		Setup: time.Since(t0)}
+	defer func() {
+		rep.Memory = h.mem.verdicts()
+		writeReport(t, rep, cfg.ReportDir)
+	}()
+	t.Logf("chaos: seed %d, %d cycles from %v (replay one cycle: CHAOS_REPLAY=<its seed> CHAOS_FAULTS=%q)",
+		cfg.Seed, cfg.Cycles, kinds, cfg.Faults)
+	for i := range cfg.Cycles {
+		env, err := h.env(ctx)
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i+1, err)
+		}
+		f, err := Draw(i+1, cfg.seedOf(i), kinds, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(f)
+		res := h.RunCycle(ctx, f)
+		rep.Cycles = append(rep.Cycles, res)
+		t.Logf("cycle %d: %s in %.1fs, recovery %s, failover %v, node return %s, %d writers, %d acknowledged records checked",
+			f.Cycle, f.Kind, res.End.Sub(res.Start).Seconds(), secs(res.Recovery), res.Failover, secs(res.NodeReturn), res.Writers, res.Acked)
+		if len(res.Violations) > 0 {
+			t.Fatalf("cycle %d (seed %d; replay: CHAOS_REPLAY=%d CHAOS_FAULTS=%q): %s:\n  %s", f.Cycle, f.Seed, f.Seed,
+				cfg.Faults, f, strings.Join(res.Violations, "\n  "))
+		}
+	}
+}
+
+// notRun lists the kinds a run does not draw, and why.
+func notRun(enabled []Kind, loop bool) []NotRun {
+	var out []NotRun
+	for _, k := range AllKinds {
+		switch {
+		case slices.Contains(enabled, k):
+		case k.NeedsLoop() && !loop:
+			out = append(out, NotRun{Kind: k, Why: "needs the manager's closed loop (vigil-manager run has no --datapath-token-file yet)"})
+		default:
+			out = append(out, NotRun{Kind: k, Why: "not in CHAOS_FAULTS"})
+		}
+	}
+	return out
+}
+
+func writeReport(t *testing.T, rep *Report, dir string) {
+	rep.Summarize()
+	md, js, err := rep.Write(dir)
+	if err != nil {
+		t.Errorf("write report: %v", err)
+		return
+	}
+	t.Logf("chaos report: %s and %s\n%s", md, js, rep.Markdown())
+}
+
+// lockRun makes a second run on the machine wait for the first.
+func lockRun(t *testing.T, path string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Println("chaos: another run holds", path, "- waiting for it")
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

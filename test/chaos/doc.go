@@ -1,0 +1,70 @@
+// Package chaos is Vigil's chaos suite: long randomized runs of faults against
+// the sandbox with Vigil's whole stack, checked by the data itself.
+//
+// # The world
+//
+// Setup brings up a sandbox of 5 nodes with the volume stack (datapath, CSI
+// controller and sidecars, an engine and a kubelet stand-in per node), two
+// `vigil-manager run` processes as deploy/'s vigil-manager ServiceAccount, on
+// its Lease, reaching the datapath over TLS with the manager's token, under
+// leader election (short Lease timings,
+// settings delete-both…, fast trigger on, attachment recovery immediate), and a
+// workload of a StatefulSet of 3 (one pod per node) and a Deployment of 1, every
+// pod on a ReadWriteOnce volume of Vigil's StorageClass. For each running pod
+// whose volume the kubelet stand-in has published, a writer (package
+// sandbox/ledger, `vigil-sandbox writer`) runs on the pod's node, inside its
+// network namespace, on the pod's target path: it appends fsync'd records and
+// acknowledges each in a ledger on the host. The harness plays the kubelet's
+// part for the writers: it starts one when a pod's volume is published and kills
+// it once the pod is gone and its node can see that, so a zombie's writer goes on
+// writing until its node is healed.
+//
+// # A cycle
+//
+// Each cycle draws one fault from its own seed (CycleSeed of the run's seed,
+// both printed, so CHAOS_REPLAY=SEED runs that cycle again): a power cut; a
+// partition shorter than the detection threshold of its target (no failover
+// allowed); a long partition from the API server only (a zombie), the datapath
+// only, or both; flapping; SIGKILL of the leading manager at the node's first
+// fence or first reap; SIGKILL of a node's engine; SIGKILL and restart of the
+// datapath; a restart of the API server (Fault, Draw). It injects the fault,
+// waits for what the fault expects (Expect), and checks after every cycle:
+//
+//   - 0 lost acknowledged writes: every ledger entry of every writer a volume
+//     has had is in the volume, read with O_DIRECT through the mount of the
+//     claim's current pod, so from the datapath and not a node's page cache;
+//   - 0 writes from a fenced node: no record whose time falls in a span during
+//     which the datapath had the record's node fenced on that volume (the
+//     spans are built from the datapath's attachment rows, polled every 500 ms;
+//     the datapath keeps only each row's latest state);
+//   - every covered pod runs again within its bound: writers write again within
+//     30 s of a transient fault's end, replacements within 90 s of a node's
+//     failure (sandbox timings);
+//   - a node that came back is Ready, without vigil.io/fenced and clean within 30 s;
+//   - no mount, FUSE disk or loop device under a node's directory that no pod of
+//     the node explains;
+//   - epochs never decrease (per attachment row and per volume);
+//   - no failover where none is expected (same pod, same node, nobody fenced).
+//
+// The managers', the engines' and the datapath's RSS is sampled after every
+// cycle; a series of at least 12 samples must stay flat (last quarter's median
+// at most 1.3 × the first quarter's + 16 MiB). The run fails at the first cycle
+// with a violation, naming its seed.
+//
+// # The closed loop
+//
+// Faults whose covered pods only come back if the manager fences, reaps and
+// frees attachments by itself (power cut, long partitions, manager kills) are
+// drawn only when `vigil-manager run` has the datapath flags (managerHasLoop);
+// until then a run draws from the other kinds and the report lists the rest as
+// not run. CHAOS_FAULTS=all forces every kind, CHAOS_FAULTS=a,b a list.
+//
+// # The report
+//
+// Report writes chaos-report.md (a table per fault kind: cycles, failovers,
+// recovery median and max, node return, violations; the memory series; every
+// violation with its cycle's seed) and chaos-report.json (every cycle, its
+// fault, times and data check) into CHAOS_REPORT (default
+// $TMPDIR/vigil-chaos-report). `make chaos` runs CHAOS_CYCLES cycles (default
+// 100); `make test` runs 5.
+package chaos
