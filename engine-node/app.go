@@ -126,7 +126,9 @@ func runCommand(dial DialFunc) *cli.Command {
 					"nothing; at most " + datapath.MaxLeave.String() + ". A crash (SIGKILL) announces nothing: the node's FUSE disks die with\n" +
 					"the engine, its I/O is broken, and a failover is what it needs"},
 			&cli.DurationFlag{Name: "io-timeout", Value: 30 * time.Second,
-				Usage: "bound on one datapath request made for the kernel; past it the I/O fails with EIO"},
+				Usage: "bound on one datapath request made for the kernel: a request the datapath does not answer (restarting,\n" +
+					"unreachable) is sent again until then, so a datapath restart shorter than this stalls I/O but fails none;\n" +
+					"past it the I/O fails with EIO. The datapath's own answers (fenced, not found) end a request at once"},
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
 				Usage: "host:port for /metrics and /healthz; empty disables"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},

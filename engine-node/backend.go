@@ -48,7 +48,11 @@ func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.Ca
 func (b *volumeBackend) ReadAt(parent context.Context, off int64, n int) ([]byte, error) {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	p, err := b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch, off, n)
+	var p []byte
+	err := b.retry(ctx, func(ctx context.Context) (err error) {
+		p, err = b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch, off, n)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read volume %s at %d: %w", b.volumeID, off, err)
 	}
@@ -58,7 +62,7 @@ func (b *volumeBackend) ReadAt(parent context.Context, off int64, n int) ([]byte
 func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch, off, p); err != nil {
+	if err := b.retry(ctx, func(ctx context.Context) error { return b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch, off, p) }); err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}
@@ -70,11 +74,62 @@ func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) err
 func (b *volumeBackend) Flush(parent context.Context) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.dp.Flush(ctx, b.volumeID, b.node, b.epoch); err != nil {
+	if err := b.retry(ctx, func(ctx context.Context) error { return b.dp.Flush(ctx, b.volumeID, b.node, b.epoch) }); err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}
 		return fmt.Errorf("flush volume %s: %w", b.volumeID, err)
 	}
 	return nil
+}
+
+// Backoff between attempts of a request the datapath did not answer.
+const (
+	retryMinBackoff = 100 * time.Millisecond
+	retryMaxBackoff = 2 * time.Second
+)
+
+// retry runs op until the datapath answers it or ctx (the request's
+// --io-timeout) ends. A datapath that restarts, or a connection lost, must not
+// fail the kernel's I/O at once: ext4 takes an EIO on its journal as fatal, and
+// every writer of the volume would fail with it although the datapath was back
+// a second later. The datapath's own word (fenced, not found, refused, out of
+// range) ends the request at once; block reads, writes and flushes under one
+// grant are idempotent, so sending one again is safe, and a fence in between is
+// answered with ErrFenced.
+func (b *volumeBackend) retry(ctx context.Context, op func(context.Context) error) error {
+	backoff := retryMinBackoff
+	for {
+		err := op(ctx)
+		if err == nil || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		b.metrics.ioRetries.Inc()
+		backoff = min(backoff*2, retryMaxBackoff)
+	}
+}
+
+// definitiveErrors are the datapath's answers that sending the request again
+// cannot change.
+var definitiveErrors = []error{datapath.ErrFenced, datapath.ErrNotFound, datapath.ErrOutOfRange,
+	datapath.ErrInvalidArgument, datapath.ErrUnauthenticated, datapath.ErrPermissionDenied, datapath.ErrNoSpace,
+	datapath.ErrAttachedElsewhere, datapath.ErrInUse, datapath.ErrAlreadyExists}
+
+// transient reports whether a failed request may succeed if sent again: the
+// datapath did not give its answer (unreachable, restarting, a connection
+// lost, an attempt's timeout, its TokenReview briefly unavailable).
+func transient(err error) bool {
+	for _, d := range definitiveErrors {
+		if errors.Is(err, d) {
+			return false
+		}
+	}
+	return !errors.Is(err, context.Canceled)
 }

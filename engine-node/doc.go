@@ -33,6 +33,13 @@
 // device fails the bio, and ext4 fails the application's write or fsync with an
 // I/O error. Nothing reaches the datapath after the fence.
 //
+// A request the datapath does not answer at all (it restarts, a connection is
+// lost) is different: it is sent again until --io-timeout (30 s), so a short
+// datapath restart stalls the volume's I/O and fails none of it. ext4 takes an
+// EIO on its journal as fatal, which would end every writer for a blip. Block
+// reads, writes and flushes under one grant are idempotent; if the node was
+// fenced meanwhile, the next attempt gets ErrFenced and ends there.
+//
 // A stack is bound to the epoch it was built for, for its whole life. The
 // datapath gives a node a higher epoch only after it fenced or released that
 // node's grant, so another node may have written the volume since; a stage

@@ -22,6 +22,7 @@ type Metrics struct {
 	volumesStaged     prometheus.Gauge
 	cleanups          *prometheus.CounterVec
 	writesFenced      prometheus.Counter
+	ioRetries         prometheus.Counter
 	heartbeatFailures prometheus.Counter
 	stageSeconds      prometheus.Histogram
 	publishSeconds    prometheus.Histogram
@@ -43,6 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "writes_fenced_total",
 			Help: "Writes and flushes the datapath refused because this node is fenced or its epoch is stale.",
 		}),
+		ioRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "io_retries_total",
+			Help: "Block reads, writes and flushes sent to the datapath again because it did not answer (restarting, unreachable); each is retried until --io-timeout.",
+		}),
 		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "heartbeat_failures_total",
 			Help: "Heartbeats to the datapath that failed.",
@@ -60,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.cleanups.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.heartbeatFailures, m.stageSeconds, m.publishSeconds)
+		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.heartbeatFailures, m.stageSeconds, m.publishSeconds)
 	}
 	return m
 }
