@@ -124,7 +124,7 @@ func upBench(t *testing.T) *loopEnv {
 	for _, ns := range []string{vigil.Namespace, benchNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
 	}
-	e := &loopEnv{s: s, stk: stk, store: filepath.Join(t.TempDir(), "settings.db")}
+	e := &loopEnv{s: s, stk: stk, store: "bolt:" + filepath.Join(t.TempDir(), "settings.db")}
 	// Vigil's defaults but for the two a user turns on for fast recovery.
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
@@ -134,9 +134,11 @@ func upBench(t *testing.T) *loopEnv {
 	t.Cleanup(func() { _ = e.dp.Close() })
 	kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, "")
 	must(t, err)
-	e.mgr = startManager(t, "bench", managerOpts{store: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+	tokenFile := filepath.Join(t.TempDir(), "api-token")
+	must(t, os.WriteFile(tokenFile, []byte(loopAPIToken+"\n"), 0o600))
+	e.mgr = startManager(t, "bench", managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: kubeconfig, extra: []string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
-			"--datapath-ca-file", stk.CAFile}})
+			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}})
 	return e
 }
 
@@ -457,11 +459,11 @@ func TestBench_Reap110Pods(t *testing.T) {
 		}
 		return running == pods, fmt.Sprintf("%d running", running), nil
 	}, nil))
-	store := filepath.Join(t.TempDir(), "settings.db")
+	store := "bolt:" + filepath.Join(t.TempDir(), "settings.db")
 	e := &loopEnv{s: s, store: store}
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
-	mgr := startManager(t, "bench-110", managerOpts{store: store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+	mgr := startManager(t, "bench-110", managerOpts{storeSpec: store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: s.Kubeconfig(), extra: append([]string{"--datapath", addr, "--datapath-token-file", tokenFile}, strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS"))...)})
 	rc, err := v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
