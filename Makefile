@@ -16,7 +16,7 @@ SCALE_RACKS ?= 10
 SCALE_RACK_SIZE ?= 50
 SCALE_PODS ?= 20000
 SCALE_PROTECTED ?= 5000
-FUZZTIME  ?= 5s
+FUZZTIME  ?= 2000x
 # The container image `make image` builds (deploy/base names it "vigil" in its
 # images: list; point that list at what you push).
 IMAGE     ?= vigil-storage/vigil:$(VERSION)
