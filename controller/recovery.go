@@ -455,14 +455,9 @@ func (rs *recoveries) write(ctx context.Context, obj *v1alpha1.NodeRecovery, st 
 	created := st.created
 	rs.mu.Unlock()
 	if !created {
-		out, err := rs.client.Create(ctx, &v1alpha1.NodeRecovery{ObjectMeta: obj.ObjectMeta, Spec: obj.Spec}, metav1.CreateOptions{FieldManager: vigil.FieldManager})
-		switch {
-		case apierrors.IsAlreadyExists(err):
-			if out, err = rs.client.Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
-				return nil, err
-			}
-		case err != nil:
-			return nil, fmt.Errorf("create NodeRecovery %s: %w", obj.Name, err)
+		out, err := rs.create(ctx, obj, st)
+		if err != nil {
+			return nil, err
 		}
 		obj.ResourceVersion = out.ResourceVersion
 	}
@@ -481,6 +476,45 @@ func (rs *recoveries) write(ctx context.Context, obj *v1alpha1.NodeRecovery, st 
 		return nil, fmt.Errorf("update NodeRecovery %s status: %w", obj.Name, err)
 	}
 	return out, nil
+}
+
+// create creates obj's record. A record of that name that exists already is
+// this episode's when its status is not written yet or has the same detection
+// (an earlier create whose answer was lost); otherwise it is an earlier episode
+// of the same node in the same second, which is never overwritten: the new one
+// takes the next free name (-2, -3, ...).
+func (rs *recoveries) create(ctx context.Context, obj *v1alpha1.NodeRecovery, st *recoveryState) (*v1alpha1.NodeRecovery, error) {
+	base := obj.Name
+	for i := 2; ; i++ {
+		out, err := rs.client.Create(ctx, &v1alpha1.NodeRecovery{ObjectMeta: obj.ObjectMeta, Spec: obj.Spec}, metav1.CreateOptions{FieldManager: vigil.FieldManager})
+		if err == nil {
+			return out, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create NodeRecovery %s: %w", obj.Name, err)
+		}
+		cur, err := rs.client.Get(ctx, obj.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if cur.Status.Phase == "" || sameDetection(cur.Status.DetectedAt, obj.Status.DetectedAt) {
+			return cur, nil
+		}
+		if i > maxRecoveryNameTries {
+			return nil, fmt.Errorf("create NodeRecovery %s: %d records of node %s in the same second", base, i-1, obj.Spec.NodeName)
+		}
+		obj.Name = fmt.Sprintf("%s-%d", base, i)
+		rs.mu.Lock()
+		st.obj.Name = obj.Name
+		rs.mu.Unlock()
+	}
+}
+
+// maxRecoveryNameTries bounds the names tried for one node and second.
+const maxRecoveryNameTries = 20
+
+func sameDetection(a, b *metav1.MicroTime) bool {
+	return a != nil && b != nil && a.Time.Equal(b.Time)
 }
 
 func mapValues(m map[string]*recoveryState) []*recoveryState {

@@ -203,6 +203,36 @@ func TestRecoveries_ShortBlipIsAbandoned(t *testing.T) {
 	}
 }
 
+// A node that goes down again within the second its last episode closed gets
+// a record of its own; the earlier one is never overwritten.
+func TestRecoveries_SecondEpisodeInTheSameSecond(t *testing.T) {
+	client := newFakeRecoveryClient()
+	rs := newRecoveries(client, nil, nil)
+	ctx := context.Background()
+	rs.detected("node-1", "", "ready-unknown", t0)
+	rs.nodeUp("node-1", newNode("node-1", corev1.ConditionTrue, 0), t0.Add(200*time.Millisecond))
+	rs.flush(ctx)
+	rs.detected("node-1", "", "storage-isolated", t0.Add(500*time.Millisecond))
+	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(600*time.Millisecond))
+	rs.flush(ctx)
+	if len(client.objs) != 2 {
+		t.Fatalf("%d records, want 2: %v", len(client.objs), client.objs)
+	}
+	first, second := client.objs["node-1-20261120-120000"], client.objs["node-1-20261120-120000-2"]
+	if first == nil || first.Status.Phase != v1alpha1.PhaseAbandoned || len(first.Status.Volumes) != 0 {
+		t.Errorf("first episode %+v", first)
+	}
+	if second == nil || second.Status.Phase != v1alpha1.PhaseFenced || second.Status.Reason != "storage-isolated" {
+		t.Errorf("second episode %+v", second)
+	}
+	// It goes on under its name.
+	rs.tainted("node-1", t0.Add(700*time.Millisecond))
+	rs.flush(ctx)
+	if len(client.objs) != 2 || client.objs["node-1-20261120-120000-2"].Status.TaintedAt == nil {
+		t.Errorf("after the taint: %v", client.objs)
+	}
+}
+
 func TestRecoveries_FailedWritesAreRetriedAndANewLeaderContinues(t *testing.T) {
 	client := newFakeRecoveryClient()
 	rs := newRecoveries(client, nil, nil)
