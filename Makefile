@@ -48,8 +48,12 @@ e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 chaos: testbin build ## the chaos suite: CHAOS_CYCLES (default 100) random faults with a data ledger; report in $$CHAOS_REPORT
 	CHAOS_CYCLES=$(CHAOS_CYCLES) $(GO) test -count=1 -v -timeout 0 ./test/chaos/
 
-chaos-short: testbin build ## 5 chaos cycles (part of make test)
-	CHAOS_CYCLES=5 $(GO) test -count=1 -v -timeout 30m ./test/chaos/
+# make test's chaos run replays a fixed seed, so that CI judges the same five
+# faults every time (manager kills mid-fence and mid-reap, an API server
+# restart, a short partition); make chaos draws a new seed each run.
+CHAOS_SHORT_SEED ?= 18350223562360120584
+chaos-short: testbin build ## 5 chaos cycles of a fixed seed (part of make test)
+	CHAOS_CYCLES=5 CHAOS_SEED=$(CHAOS_SHORT_SEED) $(GO) test -count=1 -v -timeout 30m ./test/chaos/
 
 bench-scale: testbin build ## a rack's power cut among SCALE_RACKS racks of SCALE_RACK_SIZE nodes, SCALE_PODS pods (SCALE_PROTECTED on Vigil volumes); report in $$SCALE_REPORT
 	SCALE_RACKS=$(SCALE_RACKS) SCALE_RACK_SIZE=$(SCALE_RACK_SIZE) SCALE_PODS=$(SCALE_PODS) SCALE_PROTECTED=$(SCALE_PROTECTED) \
