@@ -478,7 +478,7 @@ func TestBench_Reap110Pods(t *testing.T) {
 	}
 	wi, err := c.CoreV1().Pods(benchNS).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	must(t, err)
-	defer wi.Stop()
+	defer func() { wi.Stop() }()
 	start := time.Now()
 	beating.Store("node-1", false)
 	must(t, s.Stop("node-1"))
@@ -487,8 +487,29 @@ func TestBench_Reap110Pods(t *testing.T) {
 	deadline := time.After(60 * time.Second)
 	for deleted < pods {
 		select {
-		case ev := <-wi.ResultChan():
+		case ev, open := <-wi.ResultChan():
+			if !open {
+				// The API server ended the watch: count what is gone and watch on.
+				list, err := c.CoreV1().Pods(benchNS).List(ctx, metav1.ListOptions{})
+				must(t, err)
+				present := map[string]bool{}
+				for _, p := range list.Items {
+					present[string(p.UID)] = true
+				}
+				for uid := range originals {
+					if !present[uid] {
+						delete(originals, uid)
+						deleted++
+						last = time.Now()
+					}
+				}
+				t.Logf("the pod watch ended after %s; %d deleted so far", time.Since(start).Round(time.Millisecond), deleted)
+				wi, err = c.CoreV1().Pods(benchNS).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+				must(t, err)
+				continue
+			}
 			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == "DELETED" && originals[string(p.UID)] {
+				delete(originals, string(p.UID))
 				deleted++
 				last = time.Now()
 			}
