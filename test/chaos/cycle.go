@@ -77,6 +77,7 @@ func (h *Harness) RunCycle(ctx context.Context, f Fault) CycleResult {
 		r.Violations = append(r.Violations, h.checkNoFailover(before, fences)...)
 	}
 	r.Violations = append(r.Violations, h.checkNodes(ctx)...)
+	h.awaitWriters(ctx, writersBound)
 	results, v := h.checkData()
 	r.Violations = append(r.Violations, v...)
 	for _, res := range results {
@@ -284,6 +285,28 @@ func (h *Harness) restore(f Fault) error {
 	err := h.sb.Start(f.Node)
 	h.setOff(f.Node, false)
 	return err
+}
+
+// writersBound is how long the data check waits for every claim to have a
+// running writer again.
+const writersBound = time.Minute
+
+// awaitWriters waits, within bound, until every claim has a running writer:
+// a pod its StatefulSet or Deployment replaced a moment ago (after the
+// recovery the cycle waited for, whoever deleted it) is not written through
+// yet. A claim still without one is checkData's violation.
+func (h *Harness) awaitWriters(ctx context.Context, bound time.Duration) {
+	_ = sandbox.Poll(ctx, bound, "a running writer for every claim", func(context.Context) (bool, string, error) {
+		cur := h.current()
+		var waiting []string
+		for claim := range h.claims {
+			if cur[claim] == nil {
+				waiting = append(waiting, claim)
+			}
+		}
+		sort.Strings(waiting)
+		return len(waiting) == 0, "waiting for " + strings.Join(waiting, ", "), nil
+	}, nil)
 }
 
 // awaitMoved waits until every claim of moved is served by another pod than
