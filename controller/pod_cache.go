@@ -113,10 +113,8 @@ func crashLoopRestarts(p *corev1.Pod) int32 {
 
 // ownerKeyOf names a pod's controller: namespace/Kind/name ("" for none).
 func ownerKeyOf(namespace string, refs []metav1.OwnerReference) string {
-	for i := range refs {
-		if refs[i].Controller != nil && *refs[i].Controller {
-			return namespace + "/" + refs[i].Kind + "/" + refs[i].Name
-		}
+	if o := ownerOf(refs); o != "" {
+		return namespace + "/" + o
 	}
 	return ""
 }

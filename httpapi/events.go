@@ -97,11 +97,7 @@ func (h *Hub) Streams() int {
 
 // serveEvents is GET /v1/events.
 func (a *API) serveEvents(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	fl, ok := w.(http.Flusher)

@@ -119,11 +119,7 @@ type CheckResult struct {
 // serveCheck validates a value without writing it (the pages' inline validation
 // asks here, so the rules exist once, in package settings).
 func (a *API) serveCheck(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	name := r.PathValue("name")
@@ -142,11 +138,7 @@ func (a *API) serveCheck(w http.ResponseWriter, r *http.Request) {
 
 // serveHistory is GET /v1/settings/history?limit=N.
 func (a *API) serveHistory(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	limit, err := parseLimit(r)
@@ -166,11 +158,7 @@ func (a *API) serveHistory(w http.ResponseWriter, r *http.Request) {
 
 // serveNodes is GET /v1/nodes.
 func (a *API) serveNodes(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	rep, err := a.Nodes(r.Context())
@@ -183,11 +171,7 @@ func (a *API) serveNodes(w http.ResponseWriter, r *http.Request) {
 
 // serveRecoveries is GET /v1/recoveries.
 func (a *API) serveRecoveries(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	rs, err := a.Recoveries(r.Context())
@@ -202,11 +186,7 @@ func (a *API) serveRecoveries(w http.ResponseWriter, r *http.Request) {
 
 // serveRecovery is GET /v1/recoveries/{name}.
 func (a *API) serveRecovery(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		methodNotAllowed(w, r, http.MethodGet)
-		return
-	}
-	if !a.authorize(w, r, false) {
+	if !a.readable(w, r) {
 		return
 	}
 	v, err := a.Recovery(r.Context(), r.PathValue("name"))
@@ -264,4 +244,14 @@ func (a *API) writeList(w http.ResponseWriter, list SettingsList) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// readable admits a read-only request: GET only, with the token when reads
+// need one. It has answered the request when it returns false.
+func (a *API) readable(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		methodNotAllowed(w, r, http.MethodGet)
+		return false
+	}
+	return a.authorize(w, r, false)
 }

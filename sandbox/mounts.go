@@ -90,7 +90,6 @@ func loopsBackedUnder(dir string) []string {
 // share the host's mount namespace, so nothing else would ever unmount them.
 func cleanupMounts(workDir string) error {
 	var errs []error
-	abortFUSEUnder(workDir)
 	for round := 0; round < 5; round++ {
 		mps, err := mountsUnder(workDir)
 		if err != nil {
@@ -124,29 +123,16 @@ func cleanupMounts(workDir string) error {
 	return nil
 }
 
-// abortFUSEUnder aborts the kernel connections of the FUSE mounts under dir,
-// so that nothing waits on them any more. Called once their servers (the
-// engines) were killed: an engine killed while one of its own threads was
-// unmounting the filesystem that sits on its FUSE disk can never finish dying
-// (the unmount waits for I/O only the dying process would serve), and it would
-// hold whatever it inherited, and its mounts, for good. An aborted connection
-// fails that I/O, and the process exits.
+// abortFUSEUnder aborts the kernel connections of the FUSE mounts under dir
+// (abortFUSE). An engine killed while one of its own threads was unmounting the
+// filesystem on its FUSE disk never finishes dying (the unmount waits for I/O
+// only the dying process would serve) and holds what it inherited, and its
+// mounts, for good; the aborted connection fails that I/O and it exits.
 func abortFUSEUnder(dir string) {
-	mps, err := mountsUnder(dir)
-	if err != nil {
-		return
-	}
-	for _, m := range mps {
-		if _, minor, ok := strings.Cut(m.dev, ":"); ok && isFUSE(m.fstype) {
-			if _, err := strconv.Atoi(minor); err == nil {
-				_ = os.WriteFile(filepath.Join(fuseConnections, minor, "abort"), []byte("1"), 0)
-			}
-		}
+	if mps, err := mountsUnder(dir); err == nil {
+		abortFUSE(mps)
 	}
 }
-
-// fuseConnections is where the kernel lists FUSE connections (fusectl).
-const fuseConnections = "/sys/fs/fuse/connections"
 
 // unmount unmounts path, lazily if it is busy; a path no longer mounted is fine.
 func unmount(path string) error {
@@ -169,6 +155,9 @@ func abortFUSE(mps []mountPoint) {
 		if !isFUSE(m.fstype) || !ok || major != "0" {
 			continue
 		}
-		_ = os.WriteFile(filepath.Join("/sys/fs/fuse/connections", minor, "abort"), []byte("1"), 0o200)
+		_ = os.WriteFile(filepath.Join(fuseConnections, minor, "abort"), []byte("1"), 0o200)
 	}
 }
+
+// fuseConnections is where the kernel lists FUSE connections (fusectl).
+const fuseConnections = "/sys/fs/fuse/connections"
