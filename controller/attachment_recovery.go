@@ -75,7 +75,7 @@ func (r *Reaper) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
 		}
 		pv := *va.Spec.Source.PersistentVolumeName
 		byPV[pv] = &volumeOnNode{PVName: pv, Driver: va.Spec.Attacher, Attachment: &Attachment{
-			Name: va.Name, UID: va.UID, NodeName: name, PVName: pv, Deleting: va.DeletionTimestamp != nil}}
+			Name: va.Name, UID: va.UID, NodeName: name, PVName: pv, Deleting: va.DeletionTimestamp != nil, Attached: va.Status.Attached}}
 	}
 	if node != nil {
 		for _, u := range node.Status.VolumesInUse {
@@ -234,6 +234,9 @@ func (r *Reaper) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerd
 			vol.Driver, set.FencerDriver)
 	case ReasonAttachPodsOnNode:
 		msg = fmt.Sprintf("pods on the node still use it: %v", vol.PodsOnNode)
+	case ReasonAttachAttaching:
+		msg = fmt.Sprintf("VolumeAttachment %s is not attached: the attach-detach controller still attaches it there (it has not yet seen the pod go) and would wait 2 minutes for it if it were deleted; it detaches it by itself, and the fence keeps the node out of the volume",
+			vol.Attachment.Name)
 	default:
 		return
 	}

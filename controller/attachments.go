@@ -37,6 +37,7 @@ const (
 	ReasonAttachAwaitingFence   Reason = "awaiting-fence-proof"
 	ReasonAttachFreed           Reason = "freed"
 	ReasonAttachNothingToDo     Reason = "nothing-left"
+	ReasonAttachAttaching       Reason = "attach-in-progress"
 	attachmentProofRecheck             = 500 * time.Millisecond
 	volumeInUsePrefix                  = "kubernetes.io/csi/"
 	actionLabelDeleteAttachment        = "delete-volumeattachment"
@@ -98,7 +99,7 @@ func decideAttachment(v *volumeOnNode, node NodeVerdict, set *ReaperSettings) at
 		return attachmentDecision{Reason: ReasonAttachNotProvenFenced}
 	}
 	d := attachmentDecision{Reason: ReasonAttachFreed}
-	if a := v.Attachment; a != nil && !a.Deleting {
+	if a := v.Attachment; attachmentGoes(a) {
 		d.Actions = append(d.Actions, Action{Kind: ActionDeleteVolumeAttachment, Name: a.Name, UID: a.UID, PVName: v.PVName})
 	}
 	if v.InUse && node.State != NodeDownDeleted {
@@ -116,6 +117,9 @@ func decideAttachment(v *volumeOnNode, node NodeVerdict, set *ReaperSettings) at
 	}
 	if len(d.Actions) == 0 && d.Reason == ReasonAttachFreed {
 		d.Reason = ReasonAttachNothingToDo
+		if a := v.Attachment; a != nil && !a.Deleting && !a.Attached {
+			d.Reason = ReasonAttachAttaching
+		}
 	}
 	return d
 }
@@ -138,7 +142,7 @@ func reapAttachmentActions(s *Snapshot, node NodeVerdict, set *ReaperSettings) [
 	var out []Action
 	for _, a := range s.Attachments {
 		d := drivers[a.PVName]
-		if a.NodeName != s.Pod.Spec.NodeName || a.Deleting || !isProtectedDriver(d, set.ExtraProtectedProvisioners) {
+		if a.NodeName != s.Pod.Spec.NodeName || !attachmentGoes(&a) || !isProtectedDriver(d, set.ExtraProtectedProvisioners) {
 			continue
 		}
 		if (d == "" || d != set.FencerDriver) && !node.State.Fenced() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,7 +22,8 @@ import (
 
 func TestDecideAttachment_Table(t *testing.T) {
 	down := NodeVerdict{State: NodeDownUnknown}
-	va := &Attachment{Name: "va", UID: "u", PVName: "pv"}
+	va := &Attachment{Name: "va", UID: "u", PVName: "pv", Attached: true}
+	attaching := &Attachment{Name: "va", UID: "u", PVName: "pv"}
 	del := Action{Kind: ActionDeleteVolumeAttachment, Name: "va", UID: "u", PVName: "pv"}
 	clr := Action{Kind: ActionClearVolumeInUse, Name: "kubernetes.io/csi/driver.vigil.io^h", PVName: "pv"}
 	base := func(mod func(v *volumeOnNode)) *volumeOnNode {
@@ -62,6 +64,10 @@ func TestDecideAttachment_Table(t *testing.T) {
 			ReasonAttachFreed, []Action{clr}, 0},
 		{"nothing left", base(func(v *volumeOnNode) { v.Attachment = nil; v.InUse = false }), down, set(AttachmentImmediate),
 			ReasonAttachNothingToDo, nil, 0},
+		{"an attachment Kubernetes still attaches is left to it; a proven volumesInUse entry still goes",
+			base(func(v *volumeOnNode) { v.Attachment = attaching }), down, set(AttachmentImmediate), ReasonAttachFreed, []Action{clr}, 0},
+		{"only an attachment Kubernetes still attaches: nothing to do, and the reason says why",
+			base(func(v *volumeOnNode) { v.Attachment = attaching; v.InUse = false }), down, set(AttachmentWait), ReasonAttachAttaching, nil, 0},
 		{"another driver on a node merely unknown is not proven: Kubernetes' timeout stands",
 			base(func(v *volumeOnNode) { v.Driver = otherDriver }), down, set(AttachmentImmediate), ReasonAttachNotProvenFenced, nil, 0},
 		{"another driver on an out-of-service node: the attachment may go, volumesInUse is Kubernetes' business",
@@ -246,5 +252,56 @@ func TestIsTestFailed(t *testing.T) {
 		if got := isTestFailed(c.err); got != c.want {
 			t.Errorf("%s: isTestFailed(%v) = %v, want %v", name, c.err, got, c.want)
 		}
+	}
+}
+
+// The chaos suite's stall: the attach-detach controller's pod watch missed a
+// StatefulSet pod's force-delete (the API server had just restarted), so it
+// attached the volume to the down node again for the pod it still believed
+// there. Deleting that not-yet-attached VolumeAttachment made the controller
+// wait out its 2-minute attach timeout on the volume, and the replacement's
+// attach with it. An attachment that is not attached is left to Kubernetes.
+func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
+	ctx := context.Background()
+	f := attachFixture(t, AttachmentImmediate)
+	for _, o := range f.objects {
+		if va, ok := o.(*storagev1.VolumeAttachment); ok {
+			va.Status.Attached = false
+		}
+	}
+	f.start()
+	if _, err := f.fencer.FenceNode(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	f.reaper.nodes.markFenced("node-1", t0)
+	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	// volumesInUse is still cleared (the fence is proven); the attachment stays.
+	f.expectActions("get nodes /node-1", "patch nodes/status /node-1 application/json-patch+json")
+	if _, err := f.client.StorageV1().VolumeAttachments().Get(ctx, "va-a1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the attachment in progress was deleted: %v", err)
+	}
+	f.expectEvents("Normal " + EventVolumeInUseCleared)
+
+	// Nothing but the attachment in progress: an Event says why nothing happens.
+	f = attachFixture(t, AttachmentImmediate)
+	for _, o := range f.objects {
+		switch o := o.(type) {
+		case *storagev1.VolumeAttachment:
+			o.Status.Attached = false
+		case *corev1.Node:
+			o.Status.VolumesInUse = nil
+		}
+	}
+	f.start()
+	f.reaper.nodes.markFenced("node-1", t0)
+	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions()
+	evs := f.expectEvents("Normal " + EventAttachmentNotFreed)
+	if len(evs) == 1 && !strings.Contains(evs[0], "not attached") {
+		t.Errorf("event %q does not say the attachment is not attached", evs[0])
 	}
 }

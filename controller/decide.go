@@ -57,6 +57,25 @@ type Attachment struct {
 	NodeName string
 	PVName   string
 	Deleting bool // already has a deletion timestamp
+	// Attached is the VolumeAttachment's status.attached. One that is not
+	// attached is an attach in progress: the attach-detach controller waits
+	// for it (up to 2 minutes, on the volume's only operation slot), so
+	// deleting it would only stall that controller; see attachmentGoes.
+	Attached bool
+}
+
+// attachmentGoes reports whether Vigil may delete the VolumeAttachment a: one
+// already being deleted needs nothing more, and one not attached is left to
+// Kubernetes. The attach-detach controller creates it and then waits for
+// status.attached; deleted before that, it waits out its full attach timeout
+// (2 minutes) holding the volume's only operation slot, so the replacement's
+// attach waits too. That happens when the controller's pod watch missed the
+// force-delete of a StatefulSet pod (a relist saw the replacement of the same
+// name as an update) and it still wants the volume on the down node; it drops
+// that pod within a minute, detaches by itself, and the fence already keeps the
+// node out of the volume.
+func attachmentGoes(a *Attachment) bool {
+	return a != nil && !a.Deleting && a.Attached
 }
 
 // ReaperSettings are the settings the decide functions read, taken once per sync.

@@ -94,6 +94,7 @@ func newVA(name, pv, node string) *storagev1.VolumeAttachment {
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-va-" + name)},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: vigil.DriverName, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true},
 	}
 }
 

@@ -355,3 +355,22 @@ func TestReaper_SyncPod_DeploymentPodOnDeletedNode(t *testing.T) {
 		t.Errorf("pods deleted = %v", got)
 	}
 }
+
+// A reap deletes only the attachments that are attached: one Kubernetes still
+// attaches is left to it (see attachmentGoes).
+func TestReaper_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
+	f := newFixture(t, PolicyDeleteStatefulSetPod)
+	statefulSetOnDownNode(f)
+	for _, o := range f.objects {
+		if va, ok := o.(*storagev1.VolumeAttachment); ok && va.Name == "va-b1" {
+			va.Status.Attached = false
+		}
+	}
+	f.start()
+	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions(
+		"delete volumeattachments /va-a1 uid=uid-va-va-a1",
+		"delete pods app/db-0 grace=0 uid=uid-app-db-0")
+}

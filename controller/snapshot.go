@@ -137,7 +137,7 @@ func (l *listers) attachments(pvName string) []Attachment {
 		}
 		out = append(out, Attachment{
 			Name: va.Name, UID: va.UID, NodeName: va.Spec.NodeName, PVName: pvName,
-			Deleting: va.DeletionTimestamp != nil,
+			Deleting: va.DeletionTimestamp != nil, Attached: va.Status.Attached,
 		})
 	}
 	return out

@@ -44,6 +44,7 @@ func TransformForCache(obj any) (any, error) {
 				Attacher: clone(o.Spec.Attacher), NodeName: clone(o.Spec.NodeName),
 				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: clonePtr(o.Spec.Source.PersistentVolumeName)},
 			},
+			Status: storagev1.VolumeAttachmentStatus{Attached: o.Status.Attached},
 		}, nil
 	case *appsv1.ReplicaSet:
 		return &appsv1.ReplicaSet{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}, nil
