@@ -45,14 +45,19 @@ const (
 )
 
 // auditPolicy records, at metadata level (no bodies), the requests of Vigil's
-// ServiceAccounts, once per request: when a watch starts (its answer is known
-// then) and when any other request completes.
+// ServiceAccounts, and every pod deletion whoever asks (so that a pod deleted
+// by something other than Vigil can be traced to who did it), once per
+// request: when a watch starts (its answer is known then) and when any other
+// request completes.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   userGroups: ["system:serviceaccounts:` + vigil.Namespace + `"]
+- level: Metadata
+  verbs: ["delete", "deletecollection"]
+  resources: [{group: "", resources: ["pods"]}]
 - level: None
 `
 

@@ -125,6 +125,12 @@ func (h *Harness) runTransient(ctx context.Context, f Fault, r *CycleResult) err
 		return fmt.Errorf("writers did not write again within %s of the fault's end: %w", progressBound, err)
 	}
 	r.Recovery = h.firstAcksAfter(r.FaultEnd, nil)
+	if f.Kind == APIServerRestart {
+		if err := h.awaitControllersSeePods(ctx); err != nil {
+			return err
+		}
+		h.Logf("chaos: the kube-controller-manager sees pods again %.1fs after the API server's restart", time.Since(r.FaultEnd).Seconds())
+	}
 	return nil
 }
 

@@ -72,7 +72,7 @@ func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...a
 		off: map[string]bool{}}
 	t0 := time.Now()
 	sb, err := sandbox.Up(ctx, sandbox.Config{Name: sandboxName, WorkDir: workDir, Nodes: sandboxNodes,
-		NodeMonitorGracePeriod: nodeMonitorGrace, Subnet: sandboxSubnet, Logf: logf})
+		NodeMonitorGracePeriod: nodeMonitorGrace, Subnet: sandboxSubnet, AuditLog: true, Logf: logf})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox up: %w", err)
 	}
@@ -92,6 +92,9 @@ func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...a
 		return h, err
 	}
 	if err := h.createWorkload(ctx); err != nil {
+		return h, err
+	}
+	if err := h.createProbe(ctx); err != nil {
 		return h, err
 	}
 	h.startBackground()
@@ -204,26 +207,37 @@ func (h *Harness) createWorkload(ctx context.Context) error {
 
 // startBackground runs, every 500 ms until Teardown: the writers' reconcile
 // (start for new pods, stop for deleted ones, as a kubelet would) and a poll of
-// the datapath's attachment rows of every volume.
+// the datapath's attachment rows of every volume; and, on a loop of its own so
+// that nothing the others wait for can hold it up, the managers' supervisor.
 func (h *Harness) startBackground() {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			h.reconcileWriters(ctx)
-			h.pollAttachments(ctx)
-			h.superviseManagers(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	var wg sync.WaitGroup
+	every := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				f(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
 			}
+		}()
+	}
+	every(func(ctx context.Context) {
+		start := time.Now()
+		h.reconcileWriters(ctx)
+		h.pollAttachments(ctx)
+		if d := time.Since(start); d > 10*time.Second {
+			h.Logf("chaos: one round of the writers' reconcile and the attachment poll took %.1fs", d.Seconds())
 		}
-	}()
-	h.stopBG = func() { cancel(); <-done }
+	})
+	every(h.superviseManagers)
+	h.stopBG = func() { cancel(); wg.Wait() }
 }
 
 // superviseManagers starts a manager that exited again, as its Deployment
@@ -235,6 +249,7 @@ func (h *Harness) superviseManagers(ctx context.Context) {
 	}
 	for _, m := range h.mgrs {
 		if !m.running() {
+			h.Logf("chaos: manager %s exited (%s); starting it again", m.name, m.exitStatus())
 			if err := m.start(); err != nil {
 				h.Logf("chaos: restart manager %s: %v", m.name, err)
 			}

@@ -163,6 +163,19 @@ func (m *manager) running() bool {
 	}
 }
 
+// exitStatus says how the last incarnation ended (its last log line with it).
+func (m *manager) exitStatus() string {
+	cmd, _ := m.proc()
+	if cmd == nil || cmd.ProcessState == nil {
+		return "not started"
+	}
+	last := strings.TrimSpace(m.tail())
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	return fmt.Sprintf("%s; its last log line: %q", cmd.ProcessState, last)
+}
+
 // pid is the running incarnation's PID, 0 if none.
 func (m *manager) pid() int {
 	cmd, _ := m.proc()

@@ -212,5 +212,28 @@ func (h *Harness) awaitProgress(ctx context.Context, since time.Time, bound time
 // describe is the diagnostics of a failed wait: pods, nodes, attachments.
 func (h *Harness) describe(ctx context.Context) string {
 	c := h.sb.Client()
-	return sandbox.DescribePods(ctx, c, namespace, "") + sandbox.DescribeNodes(ctx, c)
+	return sandbox.DescribePods(ctx, c, namespace, "") + sandbox.DescribeNodes(ctx, c) + h.podDeletes()
+}
+
+// podDeletes lists, from the API server's audit log, who deleted the
+// workload's pods in the last five minutes: a replacement deleted by something
+// other than Vigil shows up there.
+func (h *Harness) podDeletes() string {
+	evs, err := h.sb.AuditEvents()
+	if err != nil {
+		return "pod deletions: " + err.Error() + "\n"
+	}
+	var b strings.Builder
+	since := time.Now().Add(-5 * time.Minute)
+	for _, e := range evs {
+		if e.Resource != "pods" || e.Namespace != namespace || e.Subresource != "" || e.Time.Before(since) ||
+			(e.Verb != "delete" && e.Verb != "deletecollection") {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s %s %s pods %s/%s: %d\n", e.Time.Format("15:04:05.000"), e.User, e.Verb, e.Namespace, e.Name, e.Code)
+	}
+	if b.Len() == 0 {
+		return "pod deletions in the last 5 minutes (audit log): none\n"
+	}
+	return "pod deletions in the last 5 minutes (audit log):\n" + b.String()
 }
