@@ -32,6 +32,14 @@ const (
 	StackKubelet     = "kubelet"
 )
 
+// The CSI sidecars' API client and workers (deploy/base/csi-controller.yaml
+// has the same).
+const (
+	sidecarQPS      = "50"
+	sidecarBurst    = "100"
+	attacherWorkers = "50"
+)
+
 // DefaultStorageClass is the StorageClass StartStack creates for driver.vigil.io.
 const DefaultStorageClass = "vigil"
 
@@ -302,15 +310,19 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	if err := waitSocket(ctx, stk.ControllerEndpoint, 30*time.Second, "CSI controller"); err != nil {
 		return err
 	}
-	sidecar := func(name, bin string) ProcessSpec {
-		return ProcessSpec{Name: name, Args: []string{filepath.Join(cfg.TestbinDir, bin),
+	// The sidecars' API client defaults (5 requests/s, 10 workers) attach about
+	// two volumes a second: a rack's hundreds of replacements would wait minutes
+	// for their attachments. deploy/ raises them the same way.
+	sidecar := func(name, bin string, extra ...string) ProcessSpec {
+		return ProcessSpec{Name: name, Args: append([]string{filepath.Join(cfg.TestbinDir, bin),
 			"--csi-address", sock, "--kubeconfig", kubeconfig, "--leader-election=false",
-			"--timeout=30s", "--retry-interval-start=500ms", "--retry-interval-max=5s"}}
+			"--timeout=30s", "--retry-interval-start=500ms", "--retry-interval-max=5s",
+			"--kube-api-qps=" + sidecarQPS, "--kube-api-burst=" + sidecarBurst}, extra...)}
 	}
 	if err := s.startHost(stk, sidecar(StackProvisioner, BinCSIProvisioner)); err != nil {
 		return err
 	}
-	return s.startHost(stk, sidecar(StackAttacher, BinCSIAttacher))
+	return s.startHost(stk, sidecar(StackAttacher, BinCSIAttacher, "--worker-threads="+attacherWorkers))
 }
 
 // startHost starts spec on the host and records it, so that Down kills it.

@@ -214,6 +214,7 @@ func (w *world) workloads(ctx context.Context) error {
 // awaitRunning waits for every pod Running and every protected volume's
 // VolumeAttachment attached.
 func (w *world) awaitRunning(ctx context.Context, bound time.Duration) error {
+	lastLog := time.Now() // progress every 30 s: thousands of attachments take minutes
 	return sandbox.Poll(ctx, bound, "pods Running and volumes attached", every(5*time.Second, func(ctx context.Context) (bool, string, error) {
 		pods, err := w.c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
@@ -236,6 +237,10 @@ func (w *world) awaitRunning(ctx context.Context, bound time.Duration) error {
 			}
 		}
 		note := fmt.Sprintf("%d of %d pods Running, %d of %d volumes attached", running, w.cfg.Pods, attached, w.cfg.Protected)
+		if time.Since(lastLog) >= 30*time.Second {
+			lastLog = time.Now()
+			w.logf("scale: %s", note)
+		}
 		return running == w.cfg.Pods && attached == w.cfg.Protected, note, nil
 	}), nil)
 }
