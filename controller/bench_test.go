@@ -117,7 +117,7 @@ func reap110(tb testing.TB, limiter flowcontrol.RateLimiter) time.Duration {
 //
 //	go test -run '^$' -bench BenchmarkReaper_NodeDown110Pods -benchtime 5x ./controller
 //
-// The qps100-burst200 case throttles the 220 deletes as the manager's default
+// The qps200-burst500 case throttles the 220 deletes as the manager's default
 // client rate limit does (Events have a client of their own).
 func BenchmarkReaper_NodeDown110Pods(b *testing.B) {
 	for _, bc := range []struct {
@@ -125,7 +125,7 @@ func BenchmarkReaper_NodeDown110Pods(b *testing.B) {
 		limiter func() flowcontrol.RateLimiter
 	}{
 		{"unlimited", func() flowcontrol.RateLimiter { return nil }},
-		{"qps100-burst200", func() flowcontrol.RateLimiter { return flowcontrol.NewTokenBucketRateLimiter(100, 200) }},
+		{"qps200-burst500", func() flowcontrol.RateLimiter { return flowcontrol.NewTokenBucketRateLimiter(200, 500) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var worst, total time.Duration

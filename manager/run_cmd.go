@@ -82,9 +82,9 @@ func runCommand() *cli.Command {
 				Usage: "how often candidates try to acquire or renew the Lease; must be well under the renew deadline"},
 			&cli.IntFlag{Name: flagWorkers, Value: 32, Usage: "workers of the controllers' queue (pods, nodes and attachments handled at once); each mostly waits on the API server, so many are cheap: 110 pods of a dead node are reaped in parallel"},
 			&cli.DurationFlag{Name: flagResync, Value: 10 * time.Minute, Usage: "informer resync period (0: none)"},
-			&cli.Float64Flag{Name: flagAPIQPS, Value: 100,
-				Usage: "client-side API rate limit; 110 pods of a dead node need ~220 requests"},
-			&cli.IntFlag{Name: flagAPIBurst, Value: 200, Usage: "client-side API burst"},
+			&cli.Float64Flag{Name: flagAPIQPS, Value: 200,
+				Usage: "client-side API rate limit (the API server's priority and fairness protects it as well); each reaped pod takes about two requests: a rack of 50 nodes with 500 covered pods needs ~1,100, which at 200/s after the burst is reaped in ~3 s"},
+			&cli.IntFlag{Name: flagAPIBurst, Value: 500, Usage: "client-side API burst: the requests made at once before the rate limit applies"},
 		}, append(loopFlags(), apiFlags()...)...),
 		Action: runManager,
 	}

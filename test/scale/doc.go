@@ -4,7 +4,7 @@
 // TestScale_RackFailure brings up a scale sandbox (package sandbox, Racks: one
 // kwok and one heartbeat process per rack of SCALE_RACK_SIZE nodes, each node
 // heartbeating with its own datapath token over TLS) with Vigil's stack, creates SCALE_PODS pods of which SCALE_PROTECTED are protected
-// (StatefulSets of up to 50 pods, each pod on a static ReadWriteOnce volume that
+// (StatefulSets of up to 50 pods with Parallel pod management, each pod on a static ReadWriteOnce volume that
 // exists in the datapath, attached by the real csi-attacher so that the node
 // holds a grant) and the rest unprotected (Deployments of up to 100 pods without
 // volumes), and runs one `vigil-manager run` with the datapath (delete-both,

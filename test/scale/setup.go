@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -195,8 +196,13 @@ func (w *world) workloads(ctx context.Context) error {
 	for s := range ssCount(w.cfg.Protected) {
 		wl := sandbox.Workload{Namespace: namespace, Name: ssName(s), StorageClass: sandbox.StaticClaimClass, Size: volumeSize,
 			TerminationGracePeriodSeconds: &grace}
-		if _, err := w.c.AppsV1().StatefulSets(namespace).Create(ctx, wl.StatefulSet(int32(replicasOf(s, w.cfg.Protected, ssSize))),
-			metav1.CreateOptions{}); err != nil {
+		set := wl.StatefulSet(int32(replicasOf(s, w.cfg.Protected, ssSize)))
+		// Parallel: with OrderedReady the StatefulSet controller recreates a
+		// set's reaped pods one at a time, each after the one before is Ready,
+		// and "every replacement scheduled" would time that queue rather than
+		// the recovery (about 25 of each set's 50 pods are on the failed rack).
+		set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+		if _, err := w.c.AppsV1().StatefulSets(namespace).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create StatefulSet %s: %w", ssName(s), err)
 		}
 	}
