@@ -277,6 +277,12 @@ type clients struct {
 // runWith wires the controllers and the HTTP server and runs them until ctx ends.
 func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	set *settings.Settings, reg *prometheus.Registry, lis net.Listener) error {
+	// Everything below runs on ctx until the manager stops: on a signal, or
+	// when this replica loses its Lease. The informers must stop then too, or
+	// the factory's Shutdown below waits for them forever and the process,
+	// no longer leading, never exits for its Deployment to start it again.
+	ctx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
 	client := cs.api
 	metrics, err := controller.NewMetrics(reg)
 	if err != nil {
@@ -341,6 +347,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	case err := <-served:
 		result = fmt.Errorf("http server on %s: %w", lis.Addr(), err)
 	}
+	stopAll()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && result == nil {

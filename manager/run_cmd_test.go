@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -38,9 +39,16 @@ var apiKinds = map[string][2]string{
 type fakeAPIServer struct {
 	mu      sync.Mutex
 	objects map[string][]byte
+	// down makes every new request fail with 503, as an API server that is
+	// restarting would.
+	down atomic.Bool
 }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.down.Load() {
+		http.Error(w, "restarting", http.StatusServiceUnavailable)
+		return
+	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	resource, name := "", ""
 	for i, p := range parts {
@@ -146,47 +154,10 @@ func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
-	args := []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
+	cmd, base, rest := startRunChild(t, []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
 		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
-		"--state-dir", filepath.Join(dir, "state")}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_Child$", "-test.v")
-	cmd.Env = append(os.Environ(), runChildEnv+"="+strings.Join(args, "\x1f"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	lines := bufio.NewScanner(out)
-	base := ""
-	for lines.Scan() {
-		if _, a, ok := strings.Cut(lines.Text(), "/readyz on "); ok {
-			base = strings.TrimSpace(a)
-			break
-		}
-	}
-	if base == "" {
-		t.Fatal("the manager never said where it serves")
-	}
-	rest := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		for lines.Scan() {
-			b.WriteString(lines.Text() + "\n")
-		}
-		rest <- b.String()
-	}()
-	const leasePath = "/apis/coordination.k8s.io/v1/namespaces/vigil-system/leases/vigil-manager"
-	deadline := time.Now().Add(20 * time.Second)
-	for !(get(t, base+"/readyz") == http.StatusOK && strings.Contains(api.object(leasePath), `"holderIdentity":"`)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready and leading after 20 s; lease %q", api.object(leasePath))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		"--state-dir", filepath.Join(dir, "state")})
+	awaitLeading(t, api, base)
 	if code := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d", code)
 	}
@@ -228,8 +199,93 @@ func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
 	if tail := <-rest; !strings.Contains(tail, "vigil-manager: stopped") {
 		t.Errorf("no clean stop line in %q", tail)
 	}
-	if l := api.object(leasePath); !strings.Contains(l, `"holderIdentity":""`) && strings.Contains(l, `"holderIdentity":"`) {
+	if l := api.object(testLeasePath); !strings.Contains(l, `"holderIdentity":""`) && strings.Contains(l, `"holderIdentity":"`) {
 		t.Errorf("lease not released on shutdown: %s", l)
+	}
+}
+
+// startRunChild runs `vigil-manager run` with args against api in a child
+// process and returns it with the base URL it serves on and a channel that
+// gets the rest of its output once it exits.
+func startRunChild(t *testing.T, args []string) (*exec.Cmd, string, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_Child$", "-test.v")
+	cmd.Env = append(os.Environ(), runChildEnv+"="+strings.Join(args, "\x1f"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := bufio.NewScanner(out)
+	base := ""
+	for lines.Scan() {
+		if _, a, ok := strings.Cut(lines.Text(), "/readyz on "); ok {
+			base = strings.TrimSpace(a)
+			break
+		}
+	}
+	if base == "" {
+		t.Fatal("the manager never said where it serves")
+	}
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+	return cmd, base, rest
+}
+
+// A leader that loses its Lease (the API server away longer than the renew
+// deadline) exits with an error, so that its Deployment starts it again. It
+// used to stay up forever, neither leading nor exiting: its informers ran on
+// the process's context and the factory's Shutdown waited for them (the chaos
+// suite found both managers in that state after an API server restart).
+func TestRun_LeadershipLostExits(t *testing.T) {
+	api := &fakeAPIServer{objects: map[string][]byte{
+		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
+	}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	cmd, base, rest := startRunChild(t, []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
+		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
+		"--state-dir", filepath.Join(dir, "state"), "--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1s",
+		"--leader-elect-retry-period", "200ms"})
+	awaitLeading(t, api, base)
+	api.down.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("exit status 0 after losing the Lease; want an error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20 s after the API server went away (renew deadline 1 s)")
+	}
+	if tail := <-rest; !strings.Contains(tail, "leadership lost") {
+		t.Errorf("no word of the lost Lease in %q", tail)
+	}
+}
+
+const testLeasePath = "/apis/coordination.k8s.io/v1/namespaces/vigil-system/leases/vigil-manager"
+
+// awaitLeading waits until the manager at base is ready and holds the Lease.
+func awaitLeading(t *testing.T, api *fakeAPIServer, base string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !(get(t, base+"/readyz") == http.StatusOK && strings.Contains(api.object(testLeasePath), `"holderIdentity":"`)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready and leading after 20 s; lease %q", api.object(testLeasePath))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
