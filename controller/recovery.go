@@ -33,8 +33,11 @@ type RecoveryClient interface {
 
 var _ RecoveryClient = (*v1alpha1.Client)(nil)
 
-// recoveryFlush is how often changed recoveries are written to the API server.
-const recoveryFlush = 100 * time.Millisecond
+// recoveryFlush is how often changed recoveries are written to the API server:
+// every change of the interval goes out in one status write per record. A
+// rack's failure reaps hundreds of pods in a few seconds; at 100 ms the
+// 100-node bench wrote 679 statuses for 46 records in 50 s.
+const recoveryFlush = 500 * time.Millisecond
 
 // recoveries keeps, per node, the open NodeRecovery of its current failure and
 // writes it to the API server in the background: the controllers note steps
