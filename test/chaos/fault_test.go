@@ -233,3 +233,12 @@ func TestReport_SummaryAndTables(t *testing.T) {
 		t.Errorf("Write = %s, %s, %v", md1, js, err)
 	}
 }
+
+func TestMountID(t *testing.T) {
+	if mountID("/proc") == "" {
+		t.Error("/proc: no mount ID; want the proc mount's")
+	}
+	if id := mountID(t.TempDir()); id != "" {
+		t.Errorf("a plain directory has mount ID %q; want none", id)
+	}
+}

@@ -35,24 +35,55 @@ func (h *Harness) checkData() ([]ledger.Result, []string) {
 	}
 	sort.Strings(claims)
 	for _, claim := range claims {
-		c := cur[claim]
-		if c == nil {
-			violations = append(violations, fmt.Sprintf("claim %s: no running pod to read its volume through", claim))
-			continue
-		}
-		for _, w := range h.writersOf(claim) {
-			res, err := h.verifyWriter(c, w)
-			if err != nil {
-				violations = append(violations, fmt.Sprintf("claim %s, pod %s: %v", claim, w.PodName, err))
-				continue
-			}
-			results = append(results, res)
-			if !res.OK() {
-				violations = append(violations, fmt.Sprintf("claim %s (volume %s, read on %s): %s", claim, w.Handle, c.Node, res))
-			}
-		}
+		res, v := h.checkClaim(claim, cur[claim])
+		results, violations = append(results, res...), append(violations, v...)
 	}
 	return results, violations
+}
+
+// claimReadBound bounds the wait for a claim's volume to be mounted for a
+// read (a replacement deleted and recreated right after the recovery leaves it
+// unmounted for a moment).
+const claimReadBound = time.Minute
+
+// checkClaim reads every writer's records of claim through the mount of its
+// current writer c. The read counts only if that mount was there, the same
+// one, before and after it: a path read while unmounted is an empty directory
+// of the host, and every record would look lost (seen once: the kubelet
+// stand-in unpublished and published db-1 again under the check).
+func (h *Harness) checkClaim(claim string, c *writer) ([]ledger.Result, []string) {
+	deadline := time.Now().Add(claimReadBound)
+	for {
+		if c != nil {
+			if id := mountID(c.Target); id != "" {
+				var results []ledger.Result
+				var violations []string
+				for _, w := range h.writersOf(claim) {
+					res, err := h.verifyWriter(c, w)
+					if err != nil {
+						violations = append(violations, fmt.Sprintf("claim %s, pod %s: %v", claim, w.PodName, err))
+						continue
+					}
+					results = append(results, res)
+					if !res.OK() {
+						violations = append(violations, fmt.Sprintf("claim %s (volume %s, read on %s): %s", claim, w.Handle, c.Node, res))
+					}
+				}
+				if mountID(c.Target) == id {
+					return results, violations
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			if c == nil {
+				return nil, []string{fmt.Sprintf("claim %s: no running pod to read its volume through", claim)}
+			}
+			return nil, []string{fmt.Sprintf("claim %s: the volume of its running pod %s is not mounted (or was remounted under every read) at %s for %s",
+				claim, c.PodName, c.Target, claimReadBound)}
+		}
+		time.Sleep(500 * time.Millisecond)
+		c = h.current()[claim]
+	}
 }
 
 // verifyWriter checks w's ledger against its records file as seen through the

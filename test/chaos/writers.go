@@ -61,6 +61,22 @@ func mountPoints() map[string]bool {
 	return out
 }
 
+// mountID is the mount ID of the mount at path (the last, topmost one), ""
+// when nothing is mounted there.
+func mountID(path string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	id := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && unescape(f[4]) == path {
+			id = f[0]
+		}
+	}
+	return id
+}
+
 // unescape undoes mountinfo's octal escapes (\040 for a space).
 func unescape(s string) string {
 	if !strings.Contains(s, `\`) {
