@@ -148,16 +148,7 @@ func TestRun_Child(t *testing.T) {
 // synced, takes the Lease, serves metrics, and on SIGTERM releases the Lease and
 // exits 0.
 func TestRun_SIGTERMReleasesLeaseAndExits(t *testing.T) {
-	api := &fakeAPIServer{objects: map[string][]byte{
-		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
-	}}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	cmd, base, rest := startRunChild(t, []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
-		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
-		"--state-dir", filepath.Join(dir, "state")})
-	awaitLeading(t, api, base)
+	api, dir, cmd, base, rest := startLeading(t)
 	if code := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d", code)
 	}
@@ -219,7 +210,7 @@ func startRunChild(t *testing.T, args []string) (*exec.Cmd, string, <-chan strin
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	lines := bufio.NewScanner(out)
 	base := ""
 	for lines.Scan() {
@@ -248,17 +239,8 @@ func startRunChild(t *testing.T, args []string) (*exec.Cmd, string, <-chan strin
 // the process's context and the factory's Shutdown waited for them (the chaos
 // suite found both managers in that state after an API server restart).
 func TestRun_LeadershipLostExits(t *testing.T) {
-	api := &fakeAPIServer{objects: map[string][]byte{
-		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
-	}}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	cmd, base, rest := startRunChild(t, []string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
-		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
-		"--state-dir", filepath.Join(dir, "state"), "--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1s",
-		"--leader-elect-retry-period", "200ms"})
-	awaitLeading(t, api, base)
+	api, _, cmd, _, rest := startLeading(t, "--leader-elect-lease-duration", "2s", "--leader-elect-renew-deadline", "1s",
+		"--leader-elect-retry-period", "200ms")
 	api.down.Store(true)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -276,6 +258,24 @@ func TestRun_LeadershipLostExits(t *testing.T) {
 }
 
 const testLeasePath = "/apis/coordination.k8s.io/v1/namespaces/vigil-system/leases/vigil-manager"
+
+// startLeading runs `vigil-manager run` (with extra flags) in a child process
+// against a new fake API server and a new directory for its state, and waits
+// until it is ready and holds the Lease.
+func startLeading(t *testing.T, extra ...string) (api *fakeAPIServer, dir string, cmd *exec.Cmd, base string, rest <-chan string) {
+	t.Helper()
+	api = &fakeAPIServer{objects: map[string][]byte{
+		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
+	}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	dir = t.TempDir()
+	cmd, base, rest = startRunChild(t, append([]string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
+		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
+		"--state-dir", filepath.Join(dir, "state")}, extra...))
+	awaitLeading(t, api, base)
+	return api, dir, cmd, base, rest
+}
 
 // awaitLeading waits until the manager at base is ready and holds the Lease.
 func awaitLeading(t *testing.T, api *fakeAPIServer, base string) {

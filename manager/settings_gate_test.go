@@ -1,14 +1,12 @@
 package manager
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -189,24 +187,6 @@ func getBody(t *testing.T, url string) (int, string) {
 // killed at the end of the test, and returns the base URL it serves.
 func startManager(t *testing.T, args []string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_Child$", "-test.v")
-	cmd.Env = append(os.Environ(), runChildEnv+"="+strings.Join(args, "\x1f"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if _, a, ok := strings.Cut(lines.Text(), "/readyz on "); ok {
-			go func() { _, _ = io.Copy(io.Discard, out) }()
-			return strings.TrimSpace(a)
-		}
-	}
-	t.Fatal("the manager never said where it serves")
-	return ""
+	_, base, _ := startRunChild(t, args)
+	return base
 }
