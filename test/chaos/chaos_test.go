@@ -86,6 +86,12 @@ func TestChaos(t *testing.T) {
 		t.Logf("cycle %d: %s in %.1fs, recovery %s, failover %v, node return %s, %d writers, %d acknowledged records checked",
 			f.Cycle, f.Kind, res.End.Sub(res.Start).Seconds(), secs(res.Recovery), res.Failover, secs(res.NodeReturn), res.Writers, res.Acked)
 		if len(res.Violations) > 0 {
+			ev := filepath.Join(cfg.ReportDir, fmt.Sprintf("cycle-%d-logs", f.Cycle))
+			if n, err := SaveEvidence(workDir, ev); err != nil {
+				t.Errorf("save the failed cycle's logs: %v", err)
+			} else {
+				t.Logf("cycle %d: %d logs saved in %s", f.Cycle, n, ev)
+			}
 			t.Fatalf("cycle %d (seed %d; replay: CHAOS_REPLAY=%d CHAOS_FAULTS=%q): %s:\n  %s", f.Cycle, f.Seed, f.Seed,
 				cfg.Faults, f, strings.Join(res.Violations, "\n  "))
 		}
