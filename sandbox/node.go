@@ -93,12 +93,19 @@ func bootNode(st *state, n *nodeState) error {
 	if len(n.Members) > 0 {
 		selector = vigil.RackLabel + "=" + n.Name
 	}
-	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: "kwok", Args: []string{
+	args := []string{
 		filepath.Join(st.BinDir, BinKwok), "--kubeconfig", n.Kubeconfig,
 		"--manage-all-nodes=false", "--manage-nodes-with-label-selector", selector,
 		"--node-lease-duration-seconds", strconv.Itoa(st.LeaseSeconds),
-		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0"}},
-		Log: filepath.Join(dir, "kwok.log")}
+		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0"}
+	if len(n.Members) > 0 {
+		conf := filepath.Join(dir, "kwok.yaml")
+		if err := os.WriteFile(conf, []byte(rackKwokConfig), 0o644); err != nil {
+			return fmt.Errorf("write kwok configuration of %s: %w", n.Name, err)
+		}
+		args = append(args, "--config", conf)
+	}
+	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: "kwok", Args: args}, Log: filepath.Join(dir, "kwok.log")}
 	for _, p := range n.procs() {
 		if err := startProc(n, p, env); err != nil {
 			return err
@@ -106,6 +113,18 @@ func bootNode(st *state, n *nodeState) error {
 	}
 	return nil
 }
+
+// rackKwokConfig is the configuration of a rack's kwok. kwok moves 4 pods at a
+// time through their stages (Pending to Running, deletion) by default, which
+// for a rack of 50 nodes and 2,000 pods is a queue of minutes whenever a
+// workload is created or replaced; its client has no rate limit, so the
+// parallelism is what paces it.
+const rackKwokConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 32
+  nodeLeaseParallelism: 8
+`
 
 func startProc(n *nodeState, p *proc, env []string) error {
 	penv := append(append([]string{}, env...), expandArgs(p.Env, env)...)

@@ -64,7 +64,14 @@ func setup(ctx context.Context, cfg Config, workDir, vigilBin string, logf func(
 	w := &world{cfg: cfg, logf: logf}
 	err := w.timed("sandbox up", func() (err error) {
 		w.sb, err = sandbox.Up(ctx, sandbox.Config{Name: sandboxName, WorkDir: workDir, Racks: cfg.Racks, RackSize: cfg.RackSize,
-			Subnet: sandboxSubnet, AuditLog: true, Logf: logf})
+			Subnet: sandboxSubnet, AuditLog: true, Logf: logf,
+			// Kubernetes' own timings, not the sandbox's shortened ones: a node
+			// lease of 10 s is renewed every 2.5 s, which for 500 nodes is 200
+			// writes a second before any workload, and a cluster of this size
+			// runs the defaults anyway. Vigil's detection (datapath heartbeats)
+			// does not depend on them.
+			NodeLeaseDurationSeconds: 40, NodeMonitorGracePeriod: 50 * time.Second, NodeMonitorPeriod: 5 * time.Second,
+			DefaultTolerationSeconds: 300})
 		return err
 	})
 	if err != nil {
