@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // that its requests are counted apart from every other client's.
 var managerUser = "system:serviceaccount:" + vigil.Namespace + ":" + vigil.ManagerServiceAccount
 
-// managerRequests counts, by verb and resource, the requests the manager made
-// in [from, to], from the API server's audit log.
+// managerRequests counts, by verb and resource (and the HTTP status when it
+// is not a success), the requests the manager made in [from, to], from the API
+// server's audit log.
 func (w *world) managerRequests(from, to time.Time) (map[string]float64, error) {
 	evs, err := w.sb.AuditEvents()
 	if err != nil {
@@ -29,7 +31,11 @@ func (w *world) managerRequests(from, to time.Time) (map[string]float64, error) 
 		if e.Subresource != "" {
 			res += "/" + e.Subresource
 		}
-		out[e.Verb+" "+res]++
+		key := e.Verb + " " + res
+		if e.Code >= 300 {
+			key += fmt.Sprintf(" (%d)", e.Code) // a refused or failed call, e.g. a pod already gone
+		}
+		out[key]++
 	}
 	return out, nil
 }
