@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,11 +22,29 @@ type mountPoint struct {
 
 // mountsUnder lists the mount points strictly under dir, deepest first.
 func mountsUnder(dir string) ([]mountPoint, error) {
+	all, err := readMounts()
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Clean(dir) + "/"
+	var out []mountPoint
+	for _, m := range all {
+		if strings.HasPrefix(m.path, prefix) {
+			out = append(out, m)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Count(out[i].path, "/") > strings.Count(out[j].path, "/")
+	})
+	return out, nil
+}
+
+// readMounts lists every mount point of /proc/self/mountinfo, in its order.
+func readMounts() ([]mountPoint, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	prefix := filepath.Clean(dir) + "/"
 	var out []mountPoint
 	for _, line := range strings.Split(string(b), "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
@@ -33,14 +52,8 @@ func mountsUnder(dir string) ([]mountPoint, error) {
 		if !ok || len(f) < 5 || len(g) < 1 {
 			continue
 		}
-		p := unescapeMountPath(f[4])
-		if strings.HasPrefix(p, prefix) {
-			out = append(out, mountPoint{path: p, fstype: g[0], dev: f[2]})
-		}
+		out = append(out, mountPoint{path: unescapeMountPath(f[4]), fstype: g[0], dev: f[2]})
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		return strings.Count(out[i].path, "/") > strings.Count(out[j].path, "/")
-	})
 	return out, nil
 }
 
@@ -150,6 +163,9 @@ func unmount(path string) error {
 // waiting on a dead server fails instead of hanging; already aborted or gone
 // connections are fine.
 func abortFUSE(mps []mountPoint) {
+	if slices.ContainsFunc(mps, func(m mountPoint) bool { return isFUSE(m.fstype) }) {
+		ensureFusectl()
+	}
 	for _, m := range mps {
 		major, minor, ok := strings.Cut(m.dev, ":")
 		if !isFUSE(m.fstype) || !ok || major != "0" {
@@ -161,3 +177,16 @@ func abortFUSE(mps []mountPoint) {
 
 // fuseConnections is where the kernel lists FUSE connections (fusectl).
 const fuseConnections = "/sys/fs/fuse/connections"
+
+// ensureFusectl mounts the fusectl filesystem on fuseConnections unless it is
+// there: a fresh machine has the directory but not the mount (systemd mounts it
+// at boot; a container or a minimal VM may not), and without it an abort
+// writes to nothing and a stuck reader stays stuck. A failure is left to the
+// abort, which then has no effect (as before).
+func ensureFusectl() {
+	all, err := readMounts()
+	if err != nil || slices.ContainsFunc(all, func(m mountPoint) bool { return m.path == fuseConnections }) {
+		return
+	}
+	_ = syscall.Mount("fusectl", fuseConnections, "fusectl", 0, "")
+}
