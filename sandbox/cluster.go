@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Sandbox is a running sandbox. Its state lives in its work directory, so every
@@ -168,6 +169,9 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 		return err
 	}
 	s.logf("sandbox: API server ready (%.1fs)", time.Since(t0).Seconds())
+	if err := s.applyKwokRBAC(ctx); err != nil {
+		return err
+	}
 	for _, n := range st.Nodes {
 		if err := s.createNodes(ctx, n); err != nil {
 			return err
@@ -320,6 +324,18 @@ func writeNodeKubeconfigs(st *state) error {
 		}
 		if err := clientcmd.WriteToFile(*kc, n.Kubeconfig); err != nil {
 			return fmt.Errorf("write kubeconfig of %s: %w", n.Name, err)
+		}
+		if len(n.Members) > 0 {
+			continue // a rack's kwok is fifty nodes at once: no one node's identity fits it
+		}
+		user := "system:node:" + n.Name
+		certPEM, keyPEM, err := signClientCert(filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "pki"), user, "system:nodes")
+		if err != nil {
+			return fmt.Errorf("identity of %s's kwok: %w", n.Name, err)
+		}
+		if err := writeKubeconfig(st, n.kwokKubeconfig(st.WorkDir), user, fmt.Sprintf("https://%s:%d", n.HostIP, st.APIServerPort),
+			&clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}); err != nil {
+			return err
 		}
 	}
 	return nil

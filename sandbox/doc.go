@@ -132,8 +132,16 @@
 // volumes and attachments that the kubelet stand-in's informers need. StartStack
 // uses them all: the CSI controller and its sidecars run as vigil-csi-controller,
 // each engine as vigil-engine-node bound to its Node, each kubelet stand-in as
-// its node. kwok, the rest of each node's kubelet, keeps the admin's kubeconfig:
-// it is Kubernetes' stand-in, not Vigil's code.
+// its node. kwok, the rest of each node's kubelet (the pods' lifecycle), runs as
+// the node too, with a certificate of its own (NodeStatus.KwokKubeconfig): the
+// Node authorizer and NodeRestriction refuse it what they refuse a kubelet,
+// such as deleting a pod of another node. That matters after a failover: a
+// StatefulSet's replacement has the old pod's name, and kwok, finishing the old
+// pod's deletion by name, would otherwise delete the replacement. kwok reads a
+// little more than a kubelet (every Node at its start, its Lease through an
+// informer); the ClusterRole KwokRole grants those reads and nothing else. A
+// rack's kwok (a scale sandbox) runs fifty nodes at once, which no one node's
+// identity covers: it keeps the admin's kubeconfig.
 //
 // # The audit log
 //

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -319,3 +321,31 @@ func loadCA(pkiDir string) (*x509.Certificate, any, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// KwokRole is the sandbox's ClusterRole for the nodes' kwok processes, which
+// run as their node (system:node:NAME, group system:nodes). kwok reads more
+// broadly than a kubelet: at start it lists the Nodes (all of them, where the
+// Node authorizer lets a node read only its own), and it keeps its node's
+// Lease in an informer (list and watch, where a kubelet only GETs and updates
+// it). The Node authorizer leaves both to RBAC, and this role grants exactly
+// those reads; writes stay the Node authorizer's and NodeRestriction's, so a
+// kwok still cannot change another node or delete another node's pod.
+const KwokRole = "vigil-sandbox-kwok"
+
+// applyKwokRBAC creates KwokRole and its binding to system:nodes. Idempotent.
+func (s *Sandbox) applyKwokRBAC(ctx context.Context) error {
+	meta := metav1.ObjectMeta{Name: KwokRole, Labels: map[string]string{"app.kubernetes.io/name": "vigil-sandbox"}}
+	role := &rbacv1.ClusterRole{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch"}}}}
+	if _, err := s.client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ClusterRole %s: %w", KwokRole, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: meta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: KwokRole},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}}}
+	if _, err := s.client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ClusterRoleBinding %s: %w", KwokRole, err)
+	}
+	return nil
+}

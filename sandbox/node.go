@@ -89,15 +89,18 @@ func bootNode(st *state, n *nodeState) error {
 	}
 	n.Powered = true
 	env := nodeEnv(st, n)
-	selector := vigil.NodeLabel + "=" + n.Name
+	// A node's kwok runs as the node (kwokKubeconfig), and the Node authorizer
+	// lets a node list and watch only the pods whose spec.nodeName is its own:
+	// --manage-single-node watches exactly those. A rack's kwok (admin) picks
+	// its nodes by label.
+	manage := []string{"--manage-single-node", n.Name}
 	if len(n.Members) > 0 {
-		selector = vigil.RackLabel + "=" + n.Name
+		manage = []string{"--manage-all-nodes=false", "--manage-nodes-with-label-selector", vigil.RackLabel + "=" + n.Name}
 	}
-	args := []string{
-		filepath.Join(st.BinDir, BinKwok), "--kubeconfig", n.Kubeconfig,
-		"--manage-all-nodes=false", "--manage-nodes-with-label-selector", selector,
+	args := append([]string{filepath.Join(st.BinDir, BinKwok), "--kubeconfig", n.kwokKubeconfig(st.WorkDir)}, manage...)
+	args = append(args,
 		"--node-lease-duration-seconds", strconv.Itoa(st.LeaseSeconds),
-		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0"}
+		"--node-ip", n.NodeIP, "--server-address", "127.0.0.1:0")
 	if len(n.Members) > 0 {
 		conf := filepath.Join(dir, "kwok.yaml")
 		if err := os.WriteFile(conf, []byte(rackKwokConfig), 0o644); err != nil {

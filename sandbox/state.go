@@ -76,6 +76,16 @@ func (st *state) k8sNodes() []string {
 
 func (n *nodeState) dir(workDir string) string { return filepath.Join(workDir, "nodes", n.Name) }
 
+// kwokKubeconfig is the credential of the node's kwok: the node's own identity
+// (system:node:NAME), so that the Node authorizer and NodeRestriction hold it
+// to what a kubelet of that node may do; a rack's kwok uses Kubeconfig.
+func (n *nodeState) kwokKubeconfig(workDir string) string {
+	if len(n.Members) > 0 {
+		return n.Kubeconfig
+	}
+	return filepath.Join(n.dir(workDir), "kwok.kubeconfig")
+}
+
 // procs is every process the node starts at a boot, its kwok first (not the
 // one-off processes of Once).
 func (n *nodeState) procs() []*proc {

@@ -37,10 +37,13 @@ type NodeStatus struct {
 	// the API server did not answer; for a rack, "READY/MEMBERS", e.g. "50/50".
 	Ready string
 	// Members are a rack's Kubernetes nodes (scale sandbox).
-	Members    []string
-	Taints     []string
-	Kubeconfig string
-	Processes  []ProcessStatus
+	Members []string
+	Taints  []string
+	// Kubeconfig is the admin's credential over the node's link (VIGIL_KUBECONFIG
+	// of the node's processes); KwokKubeconfig is its kwok's, the node's own
+	// identity system:node:NAME (a rack's kwok: Kubeconfig).
+	Kubeconfig, KwokKubeconfig string
+	Processes                  []ProcessStatus
 }
 
 // ProcessStatus is one process of a node.
@@ -87,7 +90,8 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	}
 	for _, n := range st.Nodes {
 		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
-			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig}
+			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig,
+			KwokKubeconfig: n.kwokKubeconfig(st.WorkDir)}
 		if len(n.Members) == 0 {
 			if node, ok := api[n.Name]; ok {
 				ns.Ready = string(NodeReadyStatus(&node))
