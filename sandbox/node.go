@@ -117,16 +117,87 @@ func bootNode(st *state, n *nodeState) error {
 	return nil
 }
 
-// rackKwokConfig is the configuration of a rack's kwok. kwok moves 4 pods at a
-// time through their stages (Pending to Running, deletion) by default, which
-// for a rack of 50 nodes and 2,000 pods is a queue of minutes whenever a
-// workload is created or replaced; its client has no rate limit, so the
-// parallelism is what paces it.
+// rackKwokConfig is the configuration of a rack's kwok.
+//
+// kwok moves 4 pods at a time through their stages (Pending to Running,
+// deletion) by default, which for a rack of 50 nodes and 2,000 pods is a queue
+// of minutes whenever a workload is created or replaced; its client has no
+// rate limit, so the parallelism is what paces it.
+//
+// The two node stages replace kwok's defaults. kwok 0.7.0 picks its 20-25 s
+// status heartbeat when node Leases are on (and the 10-minute one when they
+// are off: the test is inverted), so 500 nodes patched their status 22 times
+// a second, each patch a Node update for the controller-manager, the
+// scheduler and every rack's kwok to process, on top of the Lease renewals
+// that already keep the nodes Ready. A kubelet with Leases reports an
+// unchanged status every 5 minutes (nodeStatusReportFrequency), and so do
+// these nodes. rack-node-ready makes a node Ready when it is not (at its first
+// boot and after a power cut); rack-node-status is the 5-minute report.
 const rackKwokConfig = `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   podPlayStageParallelism: 32
   nodeLeaseParallelism: 8
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: rack-node-ready
+spec:
+  resourceRef: {apiGroup: v1, kind: Node}
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ['True']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        reason: {{ .reason | Quote }}
+        message: {{ .message | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+      {{ end }}
+      addresses:
+      - {type: InternalIP, address: {{ NodeIP | Quote }}}
+      - {type: Hostname, address: {{ .metadata.name | Quote }}}
+      allocatable: {cpu: 1k, memory: 1Ti, pods: 1M}
+      capacity: {cpu: 1k, memory: 1Ti, pods: 1M}
+      nodeInfo:
+        architecture: amd64
+        operatingSystem: linux
+        kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+        kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
+        containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: rack-node-status
+spec:
+  resourceRef: {apiGroup: v1, kind: Node}
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: In
+      values: ['True']
+  delay:
+    durationMilliseconds: 300000
+    jitterDurationMilliseconds: 330000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - type: {{ .type | Quote }}
+        status: {{ .status | Quote }}
+        lastHeartbeatTime: {{ $now | Quote }}
+      {{ end }}
 `
 
 func startProc(n *nodeState, p *proc, env []string) error {
