@@ -112,6 +112,12 @@ func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
 			"--datapath-ca-file", token, "--datapath-insecure"}, "contradict"},
 		{"plaintext off loopback", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--datapath", "10.1.2.3:9600"}, "--datapath-ca-file"},
+		{"zero qps", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--kube-api-qps", "0"}, "--kube-api-qps 0 and --kube-api-burst 100: both must be positive"},
+		{"negative burst", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--kube-api-burst", "-1"}, "--kube-api-burst -1"},
+		{"qps not a number", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--kube-api-qps", "fast"}, "kube-api-qps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := App().Run(append([]string{"vigil-manager", "csi", "serve"}, tc.args...))
