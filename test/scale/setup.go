@@ -10,8 +10,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	vigil "github.com/vigil-storage/vigil"
@@ -97,12 +99,8 @@ func setup(ctx context.Context, cfg Config, workDir, vigilBin string, logf func(
 	if err := w.timed(fmt.Sprintf("%d protected volumes (datapath, PV, PVC)", cfg.Protected), func() error { return w.volumes(ctx) }); err != nil {
 		return w, err
 	}
-	if err := w.timed("workloads created", func() error { return w.workloads(ctx) }); err != nil {
-		return w, err
-	}
-	if err := w.timed(fmt.Sprintf("%d pods Running, %d volumes attached", cfg.Pods, cfg.Protected), func() error {
-		return w.awaitRunning(ctx, 60*time.Minute)
-	}); err != nil {
+	if err := w.timed(fmt.Sprintf("%d pods Running, %d volumes attached (waves of at most %d pods)", cfg.Pods, cfg.Protected, waveSize),
+		func() error { return w.rollOut(ctx, 60*time.Minute) }); err != nil {
 		return w, err
 	}
 	return w, nil
@@ -196,66 +194,154 @@ func (w *world) volume(ctx context.Context, claim string) error {
 	return nil
 }
 
-// workloads creates the StatefulSets of the protected pods (their claims exist)
-// and the Deployments of the others.
-func (w *world) workloads(ctx context.Context) error {
+// waveSize is how many pods rollOut creates before it waits for them to run.
+// Created at once, 20,000 pods reach the rack kwoks faster than they can mark
+// them Running; each kwok watches every pod of the cluster, the API server
+// closes the watch of a kwok that falls behind, and the kwok's new watch
+// replays everything it missed: in the first 500-node runs thousands of pod
+// watches were closed that way (apiserver_terminated_watchers_total), the
+// API server spent its time replaying them and pods went Running at 2-5 a
+// second. In waves the kwoks keep up.
+const waveSize = 2000
+
+// workload is one StatefulSet or Deployment of the benchmark.
+type workload struct {
+	obj       any // *appsv1.StatefulSet or *appsv1.Deployment
+	pods      int
+	protected bool
+}
+
+// workloadList is every workload: the StatefulSets of the protected pods
+// (their claims exist), then the Deployments of the others.
+func (w *world) workloadList() []workload {
 	grace := int64(30)
+	var out []workload
 	for s := range ssCount(w.cfg.Protected) {
+		n := replicasOf(s, w.cfg.Protected, ssSize)
 		wl := sandbox.Workload{Namespace: namespace, Name: ssName(s), StorageClass: sandbox.StaticClaimClass, Size: volumeSize,
 			TerminationGracePeriodSeconds: &grace}
-		set := wl.StatefulSet(int32(replicasOf(s, w.cfg.Protected, ssSize)))
+		set := wl.StatefulSet(int32(n))
 		// Parallel: with OrderedReady the StatefulSet controller recreates a
 		// set's reaped pods one at a time, each after the one before is Ready,
 		// and "every replacement scheduled" would time that queue rather than
 		// the recovery (about 25 of each set's 50 pods are on the failed rack).
 		set.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
-		if _, err := w.c.AppsV1().StatefulSets(namespace).Create(ctx, set, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create StatefulSet %s: %w", ssName(s), err)
-		}
+		out = append(out, workload{obj: set, pods: n, protected: true})
 	}
 	free := w.cfg.Pods - w.cfg.Protected
 	for d := 0; d*depSize < free; d++ {
+		n := replicasOf(d, free, depSize)
 		wl := sandbox.Workload{Namespace: namespace, Name: fmt.Sprintf("web-%03d", d), TerminationGracePeriodSeconds: &grace}
-		if _, err := w.c.AppsV1().Deployments(namespace).Create(ctx, wl.Deployment(int32(replicasOf(d, free, depSize))),
-			metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create Deployment web-%03d: %w", d, err)
-		}
+		out = append(out, workload{obj: wl.Deployment(int32(n)), pods: n})
+	}
+	return out
+}
+
+// create creates one workload.
+func (w *world) create(ctx context.Context, wl workload) error {
+	var err error
+	switch o := wl.obj.(type) {
+	case *appsv1.StatefulSet:
+		_, err = w.c.AppsV1().StatefulSets(namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *appsv1.Deployment:
+		_, err = w.c.AppsV1().Deployments(namespace).Create(ctx, o, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("create workload: %w", err)
 	}
 	return nil
 }
 
-// awaitRunning waits for every pod Running and every protected volume's
-// VolumeAttachment attached.
-func (w *world) awaitRunning(ctx context.Context, bound time.Duration) error {
-	lastLog := time.Now() // progress every 30 s: thousands of attachments take minutes
-	return sandbox.Poll(ctx, bound, "pods Running and volumes attached", every(5*time.Second, func(ctx context.Context) (bool, string, error) {
-		pods, err := w.c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err.Error(), nil
+// rollOut creates the workloads in waves of at most waveSize pods, each after
+// the pods of the ones before run and their volumes are attached, and returns
+// when all of them do (bound in all).
+func (w *world) rollOut(ctx context.Context, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	count, err := w.runningCounter(ctx)
+	if err != nil {
+		return err
+	}
+	wls := w.workloadList()
+	pods, protected, wave := 0, 0, 0
+	for i := 0; i < len(wls); {
+		wave++
+		inWave := 0
+		for ; i < len(wls) && (inWave == 0 || inWave+wls[i].pods <= waveSize); i++ {
+			if err := w.create(ctx, wls[i]); err != nil {
+				return err
+			}
+			inWave += wls[i].pods
+			if wls[i].protected {
+				protected += wls[i].pods
+			}
 		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
+		pods += inWave
+		t0 := time.Now()
+		if err := w.awaitRunning(ctx, count, pods, protected); err != nil {
+			return fmt.Errorf("wave %d: %w", wave, err)
+		}
+		w.logf("scale: wave %d: %d pods Running, %d volumes attached (%.1fs)", wave, pods, protected, time.Since(t0).Seconds())
+	}
+	return nil
+}
+
+// runningCounter starts informers on pods and VolumeAttachments (until ctx
+// ends) and returns a function counting the benchmark's Running pods and the
+// attached volumes. Informers, not lists: a list of 20,000 pods every few
+// seconds cost the API server (and this process) more CPU than the kubelets'
+// own updates, on the same two cores.
+func (w *world) runningCounter(ctx context.Context) (func() (running, attached int), error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(w.c, 0, informers.WithTransform(phaseOnly))
+	pods := factory.Core().V1().Pods().Informer()
+	vas := factory.Storage().V1().VolumeAttachments().Informer()
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("informer of %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	return func() (running, attached int) {
+		for _, o := range pods.GetStore().List() {
+			if p := o.(*corev1.Pod); p.Namespace == namespace && p.Status.Phase == corev1.PodRunning {
 				running++
 			}
 		}
-		vas, err := w.c.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		attached := 0
-		for _, va := range vas.Items {
-			if va.Status.Attached {
+		for _, o := range vas.GetStore().List() {
+			if o.(*storagev1.VolumeAttachment).Status.Attached {
 				attached++
 			}
 		}
-		note := fmt.Sprintf("%d of %d pods Running, %d of %d volumes attached", running, w.cfg.Pods, attached, w.cfg.Protected)
+		return running, attached
+	}, nil
+}
+
+// awaitRunning waits until count says pods are Running and protected volumes
+// attached, logging progress every 30 s.
+func (w *world) awaitRunning(ctx context.Context, count func() (int, int), pods, protected int) error {
+	lastLog := time.Now()
+	return sandbox.Poll(ctx, time.Hour, "pods Running and volumes attached", every(time.Second, func(context.Context) (bool, string, error) {
+		running, attached := count()
+		note := fmt.Sprintf("%d of %d pods Running, %d of %d volumes attached", running, pods, attached, protected)
 		if time.Since(lastLog) >= 30*time.Second {
 			lastLog = time.Now()
 			w.logf("scale: %s", note)
 		}
-		return running == w.cfg.Pods && attached == w.cfg.Protected, note, nil
+		return running >= pods && attached >= protected, note, nil
 	}), nil)
+}
+
+// phaseOnly keeps of a pod or a VolumeAttachment what awaitRunning counts.
+func phaseOnly(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, ResourceVersion: o.ResourceVersion},
+			Status: corev1.PodStatus{Phase: o.Status.Phase}}, nil
+	case *storagev1.VolumeAttachment:
+		return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion},
+			Status: storagev1.VolumeAttachmentStatus{Attached: o.Status.Attached}}, nil
+	}
+	return obj, nil
 }
 
 // every makes a Poll condition that lists thousands of objects run at most once
