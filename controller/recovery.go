@@ -414,20 +414,25 @@ func (rs *recoveries) run(ctx context.Context) {
 // flush writes every dirty recovery: create it if needed, then its status.
 // Failures stay dirty and are retried at the next tick.
 func (rs *recoveries) flush(ctx context.Context) {
+	// Each write pairs a copy of the record with its state: what the API
+	// server answers (resourceVersion, UID) goes to that state and no other.
+	type job struct {
+		obj *v1alpha1.NodeRecovery
+		st  *recoveryState
+	}
 	rs.mu.Lock()
-	var todo []*v1alpha1.NodeRecovery
-	var states []*recoveryState
+	var todo []job
 	for _, st := range append(rs.closing, mapValues(rs.nodes)...) {
 		if st.dirty {
 			st.dirty = false
-			todo, states = append(todo, st.obj.DeepCopy()), append(states, st)
+			todo = append(todo, job{st.obj.DeepCopy(), st})
 		}
 	}
 	rs.closing = nil
 	rs.mu.Unlock()
-	sort.Slice(todo, func(i, j int) bool { return todo[i].Name < todo[j].Name })
-	for i, obj := range todo {
-		st := states[i]
+	sort.Slice(todo, func(i, j int) bool { return todo[i].obj.Name < todo[j].obj.Name })
+	for _, j := range todo {
+		obj, st := j.obj, j.st
 		out, err := rs.write(ctx, obj, st)
 		rs.mu.Lock()
 		if err != nil {

@@ -24,9 +24,10 @@ import (
 type fakeRecoveryClient struct {
 	mu      sync.Mutex
 	objs    map[string]*v1alpha1.NodeRecovery
-	rv      int
-	writes  int
-	failing bool
+	rv        int
+	writes    int
+	conflicts int
+	failing   bool
 }
 
 func newFakeRecoveryClient() *fakeRecoveryClient {
@@ -80,7 +81,11 @@ func (c *fakeRecoveryClient) UpdateStatus(_ context.Context, r *v1alpha1.NodeRec
 		return nil, apierrors.NewServiceUnavailable("down")
 	case !ok:
 		return nil, apierrors.NewNotFound(v1alpha1.GroupVersionResource.GroupResource(), r.Name)
+	case r.UID != "" && r.UID != cur.UID: // the API server's UID precondition
+		c.conflicts++
+		return nil, apierrors.NewConflict(v1alpha1.GroupVersionResource.GroupResource(), r.Name, fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", r.UID, cur.UID))
 	case cur.ResourceVersion != r.ResourceVersion:
+		c.conflicts++
 		return nil, apierrors.NewConflict(v1alpha1.GroupVersionResource.GroupResource(), r.Name, fmt.Errorf("rv %s != %s", r.ResourceVersion, cur.ResourceVersion))
 	}
 	c.rv++
@@ -263,6 +268,46 @@ func TestRecoveries_FailedWritesAreRetriedAndANewLeaderContinues(t *testing.T) {
 	got := client.only(t)
 	if len(got.Status.Volumes) != 2 || got.Status.Phase != v1alpha1.PhaseFenced {
 		t.Fatalf("continued record %+v", got.Status)
+	}
+}
+
+// A rack's failure: 50 records written in the same flushes. Each record's
+// answer (resourceVersion, UID) belongs to it alone; when the flush sorted the
+// records but not their states, each state took another record's UID and
+// every later status write failed its UID precondition (3,585 conflicts in 60 s
+// in the 100-node bench, and the records stopped at their first status).
+func TestRecoveries_RackOfRecordsWrittenTogether(t *testing.T) {
+	client := newFakeRecoveryClient()
+	rs := newRecoveries(client, nil, nil)
+	ctx := context.Background()
+	var nodes []string
+	for i := range 50 {
+		nodes = append(nodes, fmt.Sprintf("rack-1-node-%d", i+1))
+	}
+	for _, n := range nodes {
+		rs.detected(n, "", "storage-isolated", t0)
+	}
+	rs.flush(ctx)
+	for i, n := range nodes {
+		rs.fenced(n, []fencing.Fenced{{Handle: "vol-" + n, Epoch: uint64(i + 2)}}, t0.Add(time.Second))
+	}
+	rs.flush(ctx)
+	for _, n := range nodes {
+		rs.tainted(n, t0.Add(2*time.Second))
+	}
+	rs.flush(ctx)
+	if client.conflicts != 0 {
+		t.Errorf("%d conflicts writing 50 records three times, want 0", client.conflicts)
+	}
+	for i, n := range nodes {
+		got, err := client.Get(ctx, recoveryName(n, t0), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != v1alpha1.PhaseFenced || got.Status.TaintedAt == nil || len(got.Status.Volumes) != 1 ||
+			got.Status.Volumes[0].Handle != "vol-"+n || got.Status.Volumes[0].Epoch != uint64(i+2) {
+			t.Fatalf("%s: status %+v, want fenced vol-%s at epoch %d and tainted", n, got.Status, n, i+2)
+		}
 	}
 }
 
