@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -192,6 +193,18 @@ func restConfig(o runOptions) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// protobufConfig is cfg speaking protobuf, as Kubernetes' own components do,
+// for the clients of built-in kinds: the informers' lists and watches of every
+// pod and node are decoded several times faster and with less garbage than
+// JSON (the scale benchmark's manager lists 20,000 pods at its start). The
+// NodeRecovery client keeps JSON: a custom resource has no protobuf form.
+func protobufConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
+}
+
 func runManager(c *cli.Context) error {
 	o, err := parseRunOptions(c)
 	if err != nil {
@@ -203,13 +216,13 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(protobufConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	// Events get a client (and so a rate limit) of their own: the four Events of
 	// each reaped pod must never delay the deletes of the next one.
-	eventsClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	eventsClient, err := kubernetes.NewForConfig(protobufConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("kubernetes events client: %w", err)
 	}
