@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,12 +32,17 @@ type Report struct {
 	Processes   []Process          `json:"processes"`
 }
 
-// ManagerUse is the manager's footprint over the measurement.
+// ManagerUse is the manager's footprint: Start is how long it took to be
+// ready, StartRSS and StartPeak its memory then; the rest is over the
+// measurement (Peak is the peak of its whole life).
 type ManagerUse struct {
-	RSS      int64         `json:"rssBytes"`
-	Peak     int64         `json:"peakBytes"`
-	CPU      time.Duration `json:"cpu"`
-	Interval time.Duration `json:"interval"`
+	Start     time.Duration `json:"start"`
+	StartRSS  int64         `json:"startRSSBytes"`
+	StartPeak int64         `json:"startPeakBytes"`
+	RSS       int64         `json:"rssBytes"`
+	Peak      int64         `json:"peakBytes"`
+	CPU       time.Duration `json:"cpu"`
+	Interval  time.Duration `json:"interval"`
 }
 
 // TestScale_RackFailure is `make bench-scale` (see the package documentation);
@@ -58,6 +65,11 @@ func TestScale_RackFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if os.Getenv("SCALE_KEEP") != "" {
+			t.Logf("SCALE_KEEP: sandbox left in %s (KUBECONFIG=%s/kubeconfig); bin/vigil-sandbox --name %s --workdir %s down removes it",
+				workDir, workDir, sandboxName, workDir)
+			return
+		}
 		if err := sandbox.DownWorkDir(workDir); err != nil {
 			t.Errorf("sandbox down: %v", err)
 		}
@@ -82,18 +94,36 @@ func TestScale_RackFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr := startManager(t, filepath.Join(bin, sandbox.BinVigilManager), "--kubeconfig", kubeconfig, "--settings-store", "bolt:"+store,
+	if err := os.MkdirAll(cfg.ReportDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	mgr, addr := startManager(t, filepath.Join(bin, sandbox.BinVigilManager), filepath.Join(cfg.ReportDir, "manager.log"),
+		"--kubeconfig", kubeconfig, "--settings-store", "bolt:"+store,
 		"--state-dir", filepath.Join(workDir, "manager-state"), "--listen", "127.0.0.1:0", "--leader-elect=false",
 		"--datapath", w.stk.DatapathAddr, "--datapath-token-file", w.stk.TokenFile,
 		"--datapath-ca-file", w.stk.CAFile)
-	time.Sleep(5 * time.Second) // its informers list once; the measurement starts after
+	// The measurement starts once the manager is ready (its informers have
+	// listed every pod): a power cut before that would time its start.
+	if err := sandbox.Poll(ctx, 5*time.Minute, "manager /readyz", func(ctx context.Context) (bool, string, error) {
+		code, body := getStatus(ctx, "http://"+addr+"/readyz")
+		return code == 200, fmt.Sprintf("%d %s", code, body), nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rep.Manager.Start = time.Since(t0)
+	rep.Manager.StartRSS, rep.Manager.StartPeak = memOf(mgr.Process.Pid)
+	t.Logf("scale: manager ready %.1fs after its start (RSS %.1f MiB, peak %.1f)", rep.Manager.Start.Seconds(),
+		mib(rep.Manager.StartRSS), mib(rep.Manager.StartPeak))
+	time.Sleep(5 * time.Second) // a settled start: the figures below are the failure's
 	beforeCPU, _ := cpuTicks(mgr.Process.Pid)
 	f, cut, err := w.cutAndMeasure(ctx, 10*time.Minute)
 	rep.Failure = f
 	afterCPU, _ := cpuTicks(mgr.Process.Pid)
 	rss, peak := memOf(mgr.Process.Pid)
 	end := time.Now()
-	rep.Manager = ManagerUse{RSS: rss, Peak: peak, CPU: time.Duration(afterCPU-beforeCPU) * 10 * time.Millisecond, Interval: end.Sub(cut)}
+	rep.Manager.RSS, rep.Manager.Peak = rss, peak
+	rep.Manager.CPU, rep.Manager.Interval = time.Duration(afterCPU-beforeCPU)*10*time.Millisecond, end.Sub(cut)
 	var rerr error
 	if rep.APIRequests, rerr = w.managerRequests(cut, end); rerr != nil {
 		t.Errorf("count the manager's requests: %v", rerr)
@@ -105,10 +135,9 @@ func TestScale_RackFailure(t *testing.T) {
 }
 
 // startManager runs `vigil-manager run` with args until the end of the test,
-// and waits for its address line.
-func startManager(t *testing.T, bin string, args ...string) *exec.Cmd {
+// its output in logPath, and returns it with the address it serves on.
+func startManager(t *testing.T, bin, logPath string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "manager.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -126,28 +155,42 @@ func startManager(t *testing.T, bin string, args ...string) *exec.Cmd {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("manager log (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
-		}
+		t.Logf("manager log: %s", logPath)
 	})
-	serving := make(chan struct{}, 1)
+	serving := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			fmt.Fprintln(logf, "stdout:", sc.Text())
-			if strings.Contains(sc.Text(), "on http://") {
-				serving <- struct{}{}
+			if _, addr, ok := strings.Cut(sc.Text(), " on http://"); ok {
+				serving <- strings.TrimSpace(addr)
 			}
 		}
 	}()
 	select {
-	case <-serving:
-		return cmd
+	case addr := <-serving:
+		return cmd, addr
 	case <-time.After(60 * time.Second):
 		t.Fatalf("manager printed no address in 60s (log %s)", logPath)
-		return nil
+		return nil, ""
 	}
+}
+
+// getStatus GETs url and returns the status code and the first line of the
+// body (0 and the error when there is no answer).
+func getStatus(ctx context.Context, url string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	line, _, _ := strings.Cut(string(b), "\n")
+	return resp.StatusCode, line
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -167,6 +210,7 @@ func writeReport(t *testing.T, rep *Report) {
 	fmt.Fprintf(&b, "| Kubernetes: every node of the rack Ready=Unknown | %.1f |\n| every covered pod reaped (%d) | %.1f |\n| every replacement scheduled (%d) | %.1f |\n",
 		f.Detection.Seconds(), f.Reaped, f.ReapedAt.Seconds(), f.Replacements, f.ScheduledAt.Seconds())
 	fmt.Fprintf(&b, "\nEvery covered pod reaped %.1f s after the detection.\n", f.ReapedAfterDetection.Seconds())
+	fmt.Fprintf(&b, "\nManager ready %.1f s after its start (RSS %.1f MiB, peak %.1f).\n", rep.Manager.Start.Seconds(), mib(rep.Manager.StartRSS), mib(rep.Manager.StartPeak))
 	fmt.Fprintf(&b, "\nManager over %.1f s: RSS %.1f MiB (peak %.1f), CPU %.2f s.\n\n| manager's API requests (audit log) | count |\n| --- | ---: |\n",
 		rep.Manager.Interval.Seconds(), mib(rep.Manager.RSS), mib(rep.Manager.Peak), rep.Manager.CPU.Seconds())
 	var requests float64
