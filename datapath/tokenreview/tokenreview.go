@@ -84,6 +84,14 @@ type entry struct {
 	fresh    time.Time // used without asking again until then
 	verified time.Time // when the API server last accepted it (zero for a refusal)
 	exp      time.Time // the token's own expiry; zero: unknown
+	// refreshing: a background review of the token is under way (a.mu).
+	refreshing bool
+}
+
+// refreshAt is when an accepted token is reviewed again in the background,
+// while its cached answer still serves: two thirds into the TTL.
+func (a *Authenticator) refreshAt(e *entry) time.Time {
+	return e.verified.Add(a.cfg.TTL * 2 / 3)
 }
 
 // New checks cfg and returns an Authenticator.
@@ -139,6 +147,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (datapat
 	e := a.cache[key]
 	a.mu.Unlock()
 	if e != nil && now.Before(e.fresh) {
+		if e.err == nil && !now.Before(a.refreshAt(e)) {
+			a.refresh(key, token, e)
+		}
 		return e.id, e.err // fresh is never past the token's expiry
 	}
 	exp := tokenExpiry(token)
@@ -165,6 +176,43 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (datapat
 	}
 	answer := v.(*entry)
 	return answer.id, answer.err
+}
+
+// refresh reviews an accepted token again in the background, once at a time,
+// so that a token in use is never waited on: a caller whose token's answer
+// expires mid-request would otherwise wait for the API server, and an engine
+// heartbeat that waits longer than the connectivity-loss threshold makes a
+// healthy node look cut off from its storage. Every token in use expired in
+// the same 30 s rhythm, so a slow API server stalled the heartbeats of
+// whole racks at once. The cached answer still ends at its TTL: a review that
+// has not come back by then is waited on (or fails into the outage grace) as
+// before, and a refusal replaces the answer as soon as it arrives, before the
+// TTL ends.
+func (a *Authenticator) refresh(key [sha256.Size]byte, token string, e *entry) {
+	a.mu.Lock()
+	if e.refreshing || a.cache[key] != e {
+		a.mu.Unlock()
+		return
+	}
+	e.refreshing = true
+	a.mu.Unlock()
+	go func() {
+		start := a.cfg.Now()
+		_, err, _ := a.flight.Do(hex.EncodeToString(key[:]), func() (any, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), ReviewTimeout)
+			defer cancel()
+			tr, err := a.review(ctx, token)
+			if err != nil {
+				return nil, err
+			}
+			return a.remember(key, tr.Status, start, tokenExpiry(token)), nil
+		})
+		if err != nil {
+			a.mu.Lock()
+			e.refreshing = false // the next call tries again; the answer ends at its TTL
+			a.mu.Unlock()
+		}
+	}()
 }
 
 // review makes one TokenReview.

@@ -317,6 +317,101 @@ func TestAuthenticator_Authenticate_ConcurrentChecksShareAReview(t *testing.T) {
 	}
 }
 
+// TestAuthenticator_Authenticate_RefreshesInTheBackground: two thirds into
+// its TTL a token in use is reviewed again while its cached answer serves, so
+// a call never waits on a slow API server for a token it accepted; only one
+// such review runs at a time; a refusal it brings takes effect at once; and a
+// review that fails leaves the answer to its TTL.
+func TestAuthenticator_Authenticate_RefreshesInTheBackground(t *testing.T) {
+	f := standardReviewer()
+	clk := &clock{t: t0}
+	a := newAuth(t, f, clk, nil)
+	ctx := context.Background()
+	if _, err := a.Authenticate(ctx, "engine-a"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(19 * time.Second)
+	_, _ = a.Authenticate(ctx, "engine-a")
+	if n := f.calls.Load(); n != 1 {
+		t.Fatalf("a review before two thirds of the TTL: %d reviews", n)
+	}
+	f.block = make(chan struct{}) // the API server is slow from now on
+	clk.Advance(2 * time.Second)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := a.Authenticate(ctx, "engine-a")
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("a cached yes during its refresh: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call waited on the background review")
+	}
+	waitFor(t, func() bool { return f.calls.Load() == 2 }, "the background review")
+	for range 5 {
+		if _, err := a.Authenticate(ctx, "engine-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Fatalf("%d reviews: a second refresh started while one was under way", n)
+	}
+	// The token is revoked meanwhile: the refusal applies as soon as it comes.
+	f.mu.Lock()
+	delete(f.users, "engine-a")
+	f.mu.Unlock()
+	close(f.block)
+	waitFor(t, func() bool {
+		_, err := a.Authenticate(ctx, "engine-a")
+		return errors.Is(err, datapath.ErrUnauthenticated)
+	}, "the refusal of the background review, before the TTL ends")
+
+	// A background review that fails: the answer serves until its TTL, and
+	// the next call after the failure tries again.
+	g := standardReviewer()
+	b := newAuth(t, g, clk, nil)
+	if _, err := b.Authenticate(ctx, "manager"); err != nil {
+		t.Fatal(err)
+	}
+	g.setErr(errors.New("the server is currently unable to handle the request"))
+	clk.Advance(25 * time.Second)
+	if _, err := b.Authenticate(ctx, "manager"); err != nil {
+		t.Fatalf("within the TTL while its refresh fails: %v", err)
+	}
+	waitFor(t, func() bool {
+		_, _ = b.Authenticate(ctx, "manager")
+		return g.calls.Load() >= 3
+	}, "a new refresh after a failed one")
+	g.setErr(nil)
+	waitFor(t, func() bool {
+		_, _ = b.Authenticate(ctx, "manager")
+		clk.mu.Lock()
+		defer clk.mu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, e := range b.cache {
+			if e.err == nil && e.verified.Equal(clk.t) {
+				return true
+			}
+		}
+		return false
+	}, "the answer renewed by a refresh that succeeds")
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("waited 5 s for %s", what)
+}
+
 func TestAuthenticator_Cache_Bounded(t *testing.T) {
 	f := &fakeReviewer{users: map[string]fakeUser{}}
 	for i := 0; i < 100; i++ {

@@ -11,8 +11,9 @@
 // that node and refuses the controller's: nobody heartbeats for a node but
 // the node. The scale sandbox writes the file per rack (sandbox.RackTokensFile).
 //
-// It heartbeats only: no CSI node service, no FUSE disk, no journal. A node's
-// heartbeats are sent one after the other, each bounded by the interval, so a
-// datapath that stops answering costs one interval, not one per node; a failed
-// heartbeat is counted and retried at the next interval.
+// It heartbeats only: no CSI node service, no FUSE disk, no journal. The
+// nodes' heartbeats of a round are sent at once, as independent engines would
+// send them, the round bounded by the interval: a heartbeat that waits delays
+// no other node's, and a datapath that stops answering costs one interval; a
+// failed heartbeat is counted and retried at the next interval.
 package heartbeat

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -57,16 +58,31 @@ type Round struct {
 	FirstErr     error
 }
 
-// Beat sends one heartbeat per node, the round bounded by timeout.
+// Beat sends one heartbeat per node, all at once as the engines of the nodes
+// would, the round bounded by timeout. One after the other, a heartbeat that
+// waited (on the datapath's TokenReview of that node's token, say) cost every
+// node after it in the round its heartbeat too: the 500-node bench saw 46 of a
+// rack's 50 heartbeats time out behind a few slow ones, and a rack looking
+// storage-isolated that was not.
 func Beat(ctx context.Context, c Heartbeater, nodes []string, timeout time.Duration) Round {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.Heartbeat(ctx, n)
+		}()
+	}
+	wg.Wait()
 	var r Round
-	for _, n := range nodes {
-		if err := c.Heartbeat(ctx, n); err != nil {
+	for i, err := range errs {
+		if err != nil {
 			r.Failed++
 			if r.FirstErr == nil {
-				r.FirstErr = fmt.Errorf("heartbeat %s: %w", n, err)
+				r.FirstErr = fmt.Errorf("heartbeat %s: %w", nodes[i], err)
 			}
 			continue
 		}

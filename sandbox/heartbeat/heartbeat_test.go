@@ -39,6 +39,30 @@ func TestBeat_EveryNodeFailuresCounted(t *testing.T) {
 	}
 }
 
+// slowDatapath makes one node's heartbeat wait until the round ends.
+type slowDatapath struct {
+	fakeDatapath
+	slow string
+}
+
+func (f *slowDatapath) Heartbeat(ctx context.Context, node string) error {
+	if node == f.slow {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.fakeDatapath.Heartbeat(ctx, node)
+}
+
+// A heartbeat that waits delays no other node's: the first node of the round
+// waits out the whole round, the others are sent.
+func TestBeat_OneSlowNodeDelaysNoOther(t *testing.T) {
+	f := &slowDatapath{fakeDatapath: fakeDatapath{seen: map[string]int{}}, slow: "a"}
+	r := Beat(context.Background(), f, []string{"a", "b", "c", "d"}, 200*time.Millisecond)
+	if r.Sent != 3 || r.Failed != 1 || f.count("b") != 1 || f.count("c") != 1 || f.count("d") != 1 {
+		t.Errorf("Beat = %+v, seen %v; want b, c, d sent and a failed", r, f.seen)
+	}
+}
+
 func TestRun_HeartbeatsUntilCancelled(t *testing.T) {
 	f := &fakeDatapath{seen: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
