@@ -22,8 +22,8 @@ import (
 
 // fakeRecoveryClient keeps NodeRecoveries in memory, with resourceVersions.
 type fakeRecoveryClient struct {
-	mu      sync.Mutex
-	objs    map[string]*v1alpha1.NodeRecovery
+	mu        sync.Mutex
+	objs      map[string]*v1alpha1.NodeRecovery
 	rv        int
 	writes    int
 	conflicts int
