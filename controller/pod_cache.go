@@ -149,6 +149,44 @@ func podClaims(obj any) ([]string, error) {
 	return out, nil
 }
 
+// podListPage is how many pods one page of listPodsCompact holds.
+const podListPage = 500
+
+// listPodsCompact lists every pod as one consistent snapshot, in pages of
+// podListPage, and keeps of each pod only what the pod cache reads (a
+// cachedPod turned back into a Pod) before it reads the next page. A plain
+// list decodes every pod of the cluster in full at once, before the informer's
+// transform slims any of them: with 20,000 pods the manager's memory peaked at
+// 377-425 MiB at its start against 110 MiB once slimmed. An API server that
+// streams lists to informers (watch-list) never calls this.
+func listPodsCompact(ctx context.Context, client kubernetes.Interface, o metav1.ListOptions) (*corev1.PodList, error) {
+	// Pages need a consistent read (resourceVersion "" ): the API server's
+	// cache answers "0" in one piece whatever the limit.
+	o.ResourceVersion, o.ResourceVersionMatch, o.Limit, o.Continue = "", "", podListPage, ""
+	out := &corev1.PodList{}
+	for {
+		page, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		if out.Items == nil {
+			n := len(page.Items)
+			if page.RemainingItemCount != nil {
+				n += int(*page.RemainingItemCount)
+			}
+			out.Items = make([]corev1.Pod, 0, n)
+		}
+		for i := range page.Items {
+			out.Items = append(out.Items, *toCachedPod(&page.Items[i]).pod())
+		}
+		out.ResourceVersion = page.ResourceVersion // every page carries the snapshot's
+		if page.Continue == "" {
+			return out, nil
+		}
+		o.Continue = page.Continue
+	}
+}
+
 // podCacheInformer registers, in the factory, the reaper's own pod informer: it
 // lists and watches pods but stores cachedPods, indexed by node. It is keyed by
 // the cachedPod type, so anyone else asking the factory for the ordinary pod
@@ -157,7 +195,7 @@ func podCacheInformer(f informers.SharedInformerFactory) (cache.SharedIndexInfor
 	inf := f.InformerFor(&cachedPod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+				return listPodsCompact(ctx, client, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)

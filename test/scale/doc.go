@@ -7,9 +7,16 @@
 // (StatefulSets of up to 50 pods with Parallel pod management, each pod on a static ReadWriteOnce volume that
 // exists in the datapath, attached by the real csi-attacher so that the node
 // holds a grant) and the rest unprotected (Deployments of up to 100 pods without
-// volumes), and runs one `vigil-manager run` with the datapath (delete-both,
-// fast trigger, attachment recovery immediate). Then it cuts the power of rack-1 and watches,
-// with informers, for:
+// volumes). It creates them in waves of at most 2,000 pods, each once the ones
+// before run: every rack's kwok watches every pod of the cluster, and a kwok
+// that falls behind has its watch closed by the API server and replays what it
+// missed, which at 500 nodes turned a burst of 20,000 pods into an hour of
+// replays. The sandbox runs Kubernetes' default node timings (Lease 40 s,
+// node-monitor grace 50 s, tolerations 300 s), and a rack's nodes report their
+// status every 5 minutes as kubelets with Leases do. Then it runs one
+// `vigil-manager run` with the datapath (delete-both, fast trigger, attachment
+// recovery immediate), waits for its /readyz (its informers have listed
+// everything), cuts the power of rack-1 and watches, with informers, for:
 //
 //   - detection: the manager's, the last detectedAt of the rack's NodeRecovery
 //     records (and fencedAt), and Kubernetes', every node of the rack
@@ -24,6 +31,7 @@
 // with deploy/'s roles, and the sandbox's audit log records that
 // ServiceAccount's requests) and the RSS of every
 // control-plane process, as tables in the test log and as scale-report.json in
-// SCALE_REPORT (default $TMPDIR/vigil-scale-report). Without SCALE_* it runs a
-// smoke size: 2 racks of 10 nodes, 200 pods, 50 protected.
+// SCALE_REPORT (default $TMPDIR/vigil-scale-report), with the manager's log
+// (manager.log). SCALE_KEEP=1 leaves the sandbox up afterwards. Without
+// SCALE_* it runs a smoke size: 2 racks of 10 nodes, 200 pods, 50 protected.
 package scale
