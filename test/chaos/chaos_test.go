@@ -83,6 +83,13 @@ func TestChaos(t *testing.T) {
 		t.Log(f)
 		res := h.RunCycle(ctx, f)
 		rep.Cycles = append(rep.Cycles, res)
+		// The report so far is on disk after every cycle: a run stopped by a
+		// timeout or ^C keeps the cycles it ran.
+		rep.Memory = h.mem.verdicts()
+		rep.Summarize()
+		if _, _, err := rep.Write(cfg.ReportDir); err != nil {
+			t.Errorf("write the report after cycle %d: %v", f.Cycle, err)
+		}
 		t.Logf("cycle %d: %s in %.1fs, recovery %s, failover %v, node return %s, %d writers, %d acknowledged records checked",
 			f.Cycle, f.Kind, res.End.Sub(res.Start).Seconds(), secs(res.Recovery), res.Failover, secs(res.NodeReturn), res.Writers, res.Acked)
 		if len(res.Violations) > 0 {
