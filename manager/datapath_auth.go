@@ -27,6 +27,8 @@ const (
 	flagServeCacheTTL       = "token-review-cache-ttl"
 	flagServeOutageGrace    = "token-review-outage-grace"
 	flagServeKubeconfig     = "kubeconfig"
+	flagServeReviewQPS      = "token-review-qps"
+	flagServeReviewBurst    = "token-review-burst"
 	flagServeTLSCert        = "tls-cert-file"
 	flagServeTLSKey         = "tls-private-key-file"
 	flagServeInsecure       = "insecure"
@@ -54,6 +56,11 @@ func datapathServeAuthFlags() []cli.Flag {
 				"so nodes' I/O does not stop; 0 refuses every call the API server cannot confirm; at most " + tokenreview.MaxOutageGrace.String()},
 		&cli.StringFlag{Name: flagServeKubeconfig, EnvVars: []string{"KUBECONFIG"}, TakesFile: true,
 			Usage: tokenReviewFlagsSection + "kubeconfig for the TokenReviews (needs create tokenreviews); empty: the in-cluster config"},
+		&cli.Float64Flag{Name: flagServeReviewQPS, Value: 50,
+			Usage: tokenReviewFlagsSection + "client-side rate limit of the TokenReviews, per second: every token in use is reviewed again two thirds into the cache TTL, " +
+				"so N nodes need N / (2/3 TTL) reviews a second (500 nodes at the default TTL: 25/s). At client-go's default of 5/s a 500-node cluster's " +
+				"heartbeats waited 10 s for their reviews and the nodes looked silent"},
+		&cli.IntFlag{Name: flagServeReviewBurst, Value: 100, Usage: tokenReviewFlagsSection + "TokenReviews sent at once before the rate limit applies"},
 		&cli.StringFlag{Name: flagServeTLSCert, EnvVars: []string{"VIGIL_DATAPATH_TLS_CERT_FILE"}, TakesFile: true,
 			Usage: "TLS certificate (PEM, chain after the leaf) for the datapath port, gRPC and the bulk channel alike; a replaced file is picked up"},
 		&cli.StringFlag{Name: flagServeTLSKey, EnvVars: []string{"VIGIL_DATAPATH_TLS_PRIVATE_KEY_FILE"}, TakesFile: true,
@@ -152,7 +159,7 @@ func tokenReviewAuth(c *cli.Context) (datapath.Authenticator, string, error) {
 		return nil, "", fmt.Errorf("--%s: %w", flagServeEngineSA, err)
 	}
 	if len(ctrls)+len(engines) == 0 {
-		for _, f := range []string{flagServeAudience, flagServeCacheTTL, flagServeOutageGrace, flagServeKubeconfig} {
+		for _, f := range []string{flagServeAudience, flagServeCacheTTL, flagServeOutageGrace, flagServeKubeconfig, flagServeReviewQPS, flagServeReviewBurst} {
 			if c.IsSet(f) && (f != flagServeKubeconfig || c.String(f) != "") {
 				return nil, "", fmt.Errorf("--%s is a TokenReview setting, but no ServiceAccount has a role: give --%s or --%s",
 					f, flagServeControllerSAs, flagServeEngineSA)
@@ -167,6 +174,10 @@ func tokenReviewAuth(c *cli.Context) (datapath.Authenticator, string, error) {
 	if grace < 0 || grace > tokenreview.MaxOutageGrace {
 		return nil, "", fmt.Errorf("--%s %s: want 0 (refuse whatever the API server cannot confirm) to %s", flagServeOutageGrace, grace, tokenreview.MaxOutageGrace)
 	}
+	qps, burst := c.Float64(flagServeReviewQPS), c.Int(flagServeReviewBurst)
+	if qps <= 0 || burst < 1 {
+		return nil, "", fmt.Errorf("--%s %v and --%s %d: both must be positive", flagServeReviewQPS, qps, flagServeReviewBurst, burst)
+	}
 	aud := c.String(flagServeAudience)
 	if aud == "" {
 		return nil, "", fmt.Errorf("--%s is empty: give the audience engines' projected tokens are issued for (%s)", flagServeAudience, vigil.DatapathTokenAudience)
@@ -175,6 +186,7 @@ func tokenReviewAuth(c *cli.Context) (datapath.Authenticator, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("--%s: %w", flagServeKubeconfig, err)
