@@ -147,6 +147,9 @@ func (r *Reaper) freeAttachment(ctx context.Context, node string, vol *volumeOnN
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
 			uid := a.UID
+			if r.deleted.has(uid, r.now()) {
+				continue // its deletion was accepted already
+			}
 			err := r.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 				continue
@@ -156,6 +159,7 @@ func (r *Reaper) freeAttachment(ctx context.Context, node string, vol *volumeOnN
 					fmt.Sprintf("deleting VolumeAttachment %s (PV %s) on down node %s: %v; will retry", a.Name, vol.PVName, node, err))
 				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
 			}
+			r.deleted.add(uid, r.now())
 			r.metrics.AttachmentsDeleted.Inc()
 			r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
 			r.recoveries.attachmentFreed(node, a.Name, vol.PVName, actionLabelDeleteAttachment, r.now())

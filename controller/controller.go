@@ -82,6 +82,7 @@ type Reaper struct {
 	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
 	crash      *crashLoops
+	deleted    *deletedUIDs // what this reaper deleted, until its informers catch up
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 }
@@ -122,6 +123,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 		pvIndex:    pvInf.Informer().GetIndexer(),
 		nodes:      newNodeTracker(),
 		crash:      newCrashLoops(),
+		deleted:    newDeletedUIDs(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "vigil-reaper"}),
@@ -313,6 +315,7 @@ func (r *Reaper) onPodDelete(obj any) {
 	if !ok {
 		return
 	}
+	r.deleted.forget(pod.UID)
 	if pod.NodeName != "" && r.nodes.isDown(pod.NodeName) {
 		r.queue.Add(queueKey{kind: keyAttachments, name: pod.NodeName})
 	}

@@ -223,3 +223,55 @@ func TestReaper_SyncNode_FastTriggerOffFencesNothing(t *testing.T) {
 		t.Fatal("fenced with the fast trigger off")
 	}
 }
+
+// TestReaper_SyncPod_StaleCacheSendsNoSecondDelete: a pod the reaper
+// force-deleted that its cache still shows (the watch lags behind a loaded API
+// server) is not deleted again, and neither is its attachment; a pod the cache
+// saw go is forgotten.
+func TestReaper_SyncPod_StaleCacheSendsNoSecondDelete(t *testing.T) {
+	f := fencedFixture(t, corev1.ConditionTrue)
+	f.start() // the fixture's caches are filled once: they never see a delete
+	ctx := context.Background()
+	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
+	f.client.ClearActions()
+	for range 3 {
+		if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.actions(); len(got) != 0 {
+		t.Errorf("a stale cache sent %q again", got)
+	}
+	obj, exists, _ := f.reaper.podsByNode.GetByKey("app/db-0")
+	if !exists {
+		t.Fatal("the pod left the cache: the test's stale cache did not hold")
+	}
+	f.reaper.onPodDelete(obj)
+	if f.reaper.deleted.has("uid-app-db-0", t0) {
+		t.Error("a pod the cache saw deleted is still remembered")
+	}
+}
+
+func TestDeletedUIDs_ForgetAfterTTL(t *testing.T) {
+	d := newDeletedUIDs()
+	d.add("a", t0)
+	d.add("", t0)
+	if !d.has("a", t0.Add(deletedTTL-time.Millisecond)) || d.has("a", t0.Add(deletedTTL)) || d.has("", t0) || d.has("b", t0) {
+		t.Fatal("has: want a within the TTL only")
+	}
+	d.add("b", t0.Add(deletedTTL+time.Second)) // sweeps a
+	if d.len() != 1 {
+		t.Errorf("%d remembered after the sweep, want 1", d.len())
+	}
+}

@@ -25,6 +25,10 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 	if !ok {
 		return nil
 	}
+	if r.deleted.has(cached.UID, r.now()) {
+		// Deleted by this reaper; the cache has not seen it go yet.
+		return nil
+	}
 	pod := cached.pod()
 	if pod.Spec.NodeName == "" {
 		return nil
@@ -71,6 +75,9 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
 			uid := a.UID
+			if r.deleted.has(uid, r.now()) {
+				continue // its deletion was accepted already
+			}
 			err := r.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name,
 				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if apierrors.IsNotFound(err) {
@@ -81,6 +88,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 					fmt.Sprintf("deleting VolumeAttachment %s of pod %s/%s: %v; will retry", a.Name, pod.Namespace, pod.Name, err))
 				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
 			}
+			r.deleted.add(uid, r.now())
 			r.metrics.AttachmentsDeleted.Inc()
 			r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
 			r.recoveries.attachmentFreed(pod.Spec.NodeName, a.Name, a.PVName, actionLabelDeleteAttachment, r.now())
@@ -92,6 +100,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 				metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 				// Gone already, or replaced by a new pod of the same name.
+				r.deleted.add(uid, r.now())
 				klog.FromContext(ctx).V(2).Info("pod already gone or replaced", "pod", klog.KObj(pod), "err", err)
 				continue
 			}
@@ -100,6 +109,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 					fmt.Sprintf("force-deleting pod %s/%s: %v; will retry", pod.Namespace, pod.Name, err))
 				return fmt.Errorf("force delete pod %s/%s: %w", a.Namespace, a.Name, err)
 			}
+			r.deleted.add(uid, r.now())
 			r.metrics.PodsDeleted.WithLabelValues(string(owner), string(policy)).Inc()
 			r.recoveries.podReaped(pod.Spec.NodeName, pod, owner, ownerKeyOf(pod.Namespace, pod.OwnerReferences), string(d.Reason), r.now())
 			r.emitBoth(pod, corev1.EventTypeNormal, EventPodForceDeleted,
