@@ -61,8 +61,8 @@ func csiServe(c *cli.Context) error {
 		return fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}
 	qps, burst := c.Float64(flagAPIQPS), c.Int(flagAPIBurst)
-	if qps <= 0 || burst < 1 {
-		return fmt.Errorf("--%s %v and --%s %d: both must be positive", flagAPIQPS, qps, flagAPIBurst, burst)
+	if err := checkRate(flagAPIQPS, qps, flagAPIBurst, burst); err != nil {
+		return err
 	}
 	var opts []csi.Option
 	if kc := c.String("kubeconfig"); kc != "" {

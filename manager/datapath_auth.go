@@ -175,8 +175,8 @@ func tokenReviewAuth(c *cli.Context) (datapath.Authenticator, string, error) {
 		return nil, "", fmt.Errorf("--%s %s: want 0 (refuse whatever the API server cannot confirm) to %s", flagServeOutageGrace, grace, tokenreview.MaxOutageGrace)
 	}
 	qps, burst := c.Float64(flagServeReviewQPS), c.Int(flagServeReviewBurst)
-	if qps <= 0 || burst < 1 {
-		return nil, "", fmt.Errorf("--%s %v and --%s %d: both must be positive", flagServeReviewQPS, qps, flagServeReviewBurst, burst)
+	if err := checkRate(flagServeReviewQPS, qps, flagServeReviewBurst, burst); err != nil {
+		return nil, "", err
 	}
 	aud := c.String(flagServeAudience)
 	if aud == "" {

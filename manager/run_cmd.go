@@ -121,10 +121,11 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 		return o, fmt.Errorf("--%s %d: must be between 1 and 1000", flagWorkers, o.workers)
 	case o.resync < 0:
 		return o, fmt.Errorf("--%s %s: must not be negative", flagResync, o.resync)
-	case o.qps <= 0 || o.burst < 1:
-		return o, fmt.Errorf("--%s %v and --%s %d: both must be positive", flagAPIQPS, o.qps, flagAPIBurst, o.burst)
 	case o.leaderElect && (o.leaseNamespace == "" || o.leaseName == ""):
 		return o, fmt.Errorf("--%s needs --%s and --%s (got %q and %q)", flagLeaderElect, flagLeaseNamespace, flagLeaseName, o.leaseNamespace, o.leaseName)
+	}
+	if err := checkRate(flagAPIQPS, c.Float64(flagAPIQPS), flagAPIBurst, o.burst); err != nil {
+		return o, err
 	}
 	if err := o.lease.validate(); err != nil {
 		return o, err
@@ -191,6 +192,15 @@ func restConfig(o runOptions) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	cfg.UserAgent = "vigil-manager/" + vigil.Version
 	return cfg, nil
+}
+
+// checkRate refuses a client-side rate limit (qps a second after a burst)
+// that is not positive; the flags' names go in the message.
+func checkRate(qpsFlag string, qps float64, burstFlag string, burst int) error {
+	if qps <= 0 || burst < 1 {
+		return fmt.Errorf("--%s %v and --%s %d: both must be positive", qpsFlag, qps, burstFlag, burst)
+	}
+	return nil
 }
 
 // protobufConfig is cfg speaking protobuf, as Kubernetes' own components do,

@@ -163,13 +163,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (datapat
 		if again != nil && now.Before(again.fresh) {
 			return again, nil // answered while this caller looked
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReviewTimeout)
-		defer cancel()
-		tr, err := a.review(rctx, token)
-		if err != nil {
-			return nil, err
-		}
-		return a.remember(key, tr.Status, now, exp), nil
+		return a.reviewAndRemember(context.WithoutCancel(ctx), key, token, now, exp)
 	})
 	if err != nil {
 		return a.onReviewError(e, now, err)
@@ -199,13 +193,7 @@ func (a *Authenticator) refresh(key [sha256.Size]byte, token string, e *entry) {
 	go func() {
 		start := a.cfg.Now()
 		_, err, _ := a.flight.Do(hex.EncodeToString(key[:]), func() (any, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), ReviewTimeout)
-			defer cancel()
-			tr, err := a.review(ctx, token)
-			if err != nil {
-				return nil, err
-			}
-			return a.remember(key, tr.Status, start, tokenExpiry(token)), nil
+			return a.reviewAndRemember(context.Background(), key, token, start, tokenExpiry(token))
 		})
 		if err != nil {
 			a.mu.Lock()
@@ -213,6 +201,18 @@ func (a *Authenticator) refresh(key [sha256.Size]byte, token string, e *entry) {
 			a.mu.Unlock()
 		}
 	}()
+}
+
+// reviewAndRemember reviews token (within ReviewTimeout) and caches the answer
+// as of start, the time the review was asked for.
+func (a *Authenticator) reviewAndRemember(ctx context.Context, key [sha256.Size]byte, token string, start, exp time.Time) (*entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, ReviewTimeout)
+	defer cancel()
+	tr, err := a.review(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return a.remember(key, tr.Status, start, exp), nil
 }
 
 // review makes one TokenReview.

@@ -70,11 +70,7 @@ func Beat(ctx context.Context, c Heartbeater, nodes []string, timeout time.Durat
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.Heartbeat(ctx, n)
-		}()
+		wg.Go(func() { errs[i] = c.Heartbeat(ctx, n) })
 	}
 	wg.Wait()
 	var r Round

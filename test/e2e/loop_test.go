@@ -106,15 +106,7 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	cfg := sandbox.Config{Name: spec.name, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
 		DefaultTolerationSeconds: tolerationSeconds, Subnet: spec.subnet, AuditLog: true}
 	cfg.Logf = t.Logf
-	t.Cleanup(func() {
-		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
-			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s; bin/vigil-sandbox --workdir %s down removes it", workDir, workDir)
-			return
-		}
-		if err := sandbox.DownWorkDir(workDir); err != nil {
-			t.Errorf("sandbox down: %v", err)
-		}
-	})
+	downAtEnd(t, workDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := sandbox.Up(ctx, cfg)

@@ -128,3 +128,17 @@ func judgeRBAC(code int, whole bool) int {
 	}
 	return code
 }
+
+// downAtEnd removes the sandbox in workDir when the test ends, or leaves it up
+// for its logs when the test failed and VIGIL_E2E_KEEP is set.
+func downAtEnd(t *testing.T, workDir string) {
+	t.Cleanup(func() {
+		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
+			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s; bin/vigil-sandbox --workdir %s down removes it", workDir, workDir)
+			return
+		}
+		if err := sandbox.DownWorkDir(workDir); err != nil {
+			t.Errorf("sandbox down: %v", err)
+		}
+	})
+}

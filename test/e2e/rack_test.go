@@ -30,15 +30,7 @@ const (
 // its nodes, Ready=Unknown; power back makes them Ready again.
 func TestRack_KubeletTimings(t *testing.T) {
 	workDir := filepath.Join(os.TempDir(), "vigil-e2e-rack")
-	t.Cleanup(func() {
-		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
-			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s; bin/vigil-sandbox --workdir %s down removes it", workDir, workDir)
-			return
-		}
-		if err := sandbox.DownWorkDir(workDir); err != nil {
-			t.Errorf("sandbox down: %v", err)
-		}
-	})
+	downAtEnd(t, workDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, err := sandbox.Up(ctx, sandbox.Config{Name: rackName, WorkDir: workDir, Racks: 2, RackSize: 3, Subnet: rackSubnet,
