@@ -156,7 +156,7 @@ func (r *Reaper) syncCrashLoop(ctx context.Context, pod *corev1.Pod, set *Reaper
 	}
 	switch d.Reason {
 	case ReasonCrashLoopBackoff, ReasonCrashLoopOnceDone:
-		r.emitBoth(pod, corev1.EventTypeNormal, EventCrashLoopNotDeleted,
+		r.emitPod(pod, corev1.EventTypeNormal, EventCrashLoopNotDeleted,
 			fmt.Sprintf("pod %s/%s crash-loops (%d restarts) but is not deleted: %s", pod.Namespace, pod.Name, restarts, d.Reason))
 	}
 	if !d.Delete {
@@ -181,7 +181,7 @@ func (r *Reaper) syncCrashLoop(ctx context.Context, pod *corev1.Pod, set *Reaper
 	}
 	r.crash.deletedNow(uid, owner, now)
 	r.metrics.CrashLoopDeleted.WithLabelValues(string(snap.Owner)).Inc()
-	r.emitBoth(pod, corev1.EventTypeWarning, EventCrashLoopDeleted,
+	r.emitPod(pod, corev1.EventTypeWarning, EventCrashLoopDeleted,
 		fmt.Sprintf("deleted crash-looping pod %s/%s (%d restarts ≥ limit %d; owner %s) so it comes back with a fresh attachment; the owner's next such deletion waits at least %s",
 			pod.Namespace, pod.Name, restarts, set.CrashLoopRestartLimit, owner, crashBackoff(0)))
 	return nil

@@ -75,6 +75,8 @@ func TestNewMetrics_ExactNames(t *testing.T) {
 		"vigil_fence_duration_seconds":                 nil,
 		"vigil_recovery_duration_seconds":              nil,
 		"vigil_datapath_reachable":                     nil,
+		"vigil_events_queued":                          nil,
+		"vigil_events_dropped_total":                   nil,
 		"vigil_attachment_recovery_actions_total":      {"action"},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -30,6 +30,11 @@ type Metrics struct {
 	CrashLoopDeleted *prometheus.CounterVec
 	// DatapathReachable is 1 while the fencing back end answers, 0 when not.
 	DatapathReachable prometheus.Gauge
+	// EventsQueued is the number of Events waiting to be written.
+	EventsQueued prometheus.Gauge
+	// EventsDropped counts Events never written: the queue was full, the API
+	// server refused them, or the manager stopped first.
+	EventsDropped prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -82,10 +87,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: metricDatapathReachable,
 			Help: "1 while the fencing back end (the datapath) answers the manager, 0 when it does not.",
 		}),
+		EventsQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricEventsQueued,
+			Help: "Kubernetes Events waiting to be written (their client has a rate limit of its own).",
+		}),
+		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: metricEventsDropped,
+			Help: "Kubernetes Events never written: the queue was full, the API server refused them, or the manager stopped first.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown,
 		m.NodesIsolated, m.FenceDuration, m.Fences, m.RecoveryDuration, m.AttachmentActions, m.CrashLoopDeleted,
-		m.DatapathReachable} {
+		m.DatapathReachable, m.EventsQueued, m.EventsDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

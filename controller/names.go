@@ -58,6 +58,8 @@ const (
 	metricAttachmentActions  = "attachment_recovery_actions_total"
 	metricCrashLoopDeleted   = "crashloop_pods_deleted_total"
 	metricDatapathReachable  = "datapath_reachable"
+	metricEventsQueued       = "events_queued"
+	metricEventsDropped      = "events_dropped_total"
 	labelOwnerKind           = "owner_kind"
 	labelPolicy              = "policy"
 	labelDecision            = "decision"

@@ -58,7 +58,7 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 		if d.Node.State.Down() {
 			msg := fmt.Sprintf("not force-deleting pod %s/%s on down node %s (%s): %s (policy %s, owner %s)",
 				pod.Namespace, pod.Name, pod.Spec.NodeName, d.Node.State, d.Reason, set.Policy, snap.Owner)
-			r.emitBoth(pod, corev1.EventTypeNormal, EventPodNotReaped, msg)
+			r.emitPod(pod, corev1.EventTypeNormal, EventPodNotReaped, msg)
 		}
 	}
 	return nil
@@ -84,7 +84,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 				continue
 			}
 			if err != nil {
-				r.emitBoth(pod, corev1.EventTypeWarning, EventReapFailed,
+				r.emitPod(pod, corev1.EventTypeWarning, EventReapFailed,
 					fmt.Sprintf("deleting VolumeAttachment %s of pod %s/%s: %v; will retry", a.Name, pod.Namespace, pod.Name, err))
 				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
 			}
@@ -105,14 +105,14 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 				continue
 			}
 			if err != nil {
-				r.emitBoth(pod, corev1.EventTypeWarning, EventReapFailed,
+				r.emitPod(pod, corev1.EventTypeWarning, EventReapFailed,
 					fmt.Sprintf("force-deleting pod %s/%s: %v; will retry", pod.Namespace, pod.Name, err))
 				return fmt.Errorf("force delete pod %s/%s: %w", a.Namespace, a.Name, err)
 			}
 			r.deleted.add(uid, r.now())
 			r.metrics.PodsDeleted.WithLabelValues(string(owner), string(policy)).Inc()
 			r.recoveries.podReaped(pod.Spec.NodeName, pod, owner, ownerKeyOf(pod.Namespace, pod.OwnerReferences), string(d.Reason), r.now())
-			r.emitBoth(pod, corev1.EventTypeNormal, EventPodForceDeleted,
+			r.emitPod(pod, corev1.EventTypeNormal, EventPodForceDeleted,
 				fmt.Sprintf("force-deleted pod %s/%s (owner %s): %s", pod.Namespace, pod.Name, owner, why))
 		}
 	}
@@ -139,9 +139,16 @@ func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPol
 	}
 }
 
-// emitBoth puts the Event on the pod and on its node.
-func (r *Reaper) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
+// emitPod puts the Event on the pod: what was done to the pod, or why not. A
+// rack failure has thousands of these; the node's NodeRecovery lists its pods.
+func (r *Reaper) emitPod(pod *corev1.Pod, typ, reason, msg string) {
 	r.events.emit(pod, pod.UID, typ, reason, msg)
+}
+
+// emitBoth puts the Event on the pod and on its node: what was done to the
+// node's attachments, and in a dry run what would have been.
+func (r *Reaper) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
+	r.emitPod(pod, typ, reason, msg)
 	ref := nodeRef(pod.Spec.NodeName)
 	r.events.emit(ref, ref.UID, typ, reason, msg)
 }

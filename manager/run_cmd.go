@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -53,6 +54,8 @@ const (
 	flagResync         = "resync"
 	flagAPIQPS         = "kube-api-qps"
 	flagAPIBurst       = "kube-api-burst"
+	flagEventsQPS      = "events-qps"
+	flagEventsBurst    = "events-burst"
 )
 
 // httpShutdownGrace bounds how long in-flight HTTP requests may take on shutdown.
@@ -62,6 +65,8 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the controllers (node health, pod reaper) with leader election, and serve the REST API (/v1/), the UI (/), /metrics, /healthz and /readyz",
+		Description: "The manager keeps every pod, node, claim, volume and attachment of the cluster in memory, slimmed to what it decides on.\n" +
+			"It runs with GOGC=50 unless GOGC is set, so its heap stays within 1.5 times those caches instead of twice; GOMEMLIMIT is honoured.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: flagKubeconfig, TakesFile: true,
 				Usage: "kubeconfig of the cluster to manage (default: the in-cluster service account)"},
@@ -86,6 +91,9 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: flagAPIQPS, Value: 200,
 				Usage: "client-side API rate limit (the API server's priority and fairness protects it as well); each reaped pod takes about two requests: a rack of 50 nodes with 500 covered pods needs ~1,100, which at 200/s after the burst is reaped in ~3 s"},
 			&cli.IntFlag{Name: flagAPIBurst, Value: 500, Usage: "client-side API burst: the requests made at once before the rate limit applies"},
+			&cli.Float64Flag{Name: flagEventsQPS, Value: 20,
+				Usage: "Kubernetes Events written a second, on a client of their own: a rack failure's 2,000 Events then wait in a queue (of 10,000) instead of competing with the deletes they describe"},
+			&cli.IntFlag{Name: flagEventsBurst, Value: 50, Usage: "Events written at once before --events-qps applies: a single node's failure is recorded without waiting"},
 		}, append(loopFlags(), apiFlags()...)...),
 		Action: runManager,
 	}
@@ -101,6 +109,8 @@ type runOptions struct {
 	resync                                     time.Duration
 	qps                                        float32
 	burst                                      int
+	eventsQPS                                  float32
+	eventsBurst                                int
 	loop                                       loopOptions
 	api                                        apiOptions
 }
@@ -113,6 +123,7 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 		lease:   leaseTimings{duration: c.Duration(flagLeaseDuration), renew: c.Duration(flagRenewDeadline), retry: c.Duration(flagRetryPeriod)},
 		workers: c.Int(flagWorkers), resync: c.Duration(flagResync),
 		qps: float32(c.Float64(flagAPIQPS)), burst: c.Int(flagAPIBurst),
+		eventsQPS: float32(c.Float64(flagEventsQPS)), eventsBurst: c.Int(flagEventsBurst),
 	}
 	switch {
 	case c.Args().Len() > 0:
@@ -125,6 +136,9 @@ func parseRunOptions(c *cli.Context) (runOptions, error) {
 		return o, fmt.Errorf("--%s needs --%s and --%s (got %q and %q)", flagLeaderElect, flagLeaseNamespace, flagLeaseName, o.leaseNamespace, o.leaseName)
 	}
 	if err := checkRate(flagAPIQPS, c.Float64(flagAPIQPS), flagAPIBurst, o.burst); err != nil {
+		return o, err
+	}
+	if err := checkRate(flagEventsQPS, c.Float64(flagEventsQPS), flagEventsBurst, o.eventsBurst); err != nil {
 		return o, err
 	}
 	if err := o.lease.validate(); err != nil {
@@ -177,6 +191,19 @@ func checkLeaseNamespace(ctx context.Context, client kubernetes.Interface, ns st
 	return nil
 }
 
+// managerGCPercent is the garbage collector's target for the manager: Go's
+// default (GOGC=100) lets the heap grow to twice the live data before it
+// collects, and the manager's live data is mostly its caches, which stay for
+// the life of the process. At 50 the heap stays within 1.5 times the caches: at
+// 500 nodes and 20,000 pods that kept the manager under 150 MB for a little
+// more CPU (see the README's measurements). GOGC in the environment wins.
+func managerGCPercent(getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	return 50, true
+}
+
 // restConfig loads --kubeconfig, or the in-cluster configuration without it.
 func restConfig(o runOptions) (*rest.Config, error) {
 	var cfg *rest.Config
@@ -222,6 +249,9 @@ func runManager(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if pct, set := managerGCPercent(os.Getenv); set {
+		debug.SetGCPercent(pct)
+	}
 	cfg, err := restConfig(o)
 	if err != nil {
 		return err
@@ -230,9 +260,11 @@ func runManager(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	// Events get a client (and so a rate limit) of their own: the four Events of
+	// Events get a client (and so a rate limit) of their own: the Events of
 	// each reaped pod must never delay the deletes of the next one.
-	eventsClient, err := kubernetes.NewForConfig(protobufConfig(cfg))
+	eventsCfg := protobufConfig(cfg)
+	eventsCfg.QPS, eventsCfg.Burst = o.eventsQPS, o.eventsBurst
+	eventsClient, err := kubernetes.NewForConfig(eventsCfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes events client: %w", err)
 	}
@@ -312,7 +344,9 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 		return errors.Join(err, lis.Close())
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
+	sink := controller.NewQueuedEventSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")}, controller.EventQueueSize, metrics)
+	go sink.Run(ctx)
+	broadcaster.StartRecordingToSink(sink)
 	defer broadcaster.Shutdown()
 	go reportActBlocked(ctx, set, broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}), leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))

@@ -308,6 +308,9 @@ func TestRun_BadFlagsAreRefused(t *testing.T) {
 		"listen":                             {[]string{"--listen", "nonsense", "--kubeconfig", "/nope"}, "--listen"},
 		"workers":                            {[]string{"--workers", "0"}, "--workers"},
 		"qps":                                {[]string{"--kube-api-qps", "-1"}, "--kube-api-qps"},
+		"events qps":                         {[]string{"--events-qps", "0"}, "--events-qps 0 and --events-burst 50: both must be positive"},
+		"events burst":                       {[]string{"--events-burst", "0"}, "--events-burst"},
+		"events qps not a number":            {[]string{"--events-qps", "lots"}, "events-qps"},
 		"lease":                              {[]string{"--leader-elect-lease-name", ""}, "--leader-elect-lease-name"},
 		"args":                               {[]string{"extra"}, "takes no arguments"},
 		"lease duration":                     {[]string{"--leader-elect-lease-duration", "5s"}, "must be less than --leader-elect-lease-duration"},
@@ -362,5 +365,14 @@ func TestNewMux_ReadyzFollowsSyncAndSettings(t *testing.T) {
 		if rec.Code != tc.want || !strings.Contains(rec.Body.String(), tc.body) {
 			t.Errorf("synced=%t blocked=%v: /readyz = %d %q, want %d with %q", tc.synced, tc.blocked, rec.Code, rec.Body, tc.want, tc.body)
 		}
+	}
+}
+
+func TestManagerGCPercent_DefaultUnlessGOGCIsSet(t *testing.T) {
+	if pct, set := managerGCPercent(func(string) string { return "" }); !set || pct != 50 {
+		t.Errorf("without GOGC: %d, %v; want 50, true", pct, set)
+	}
+	if _, set := managerGCPercent(func(k string) string { return map[string]string{"GOGC": "200"}[k] }); set {
+		t.Error("GOGC=200 in the environment was overridden")
 	}
 }
