@@ -158,28 +158,23 @@ func waitEvent(t *testing.T, ctx context.Context, p corev1.Pod, reason string, w
 		}
 		return true
 	}
-	err := sandbox.Poll(ctx, 10*time.Second, fmt.Sprintf("Event %s on pod %s and node %s containing %q", reason, p.Name, reapVictim, want),
+	// What is done to a pod, or why not, is an Event on the pod only; the
+	// node's NodeRecovery lists its pods.
+	err := sandbox.Poll(ctx, 10*time.Second, fmt.Sprintf("Event %s on pod %s containing %q", reason, p.Name, want),
 		func(ctx context.Context) (bool, string, error) {
-			onPod, onNode := false, false
 			pe, err := c.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 				"involvedObject.kind": "Pod", "involvedObject.name": p.Name}.String()})
 			if err != nil {
 				return false, err.Error(), nil
 			}
 			for _, e := range pe.Items {
-				onPod = onPod || (e.InvolvedObject.UID == p.UID && match(e))
+				if e.InvolvedObject.UID == p.UID && match(e) {
+					return true, "", nil
+				}
 			}
-			ne, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-				"involvedObject.kind": "Node", "involvedObject.name": reapVictim}.String()})
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			for _, e := range ne.Items {
-				onNode = onNode || (match(e) && strings.Contains(e.Message, p.Namespace+"/"+p.Name))
-			}
-			return onPod && onNode, fmt.Sprintf("on pod %v, on node %v", onPod, onNode), nil
+			return false, fmt.Sprintf("%d Events on the pod, none matching", len(pe.Items)), nil
 		}, func(ctx context.Context) string {
-			return sandbox.DescribeEvents(ctx, c, p.Namespace, "Pod", p.Name) + sandbox.DescribeEvents(ctx, c, "", "Node", reapVictim)
+			return sandbox.DescribeEvents(ctx, c, p.Namespace, "Pod", p.Name)
 		})
 	if err != nil {
 		t.Error(err)
@@ -190,10 +185,22 @@ func waitEvent(t *testing.T, ctx context.Context, p corev1.Pod, reason string, w
 // after since, whose message contains every want.
 func nodeEventCount(t *testing.T, ctx context.Context, reason string, since time.Time, want ...string) int {
 	t.Helper()
-	evs, err := sb.Client().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-		"involvedObject.kind": "Node", "involvedObject.name": reapVictim, "reason": reason}.String()})
+	return eventCount(t, ctx, fields.Set{"involvedObject.kind": "Node", "involvedObject.name": reapVictim, "reason": reason}, since, want...)
+}
+
+// victimPodEventCount counts the Events of reason on pods, in any namespace,
+// that name the victim node as the down one, last seen at or after since, whose
+// message contains every want.
+func victimPodEventCount(t *testing.T, ctx context.Context, reason string, since time.Time, want ...string) int {
+	t.Helper()
+	return eventCount(t, ctx, fields.Set{"involvedObject.kind": "Pod", "reason": reason}, since, append(want, "node "+reapVictim+" is ")...)
+}
+
+func eventCount(t *testing.T, ctx context.Context, sel fields.Set, since time.Time, want ...string) int {
+	t.Helper()
+	evs, err := sb.Client().CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
-		t.Fatalf("events of node %s: %v", reapVictim, err)
+		t.Fatalf("events %s: %v", sel, err)
 	}
 	n := 0
 next:

@@ -225,8 +225,8 @@ func (r *caseRun) logLatency(t *testing.T, what string, from time.Time, covered 
 }
 
 // checkReaped checks each reaped pod: its attachments left to Kubernetes, a
-// replacement on another node, Events on the pod and the node naming the
-// policy, the metric.
+// replacement on another node, an Event on the pod naming the policy, the
+// metric.
 func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[string]deletion) {
 	owners := map[string]controller.OwnerKind{"web": controller.OwnerStatefulSet, "app": controller.OwnerDeployment}
 	for role, d := range covered {
@@ -241,7 +241,7 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 	}
 	// Other tests' pods on the shared sandbox may be on the victim too, and the
 	// reaper rightly reaps those as well: the counters must match the Events the
-	// reaper put on the node since this case's managers started.
+	// reaper put on the victim's pods since this case's managers started.
 	for role := range covered {
 		owner, policy := owners[role], string(r.policy)
 		r.matchEvents(t, ctx, podsDeletedSample(owner, policy), 1, controller.EventPodForceDeleted,
@@ -267,14 +267,14 @@ func (r *caseRun) checkReaped(t *testing.T, ctx context.Context, covered map[str
 }
 
 // matchEvents waits until the acting manager's sample equals the number of
-// Events of reason on the victim (messages containing want) since the managers
+// Events of reason on the victim's pods (messages containing want) since the managers
 // started, and that number is at least min.
 func (r *caseRun) matchEvents(t *testing.T, ctx context.Context, sample string, atLeast int, reason string, want ...string) {
 	t.Helper()
 	var n int
 	var v float64
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		n = nodeEventCount(t, ctx, reason, r.started, want...)
+		n = victimPodEventCount(t, ctx, reason, r.started, want...)
 		v = r.acting.metricValue(t, sample)
 		if n >= atLeast && v == float64(n) {
 			return
@@ -283,8 +283,8 @@ func (r *caseRun) matchEvents(t *testing.T, ctx context.Context, sample string, 
 			break
 		}
 	}
-	t.Errorf("manager %s: %s = %v, but %d %s Events on node %s (want at least %d, and equal)\n%s",
-		r.acting.name, sample, v, n, reason, reapVictim, atLeast, sandbox.DescribeEvents(ctx, sb.Client(), "", "Node", reapVictim))
+	t.Errorf("manager %s: %s = %v, but %d %s Events on pods of node %s (want at least %d, and equal)",
+		r.acting.name, sample, v, n, reason, reapVictim, atLeast)
 }
 
 // checkStaying checks the pods the policy does not cover: still there
