@@ -2,18 +2,22 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/record"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/reference"
 	"k8s.io/klog/v2"
 )
 
-// EventQueueSize is how many Events may wait to be written. A rack of 50 nodes
-// with 2,000 pods produces about that many in a few seconds; the queue holds
-// five such bursts (about 1 KiB each) before it drops one.
+// EventQueueSize is how many Events may wait to be written: a rack of 50
+// nodes with 2,000 pods produces about that many in a few seconds. At about
+// 1 KiB each the full queue holds 10 MiB.
 const EventQueueSize = 10000
 
 // eventWriters is how many Events are written at once. The events client's own
@@ -21,79 +25,98 @@ const EventQueueSize = 10000
 // server answers slowly.
 const eventWriters = 8
 
-// QueuedEventSink is the record.EventSink of the manager's broadcaster. It
-// hands each Event to a queue and returns at once, and a few writers send the
-// queue to the API server through inner.
+// EventWriter is the manager's record.EventRecorder. Each Event goes into a
+// queue at once, and a few writers create it through a client of its own.
 //
-// client-go's broadcaster writes its Events one at a time and drops what
-// arrives while 2,000 wait; a loaded API server answering in a second made it
-// drop hundreds of Events of a rack failure, the audit trail of what was
-// force-deleted. Writing through a client of their own with a modest rate
-// limit also keeps the Events from competing with the deletes they describe.
-type QueuedEventSink struct {
-	inner   record.EventSink
-	queue   chan sinkWrite
-	queued  prometheus.Gauge
-	dropped prometheus.Counter
-	once    sync.Once
+// client-go's broadcaster writes Events one at a time and drops, uncounted,
+// what arrives while about 2,000 wait: on a 500-node cluster a rack failure
+// lost hundreds of the Events that say what was force-deleted, and a manager
+// starting among 200 down nodes lost thousands. The manager needs none of the
+// broadcaster's aggregation (it drops identical repeats itself, see events),
+// so Events skip it. Writing through a client with a modest rate limit also
+// keeps them from competing with the deletes they describe.
+type EventWriter struct {
+	client typedcorev1.EventsGetter
+	scheme *runtime.Scheme
+	source corev1.EventSource
+	now    func() time.Time
+	queue  chan *corev1.Event
+	m      *Metrics
+	once   sync.Once
 }
 
-type sinkWrite struct {
-	event *corev1.Event
-	patch []byte // nil: create
+// NewEventWriter queues up to size Events for client, as component; m counts
+// what waits and what was dropped. Run writes them.
+func NewEventWriter(client typedcorev1.EventsGetter, scheme *runtime.Scheme, component string, size int, m *Metrics) *EventWriter {
+	return &EventWriter{client: client, scheme: scheme, source: corev1.EventSource{Component: component},
+		now: time.Now, queue: make(chan *corev1.Event, size), m: m}
 }
 
-// NewQueuedEventSink queues up to size Events for inner; m counts what waits
-// and what was dropped. Run writes them.
-func NewQueuedEventSink(inner record.EventSink, size int, m *Metrics) *QueuedEventSink {
-	return &QueuedEventSink{inner: inner, queue: make(chan sinkWrite, size), queued: m.EventsQueued, dropped: m.EventsDropped}
+// Event queues an Event on obj; it never waits for the API server.
+func (w *EventWriter) Event(obj runtime.Object, eventtype, reason, message string) {
+	w.AnnotatedEventf(obj, nil, eventtype, reason, "%s", message)
 }
 
-// Create queues ev and returns it: the broadcaster never waits for the API server.
-func (s *QueuedEventSink) Create(ev *corev1.Event) (*corev1.Event, error) {
-	s.put(sinkWrite{event: ev.DeepCopy()})
-	return ev, nil
+// Eventf is Event with a format.
+func (w *EventWriter) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	w.AnnotatedEventf(obj, nil, eventtype, reason, messageFmt, args...)
 }
 
-// Update is not used by client-go's recorder (it patches repeats); it is queued
-// as a create of the event's current content.
-func (s *QueuedEventSink) Update(ev *corev1.Event) (*corev1.Event, error) {
-	return s.Create(ev)
-}
-
-// Patch queues the count and timestamp update of a repeated Event.
-func (s *QueuedEventSink) Patch(ev *corev1.Event, data []byte) (*corev1.Event, error) {
-	s.put(sinkWrite{event: ev.DeepCopy(), patch: append([]byte(nil), data...)})
-	return ev, nil
-}
-
-func (s *QueuedEventSink) put(w sinkWrite) {
+// AnnotatedEventf is Eventf with annotations on the Event.
+func (w *EventWriter) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	logger := klog.Background()
+	ref, err := reference.GetReference(w.scheme, obj)
+	if err != nil {
+		logger.Error(err, "no reference to record an Event on", "reason", reason)
+		w.m.EventsDropped.Inc()
+		return
+	}
+	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
+		logger.Error(nil, "Event of an unknown type", "type", eventtype, "reason", reason)
+		w.m.EventsDropped.Inc()
+		return
+	}
+	ev := w.event(ref, annotations, eventtype, reason, fmt.Sprintf(messageFmt, args...))
 	select {
-	case s.queue <- w:
-		s.queued.Inc()
+	case w.queue <- ev:
+		w.m.EventsQueued.Inc()
 	default:
-		s.dropped.Inc()
-		klog.Background().Info("Event dropped: the queue of Events to write is full",
-			"capacity", cap(s.queue), "object", klog.KRef(w.event.InvolvedObject.Namespace, w.event.InvolvedObject.Name),
-			"reason", w.event.Reason, "message", w.event.Message)
+		w.m.EventsDropped.Inc()
+		logger.Info("Event dropped: the queue of Events to write is full", "capacity", cap(w.queue),
+			"object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "message", ev.Message)
+	}
+}
+
+// event is the Event client-go's recorder would make: named after the object
+// and the time, in the object's namespace (default for a cluster-scoped one).
+func (w *EventWriter) event(ref *corev1.ObjectReference, annotations map[string]string, eventtype, reason, message string) *corev1.Event {
+	t := metav1.NewTime(w.now())
+	ns := ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", ref.Name, t.UnixNano()), Namespace: ns, Annotations: annotations},
+		InvolvedObject: *ref, Reason: reason, Message: message, Type: eventtype, Count: 1,
+		FirstTimestamp: t, LastTimestamp: t, Source: w.source, ReportingController: w.source.Component,
 	}
 }
 
 // Run writes queued Events with a few writers until ctx ends; what is still
 // queued then is counted as dropped. It runs once: later calls return at once.
-func (s *QueuedEventSink) Run(ctx context.Context) {
-	s.once.Do(func() {
+func (w *EventWriter) Run(ctx context.Context) {
+	w.once.Do(func() {
 		var wg sync.WaitGroup
 		for range eventWriters {
-			wg.Go(func() { s.write(ctx) })
+			wg.Go(func() { w.write(ctx) })
 		}
 		wg.Wait()
 		left := 0
 		for {
 			select {
-			case <-s.queue:
-				s.queued.Dec()
-				s.dropped.Inc()
+			case <-w.queue:
+				w.m.EventsQueued.Dec()
+				w.m.EventsDropped.Inc()
 				left++
 			default:
 				if left > 0 {
@@ -105,36 +128,25 @@ func (s *QueuedEventSink) Run(ctx context.Context) {
 	})
 }
 
-func (s *QueuedEventSink) write(ctx context.Context) {
+func (w *EventWriter) write(ctx context.Context) {
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 			return
-		case w := <-s.queue:
-			s.queued.Dec()
-			s.send(ctx, w)
+		case ev := <-w.queue:
+			w.m.EventsQueued.Dec()
+			w.send(ctx, ev)
 		}
 	}
 }
 
-// send writes one Event. A repeat whose first Event is not there (it is still
-// queued, or it expired) is created whole, the way client-go's recorder does.
-// A failed write is logged and counted: Events are a record, never a reason to
-// stop or to retry forever.
-func (s *QueuedEventSink) send(ctx context.Context, w sinkWrite) {
-	var err error
-	if w.patch != nil {
-		_, err = s.inner.Patch(w.event, w.patch)
-		if apierrors.IsNotFound(err) {
-			w.event.ResourceVersion = ""
-			_, err = s.inner.Create(w.event)
-		}
-	} else {
-		_, err = s.inner.Create(w.event)
-	}
+// send creates one Event. A failure is logged and counted: Events are a
+// record, never a reason to stop or to retry forever.
+func (w *EventWriter) send(ctx context.Context, ev *corev1.Event) {
+	_, err := w.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
-		s.dropped.Inc()
-		klog.FromContext(ctx).Info("Event not written", "object", klog.KRef(w.event.InvolvedObject.Namespace, w.event.InvolvedObject.Name),
-			"reason", w.event.Reason, "err", err)
+		w.m.EventsDropped.Inc()
+		klog.FromContext(ctx).Info("Event not written", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name),
+			"reason", ev.Reason, "err", err)
 	}
 }

@@ -63,20 +63,3 @@ func (e *events) emit(obj runtime.Object, uid types.UID, typ, reason, message st
 func nodeRef(name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
 }
-
-// CorrelatorOptions configures the Event broadcaster for the reaper's pattern:
-// one node may receive an Event for each of its 110 pods within a second. The
-// defaults would let 25 through per object and then fold the rest into one
-// "(combined from similar events)" Event, hiding which pods were reaped; these
-// let a burst through and never combine Events whose messages differ (this
-// package already drops identical repeats).
-func CorrelatorOptions() record.CorrelatorOptions {
-	return record.CorrelatorOptions{
-		BurstSize: 2000,
-		QPS:       10,
-		KeyFunc: func(e *corev1.Event) (string, string) {
-			aggregate, local := record.EventAggregatorByReasonFunc(e)
-			return aggregate + "\x00" + e.Message, local
-		},
-	}
-}

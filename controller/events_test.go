@@ -32,18 +32,6 @@ func TestEvents_Emit_DropsIdenticalRepeatsWithinTTL(t *testing.T) {
 	}
 }
 
-func TestCorrelatorOptions_KeyFunc_NeverCombinesDifferentMessages(t *testing.T) {
-	key := CorrelatorOptions().KeyFunc
-	a := &corev1.Event{Reason: EventPodForceDeleted, Message: "force-deleted pod app/db-0", InvolvedObject: *nodeRef("n")}
-	b := a.DeepCopy()
-	b.Message = "force-deleted pod app/db-1"
-	ka, _ := key(a)
-	kb, _ := key(b)
-	if ka == kb {
-		t.Fatal("Events about two pods share an aggregation key and would be combined")
-	}
-}
-
 func TestNewMetrics_ExactNames(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)

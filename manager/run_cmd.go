@@ -20,18 +20,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/api/v1alpha1"
@@ -343,17 +340,14 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(controller.CorrelatorOptions()))
-	sink := controller.NewQueuedEventSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")}, controller.EventQueueSize, metrics)
-	go sink.Run(ctx)
-	broadcaster.StartRecordingToSink(sink)
-	defer broadcaster.Shutdown()
-	go reportActBlocked(ctx, set, broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}), leaseRef(o))
+	events := controller.NewEventWriter(cs.events.CoreV1(), scheme.Scheme, vigil.ManagerComponent, controller.EventQueueSize, metrics)
+	go events.Run(ctx)
+	go reportActBlocked(ctx, set, events, leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	reaper, err := controller.NewReaper(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
 		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: vigil.ManagerComponent}),
+		Recorder: events,
 	})
 	if err != nil {
 		return errors.Join(err, lis.Close())
