@@ -82,7 +82,7 @@ type Reaper struct {
 	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
 	crash      *crashLoops
-	deleted    *deletedUIDs // what this reaper deleted, until its informers catch up
+	deleted    deletedUIDs // what this reaper deleted, until its informers catch up
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 }

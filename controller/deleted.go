@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -18,54 +17,20 @@ const deletedTTL = 30 * time.Second
 // force-deleted, VolumeAttachments whose deletion was accepted) until its
 // informers show them gone or deletedTTL passes, so that a stale cache entry
 // does not send the same delete again. Forgetting early only costs a request
-// answered 404: a delete carries a UID precondition either way.
-type deletedUIDs struct {
-	mu        sync.Mutex
-	at        map[types.UID]time.Time
-	nextSweep time.Time
-}
+// answered 404: a delete carries a UID precondition either way. An empty UID
+// is never remembered.
+type deletedUIDs struct{ *ttlSet[types.UID] }
 
-func newDeletedUIDs() *deletedUIDs { return &deletedUIDs{at: map[types.UID]time.Time{}} }
+func newDeletedUIDs() deletedUIDs { return deletedUIDs{newTTLSet[types.UID](deletedTTL)} }
 
 // add records that uid was deleted at now.
-func (d *deletedUIDs) add(uid types.UID, now time.Time) {
-	if uid == "" {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.at[uid] = now
-	if now.After(d.nextSweep) {
-		for u, at := range d.at {
-			if now.Sub(at) >= deletedTTL {
-				delete(d.at, u)
-			}
-		}
-		d.nextSweep = now.Add(deletedTTL)
+func (d deletedUIDs) add(uid types.UID, now time.Time) {
+	if uid != "" {
+		d.ttlSet.add(uid, now)
 	}
 }
 
 // has reports whether uid was deleted less than deletedTTL before now.
-func (d *deletedUIDs) has(uid types.UID, now time.Time) bool {
-	if uid == "" {
-		return false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	at, ok := d.at[uid]
-	return ok && now.Sub(at) < deletedTTL
-}
-
-// forget drops uid: its informer saw it gone.
-func (d *deletedUIDs) forget(uid types.UID) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.at, uid)
-}
-
-// len is the number of UIDs remembered (for tests).
-func (d *deletedUIDs) len() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.at)
+func (d deletedUIDs) has(uid types.UID, now time.Time) bool {
+	return uid != "" && d.ttlSet.has(uid, now)
 }

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,14 +14,11 @@ import (
 const eventDedupeTTL = time.Hour
 
 // events emits Events through a recorder, dropping one identical (same object,
-// type, reason and message) to one emitted less than ttl ago.
+// type, reason and message) to one emitted less than eventDedupeTTL ago.
 type events struct {
 	rec  record.EventRecorder
-	ttl  time.Duration
 	now  func() time.Time
-	mu   sync.Mutex
-	seen map[eventKey]time.Time
-	next time.Time // next prune
+	seen *ttlSet[eventKey]
 }
 
 type eventKey struct {
@@ -31,29 +27,15 @@ type eventKey struct {
 }
 
 func newEvents(rec record.EventRecorder, now func() time.Time) *events {
-	return &events{rec: rec, ttl: eventDedupeTTL, now: now, seen: make(map[eventKey]time.Time)}
+	return &events{rec: rec, now: now, seen: newTTLSet[eventKey](eventDedupeTTL)}
 }
 
 // emit records the Event on obj (identified by uid for deduplication) unless
 // an identical one was emitted within the ttl. It reports whether it emitted.
 func (e *events) emit(obj runtime.Object, uid types.UID, typ, reason, message string) bool {
-	now := e.now()
-	k := eventKey{uid: uid, typ: typ, reason: reason, message: message}
-	e.mu.Lock()
-	if at, ok := e.seen[k]; ok && now.Sub(at) < e.ttl {
-		e.mu.Unlock()
+	if !e.seen.addIfAbsent(eventKey{uid: uid, typ: typ, reason: reason, message: message}, e.now()) {
 		return false
 	}
-	e.seen[k] = now
-	if now.After(e.next) {
-		for key, at := range e.seen {
-			if now.Sub(at) >= e.ttl {
-				delete(e.seen, key)
-			}
-		}
-		e.next = now.Add(e.ttl)
-	}
-	e.mu.Unlock()
 	e.rec.Event(obj, typ, reason, message)
 	return true
 }

@@ -27,8 +27,8 @@ func TestEvents_Emit_DropsIdenticalRepeatsWithinTTL(t *testing.T) {
 	if !e.emit(ref, ref.UID, corev1.EventTypeNormal, EventNodeDown, "m") {
 		t.Fatal("repeat after the TTL dropped")
 	}
-	if len(e.seen) != 2 {
-		t.Errorf("%d keys kept after pruning, want 2", len(e.seen))
+	if e.seen.len() != 2 {
+		t.Errorf("%d keys kept after pruning, want 2", e.seen.len())
 	}
 }
 
