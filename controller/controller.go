@@ -98,6 +98,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 		now = time.Now
 	}
 	f := cfg.Informers
+	useCompactLists(f)
 	nodeInf := f.Core().V1().Nodes()
 	pvcInf, pvInf := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
 	vaInf, rsInf := f.Storage().V1().VolumeAttachments(), f.Apps().V1().ReplicaSets()
