@@ -133,26 +133,28 @@ func useCompactLists(f informers.SharedInformerFactory) {
 			return compactInformer(client, example, resync, ns, list, slimForCache, watch)
 		})
 	}
-	register(&corev1.Node{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		r := c.CoreV1().Nodes()
-		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
-	})
+	register(&corev1.Node{}, func(c kubernetes.Interface) (listFunc, watchFunc) { return calls(c.CoreV1().Nodes()) })
 	register(&corev1.PersistentVolumeClaim{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		r := c.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll)
-		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
+		return calls(c.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll))
 	})
-	register(&corev1.PersistentVolume{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		r := c.CoreV1().PersistentVolumes()
-		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
-	})
+	register(&corev1.PersistentVolume{}, func(c kubernetes.Interface) (listFunc, watchFunc) { return calls(c.CoreV1().PersistentVolumes()) })
 	register(&storagev1.VolumeAttachment{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		r := c.StorageV1().VolumeAttachments()
-		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
+		return calls(c.StorageV1().VolumeAttachments())
 	})
 	register(&appsv1.ReplicaSet{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		r := c.AppsV1().ReplicaSets(metav1.NamespaceAll)
-		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
+		return calls(c.AppsV1().ReplicaSets(metav1.NamespaceAll))
 	})
+}
+
+// listWatcher is a typed client of one kind, as client-go generates them.
+type listWatcher[L runtime.Object] interface {
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// calls is r's List and Watch as a ListWatch's two calls.
+func calls[L runtime.Object](r listWatcher[L]) (listFunc, watchFunc) {
+	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) }, r.Watch
 }
 
 // listFunc and watchFunc are a ListWatch's two calls; keepFunc is what

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -165,10 +164,9 @@ func keepCachedPod(o runtime.Object) (runtime.Object, error) {
 // informer gets an ordinary one.
 func podCacheInformer(f informers.SharedInformerFactory) (cache.SharedIndexInformer, error) {
 	inf := f.InformerFor(&cachedPod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		pods := client.CoreV1().Pods(metav1.NamespaceAll)
-		list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }
+		list, watch := calls(client.CoreV1().Pods(metav1.NamespaceAll))
 		return compactInformer(client, &corev1.Pod{}, resync,
-			cache.Indexers{nodeIndex: podNode, ownerIndex: podOwner, claimIndex: podClaims}, list, keepCachedPod, pods.Watch)
+			cache.Indexers{nodeIndex: podNode, ownerIndex: podOwner, claimIndex: podClaims}, list, keepCachedPod, watch)
 	})
 	// The factory installs its own transform; the pod cache needs this one.
 	if err := inf.SetTransform(podCacheTransform); err != nil {
