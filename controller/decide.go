@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -33,17 +34,20 @@ type Snapshot struct {
 	Node *corev1.Node
 	// NodeObserved is what the manager knows about the node (its own times).
 	NodeObserved nodeObservation
-	// Volumes lists the pod's PVC and generic ephemeral volumes.
+	// Volumes lists the pod's volumes that are not node-local: PVC and generic
+	// ephemeral volumes, and inline volumes of any other kind.
 	Volumes []VolumeInfo
 	// Attachments lists the VolumeAttachments of the pod's PVs, on any node.
 	Attachments []Attachment
 }
 
-// VolumeInfo is one PVC-backed volume of a pod, resolved down to its PV.
+// VolumeInfo is one volume of a pod that is not node-local: PVC-backed,
+// resolved down to its PV, or inline.
 type VolumeInfo struct {
 	Name      string // the pod's volume name
-	Claim     string // the PVC name
+	Claim     string // the PVC name; "" for an inline volume
 	Ephemeral bool
+	Inline    string // an inline volume's kind (nfs, csi, iscsi, …); "" for a claim
 	PVName    string // "" when the claim is missing, unbound or not the pod's
 	Driver    string // the PV's CSI driver; "" when not CSI or unresolved
 	Handle    string // the PV's CSI volume handle
@@ -134,6 +138,7 @@ const (
 	ReasonPolicyDoNothing   Reason = "policy-do-nothing"
 	ReasonOwnerNotCovered   Reason = "owner-not-covered-by-policy"
 	ReasonNoProtectedVolume Reason = "no-protected-volume"
+	ReasonUnprovableVolume  Reason = "volume-never-proven"
 	ReasonNotTerminating    Reason = "not-terminating"
 	ReasonDeadlineNotPassed Reason = "deletion-deadline-not-passed"
 	ReasonWithinGrace       Reason = "node-down-within-grace"
@@ -166,6 +171,9 @@ type Decision struct {
 	Reason  Reason
 	Node    NodeVerdict
 	Actions []Action
+	// Volume, with ReasonUnprovableVolume, names the volume that stopped the
+	// reap: its name and what it is.
+	Volume string
 	// RecheckAfter, when positive, is when the answer may change without any
 	// object changing (a debounce, a deadline or a grace period running out).
 	RecheckAfter time.Duration
@@ -203,6 +211,10 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 		return d
 	case !usesProtectedVolume(s.Volumes, set.ExtraProtectedProvisioners):
 		d.Reason = ReasonNoProtectedVolume
+		return d
+	}
+	if v := unprovableVolume(s.Volumes, set.ExtraProtectedProvisioners); v != nil {
+		d.Reason, d.Volume = ReasonUnprovableVolume, describeVolume(v)
 		return d
 	}
 	reason, met, recheck := trigger(s, d.Node, set, now)
@@ -279,7 +291,7 @@ func policyCovers(p PodDeletionPolicy, owner OwnerKind) bool {
 	return false
 }
 
-// usesProtectedVolume is decision table row 2.
+// usesProtectedVolume is the first half of decision table row 2.
 func usesProtectedVolume(vols []VolumeInfo, extra []string) bool {
 	for i := range vols {
 		if isProtectedDriver(vols[i].Driver, extra) {
@@ -287,6 +299,33 @@ func usesProtectedVolume(vols []VolumeInfo, extra []string) bool {
 		}
 	}
 	return false
+}
+
+// unprovableVolume is the rest of decision table row 2: the first volume that is
+// neither node-local (those never reach the snapshot) nor resolved to a
+// protected provisioner: an inline volume of a shared kind (nfs, csi, …), a
+// claim of another driver, or a claim not resolved to a PV. No fence proves
+// such a volume, so a zombie could still write to it; nil when there is none.
+func unprovableVolume(vols []VolumeInfo, extra []string) *VolumeInfo {
+	for i := range vols {
+		if vols[i].Inline != "" || !isProtectedDriver(vols[i].Driver, extra) {
+			return &vols[i]
+		}
+	}
+	return nil
+}
+
+// describeVolume names a volume in an Event: its name and what it is.
+func describeVolume(v *VolumeInfo) string {
+	switch {
+	case v.Inline != "":
+		return fmt.Sprintf("volume %q (inline %s)", v.Name, v.Inline)
+	case v.PVName == "":
+		return fmt.Sprintf("volume %q (claim %s, not bound to a volume of this pod)", v.Name, v.Claim)
+	case v.Driver == "":
+		return fmt.Sprintf("volume %q (claim %s, PV %s, not a CSI volume)", v.Name, v.Claim, v.PVName)
+	}
+	return fmt.Sprintf("volume %q (claim %s, PV %s of driver %s, not a protected provisioner)", v.Name, v.Claim, v.PVName, v.Driver)
 }
 
 func isProtectedDriver(driver string, extra []string) bool {

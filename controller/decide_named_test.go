@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -46,6 +47,18 @@ func defaultSet() *ReaperSettings {
 		NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
 }
 
+func defaultSetWith(f func(*ReaperSettings)) *ReaperSettings {
+	set := defaultSet()
+	if f != nil {
+		f(set)
+	}
+	return set
+}
+
+func volumeOf(name string, src corev1.VolumeSource) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: src}
+}
+
 func TestDecide_Named(t *testing.T) {
 	vigilVol := []runtime.Object{newPVC("app", "data", "pv-1", nil), newPV("pv-1", vigil.DriverName)}
 	otherVol := []runtime.Object{newPVC("app", "other", "pv-2", nil), newPV("pv-2", otherDriver)}
@@ -62,6 +75,7 @@ func TestDecide_Named(t *testing.T) {
 		wantVAs    []string
 		isolated   bool
 		seen       time.Duration // the manager first saw the node not Ready this long ago (default a minute)
+		wantVolume string        // the volume the decision names
 	}{
 		{name: "unscheduled pod is skipped", pod: func() *corev1.Pod { p := stsPod(); p.Spec.NodeName = ""; return p }(),
 			wantKind: DecisionSkip, wantReason: ReasonUnscheduled},
@@ -118,11 +132,57 @@ func TestDecide_Named(t *testing.T) {
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
 			proven:   func(h string) bool { return h == "handle-pv-1" },
 			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
-		{name: "fast trigger needs every volume, not just the vigil one (another driver is never proven)",
+		{name: "fast trigger needs every volume, not just the vigil one (another driver's claim is never proven)",
 			pod: stsPod(pvcVolume("d", "data"), pvcVolume("o", "other")), objs: append(append(vigilVol, otherVol...), unknown),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
-			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume,
+			wantVolume: `volume "o" (claim other, PV pv-2 of driver ebs.csi.aws.com, not a protected provisioner)`},
+		{name: "an inline nfs volume beside a proven vigil volume stops the fast trigger",
+			pod:      stsPod(pvcVolume("d", "data"), volumeOf("share", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/x"}})),
+			objs:     append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			proven:   func(string) bool { return true },
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "share" (inline nfs)`},
+		{name: "an inline nfs volume stops the compatible trigger too (decision table row 2)",
+			pod:      terminating(stsPod(pvcVolume("d", "data"), volumeOf("share", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}})), -time.Second),
+			objs:     append(vigilVol, unknown),
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "share" (inline nfs)`},
+		{name: "an inline CSI volume, even of Vigil's own driver, is never proven",
+			pod:      stsPod(pvcVolume("d", "data"), volumeOf("scratch", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: vigil.DriverName}})),
+			objs:     append(vigilVol, unknown),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			proven:   func(string) bool { return true },
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "scratch" (inline csi)`},
+		{name: "inline iscsi, rbd, cephfs, glusterfs and fc volumes are named by their kind (the first one)",
+			pod: terminating(stsPod(pvcVolume("d", "data"),
+				volumeOf("lun", corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{}}),
+				volumeOf("block", corev1.VolumeSource{RBD: &corev1.RBDVolumeSource{}}),
+				volumeOf("fs", corev1.VolumeSource{CephFS: &corev1.CephFSVolumeSource{}}),
+				volumeOf("gl", corev1.VolumeSource{Glusterfs: &corev1.GlusterfsVolumeSource{}}),
+				volumeOf("san", corev1.VolumeSource{FC: &corev1.FCVolumeSource{}})), -time.Second),
+			objs:     append(vigilVol, unknown),
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "lun" (inline iscsi)`},
+		{name: "a claim not bound to a volume beside the vigil one is never proven",
+			pod:      terminating(stsPod(pvcVolume("d", "data"), pvcVolume("u", "unbound")), -time.Second),
+			objs:     append(vigilVol, unknown, newPVC("app", "unbound", "", nil)),
+			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "u" (claim unbound, not bound to a volume of this pod)`},
+		{name: "node-local volumes (emptyDir, hostPath, configMap, secret, projected, downwardAPI, image) do not stop the fast trigger",
+			pod: stsPod(pvcVolume("d", "data"),
+				volumeOf("tmp", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}),
+				volumeOf("host", corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log"}}),
+				volumeOf("token", corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{}}),
+				volumeOf("sa", corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}),
+				volumeOf("info", corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}),
+				volumeOf("model", corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "models:1"}})),
+			objs:     append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
+			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			proven:   func(string) bool { return true },
+			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
+		{name: "an inline volume on a pod with no protected volume is simply not Vigil's",
+			pod:      terminating(stsPod(volumeOf("share", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}})), -time.Second),
+			objs:     []runtime.Object{unknown},
+			wantKind: DecisionSkip, wantReason: ReasonNoProtectedVolume},
 		{name: "fast trigger needs the volume's grant revoked, not just the node fenced",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
 			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
@@ -184,6 +244,17 @@ func TestDecide_Named(t *testing.T) {
 			d := decide(snap, set, t0)
 			if d.Kind != tc.wantKind || d.Reason != tc.wantReason || d.RecheckAfter != tc.wantAfter {
 				t.Fatalf("got %s/%s recheck %v, want %s/%s recheck %v", d.Kind, d.Reason, d.RecheckAfter, tc.wantKind, tc.wantReason, tc.wantAfter)
+			}
+			if d.Volume != tc.wantVolume {
+				t.Errorf("names volume %q, want %q", d.Volume, tc.wantVolume)
+			}
+			// The reaper decides on its slim cache's copy of the pod: the same.
+			cached := namedSnapshotSeen(toCachedPod(tc.pod).pod(), defaultSetWith(tc.set), tc.proven, tc.seen, tc.objs...)
+			if tc.isolated {
+				cached.NodeObserved.Isolated, cached.NodeObserved.SilentSince = true, t0.Add(-5*time.Second)
+			}
+			if dc := decide(cached, set, t0); !reflect.DeepEqual(dc, d) {
+				t.Errorf("on the cached pod: %+v, on the pod: %+v", dc, d)
 			}
 			var vas []string
 			for _, a := range d.Actions {

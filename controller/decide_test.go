@@ -52,6 +52,10 @@ const (
 	volVigilEphemeral
 	volOtherCSI
 	volNone
+	volVigilAndNFS       // a vigil PVC and an inline nfs volume
+	volVigilAndInlineCSI // a vigil PVC and an inline CSI volume
+	volVigilAndOtherPVC  // a vigil PVC and a PVC of an unprotected driver
+	volVigilAndHostPath  // a vigil PVC and node-local hostPath, emptyDir, secret, downwardAPI volumes
 )
 
 const (
@@ -89,7 +93,9 @@ func oracle(c tableCase) (reap bool, rowOK [5]bool) {
 	coversSTS := c.policy == PolicyDeleteStatefulSetPod || c.policy == PolicyDeleteBoth
 	coversDeploy := c.policy == PolicyDeleteDeploymentPod || c.policy == PolicyDeleteBoth
 	row1 := !c.optOut && ((c.owner == ownStatefulSet && coversSTS) || (c.owner == ownDeployment && coversDeploy))
-	row2 := c.volume == volVigilPVC || c.volume == volVigilEphemeral
+	usesProtected := c.volume != volOtherCSI && c.volume != volNone
+	othersNodeLocal := c.volume != volVigilAndNFS && c.volume != volVigilAndInlineCSI && c.volume != volVigilAndOtherPVC
+	row2 := usesProtected && othersNodeLocal
 	row3 := c.node == nodeFalseAfterDebounce || c.node == nodeUnknown || c.node == nodeDeleted || c.node == nodeOutOfService ||
 		(c.node == nodeIsolated && c.vigilFenced())
 	fencedByNode := c.node == nodeDeleted || c.node == nodeOutOfService
@@ -102,7 +108,7 @@ func oracle(c tableCase) (reap bool, rowOK [5]bool) {
 // node first: only under the immediate policy, and only where the node is proven
 // fenced on it or the driver's unpublish fences it (the datapath's own).
 func oracleAttachmentFirst(c tableCase) bool {
-	vigilVolume := c.volume == volVigilPVC || c.volume == volVigilEphemeral
+	vigilVolume := c.volume != volOtherCSI && c.volume != volNone
 	return c.attach == AttachmentImmediate && (vigilVolume || c.node == nodeDeleted || c.node == nodeOutOfService)
 }
 
@@ -110,8 +116,8 @@ func oracleAttachmentFirst(c tableCase) bool {
 var reasonRow = map[Reason]int{
 	ReasonNodeReady: 3, ReasonNodeDebouncing: 3,
 	ReasonOptedOut: 1, ReasonPolicyDoNothing: 1, ReasonOwnerNotCovered: 1,
-	ReasonNoProtectedVolume: 2,
-	ReasonNotTerminating:    4, ReasonDeadlineNotPassed: 4, ReasonWithinGrace: 4, ReasonNotProvenFenced: 4,
+	ReasonNoProtectedVolume: 2, ReasonUnprovableVolume: 2,
+	ReasonNotTerminating: 4, ReasonDeadlineNotPassed: 4, ReasonWithinGrace: 4, ReasonNotProvenFenced: 4,
 }
 
 // build turns a case into objects, a snapshot through the real listers, and settings.
@@ -136,7 +142,21 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 	var vols []corev1.Volume
 	pod := newPod(ns, "p-0", node, owner)
 	switch c.volume {
-	case volVigilPVC, volOtherCSI:
+	case volVigilAndNFS:
+		vols = append(vols, corev1.Volume{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/x"}}})
+	case volVigilAndInlineCSI:
+		vols = append(vols, corev1.Volume{Name: "inline", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: vigil.DriverName}}})
+	case volVigilAndOtherPVC:
+		vols = append(vols, pvcVolume("other", "other-p-0"))
+		objs = append(objs, newPVC(ns, "other-p-0", "pv-2", nil), newPV("pv-2", otherDriver))
+	case volVigilAndHostPath:
+		vols = append(vols, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var"}}},
+			corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{}}},
+			corev1.Volume{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}})
+	}
+	switch c.volume {
+	case volVigilPVC, volOtherCSI, volVigilAndNFS, volVigilAndInlineCSI, volVigilAndOtherPVC, volVigilAndHostPath:
 		vols = append(vols, pvcVolume("data", "data-p-0"))
 		driver := vigil.DriverName
 		if c.volume == volOtherCSI {
@@ -194,7 +214,8 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 	}
 	obs := tracker.observe(node, nodeObj, t0)
 	proof := proofOf(func(string) bool { return c.fast == fastProven || c.fast == fastNotFenced })
-	return l.snapshot(context.Background(), pod, nodeObj, obs, set, proof), set
+	// Decided on the pod as the reaper's slim cache gives it back.
+	return l.snapshot(context.Background(), toCachedPod(pod).pod(), nodeObj, obs, set, proof), set
 }
 
 var allPolicies = []PodDeletionPolicy{PolicyDoNothing, PolicyDeleteStatefulSetPod, PolicyDeleteDeploymentPod, PolicyDeleteBoth}
@@ -205,7 +226,7 @@ func allTableCases() []tableCase {
 		for o := ownStatefulSet; o <= ownNone; o++ {
 			for n := nodeReady; n <= nodeIsolated; n++ {
 				for pd := podRunning; pd <= podTerminatingAfterDeadline; pd++ {
-					for v := volVigilPVC; v <= volNone; v++ {
+					for v := volVigilPVC; v <= volVigilAndHostPath; v++ {
 						for _, opt := range []bool{false, true} {
 							for f := fastOff; f <= fastNotFenced; f++ {
 								for _, a := range allAttachPolicies {
@@ -226,7 +247,7 @@ func allTableCases() []tableCase {
 // against the oracle.
 func TestDecide_Table_CrossProduct(t *testing.T) {
 	cases := allTableCases()
-	if len(cases) != 4*6*7*3*4*2*4*3 {
+	if len(cases) != 4*6*7*3*8*2*4*3 {
 		t.Fatalf("generated %d cases", len(cases))
 	}
 	reaped := 0

@@ -21,11 +21,14 @@
 //     it returns), then the Node gets vigil.io/fenced:NoSchedule, then the node
 //     is marked fenced. Only then may the fast trigger reap. A back end that does
 //     not answer proves nothing: a Warning Event, and a retry.
-//  3. Reap (decide.go, pod_reaper.go): DESIGN.md's decision table. The fast
-//     trigger needs every volume of the pod proven fenced by the back end's
-//     attachment table (fence_proof.go); Kubernetes' own proofs (deleted node,
-//     out-of-service taint) stand alone. Volumes of drivers other than the back
-//     end's are never proven by Vigil.
+//  3. Reap (decide.go, pod_reaper.go): the decision table. A pod is reaped only
+//     if every volume it mounts is node-local or a claim of a protected
+//     provisioner; an inline nfs, iscsi, CSI, … volume is never proven, so the
+//     slim pod cache keeps the first one of each pod, by name and kind
+//     (volume_kind.go). The fast trigger needs every volume of the pod proven
+//     fenced by the back end's attachment table (fence_proof.go); Kubernetes'
+//     own proofs (deleted node, out-of-service taint) stand alone. Volumes of
+//     drivers other than the back end's are never proven by Vigil.
 //  4. Free attachments (attachments.go, attachment_recovery.go) by
 //     volume-attachment-recovery-policy, once no pod on the down node uses the
 //     volume: delete its VolumeAttachment (for Vigil's driver always safe, its

@@ -22,7 +22,11 @@ type cachedPod struct {
 	metav1.ObjectMeta // slimmed by slimMeta, plus the opt-out annotation
 	NodeName          string
 	Volumes           []cachedVolume
-	Phase             corev1.PodPhase
+	// Inline is the pod's first volume that is neither a claim nor node-local
+	// (an inline nfs, iscsi, CSI, … volume): by name and kind only, nil for
+	// almost every pod. Such a pod is never proven, so one is all it takes.
+	Inline *inlineVolume
+	Phase  corev1.PodPhase
 	// CrashLoopRestarts is the highest restart count among the pod's containers
 	// waiting in CrashLoopBackOff; 0 when none is.
 	CrashLoopRestarts int32
@@ -34,6 +38,9 @@ type cachedVolume struct {
 	Ephemeral   bool
 }
 
+// inlineVolume names one inline volume that is not node-local.
+type inlineVolume struct{ Name, Kind string }
+
 // GetObjectKind implements runtime.Object; cached pods carry no type metadata.
 func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
@@ -42,6 +49,10 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
 	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	c.Volumes = slices.Clone(p.Volumes)
+	if p.Inline != nil {
+		in := *p.Inline
+		c.Inline = &in
+	}
 	return &c
 }
 
@@ -52,11 +63,16 @@ func toCachedPod(p *corev1.Pod) *cachedPod {
 	if len(s.Spec.Volumes) > 0 {
 		c.Volumes = make([]cachedVolume, 0, len(s.Spec.Volumes))
 		for _, v := range s.Spec.Volumes {
-			cv := cachedVolume{Name: v.Name, Ephemeral: v.Ephemeral != nil}
-			if v.PersistentVolumeClaim != nil {
-				cv.Claim = v.PersistentVolumeClaim.ClaimName
+			switch kind := volumeKind(&v.VolumeSource); kind {
+			case kindClaim, kindEphemeral:
+				cv := cachedVolume{Name: v.Name, Ephemeral: kind == kindEphemeral}
+				if kind == kindClaim {
+					cv.Claim = v.PersistentVolumeClaim.ClaimName
+				}
+				c.Volumes = append(c.Volumes, cv)
+			default: // slimPod kept only the first inline volume that is not node-local
+				c.Inline = &inlineVolume{Name: v.Name, Kind: kind}
 			}
-			c.Volumes = append(c.Volumes, cv)
 		}
 	}
 	return c
@@ -79,6 +95,9 @@ func (p *cachedPod) pod() *corev1.Pod {
 			vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.Claim}
 		}
 		out.Spec.Volumes = append(out.Spec.Volumes, vol)
+	}
+	if p.Inline != nil {
+		out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: p.Inline.Name, VolumeSource: sourceOfKind(p.Inline.Kind)})
 	}
 	return out
 }

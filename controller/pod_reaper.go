@@ -56,8 +56,12 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 		r.reportDryRun(pod, d, set.Policy, blocked)
 	default:
 		if d.Node.State.Down() {
+			why := string(d.Reason)
+			if d.Volume != "" {
+				why += ": " + d.Volume + " is neither node-local nor of a protected provisioner, so nothing proves the node can no longer write to it"
+			}
 			msg := fmt.Sprintf("not force-deleting pod %s/%s on down node %s (%s): %s (policy %s, owner %s)",
-				pod.Namespace, pod.Name, pod.Spec.NodeName, d.Node.State, d.Reason, set.Policy, snap.Owner)
+				pod.Namespace, pod.Name, pod.Spec.NodeName, d.Node.State, why, set.Policy, snap.Owner)
 			r.emitPod(pod, corev1.EventTypeNormal, EventPodNotReaped, msg)
 		}
 	}

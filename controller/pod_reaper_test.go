@@ -374,3 +374,36 @@ func TestReaper_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
 		"delete volumeattachments /va-a1 uid=uid-va-va-a1",
 		"delete pods app/db-0 grace=0 uid=uid-app-db-0")
 }
+
+// TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap: a pod whose vigil
+// volume is proven fenced but which also mounts an inline nfs share is not
+// force-deleted (the zombie could still write to the share), and the Event names
+// the share. The pod goes through the reaper's slim cache, as in production.
+func TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
+	f := fencedFixture(t, corev1.ConditionTrue)
+	pod := f.objects[0].(*corev1.Pod)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "share",
+		VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas.example.com", Path: "/exports/db"}}})
+	f.start()
+	ctx := context.Background()
+	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.fencer.live("node-1", "handle-pv-a") {
+		t.Fatal("node-1 not fenced: the test proves nothing")
+	}
+	f.events()
+	f.client.ClearActions()
+	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions()
+	evs := f.expectEvents("Normal " + EventPodNotReaped)
+	if len(evs) == 1 && (!strings.Contains(evs[0], `volume "share" (inline nfs)`) || !strings.Contains(evs[0], string(ReasonUnprovableVolume))) {
+		t.Errorf("event %q does not name the nfs volume that stopped the reap", evs[0])
+	}
+	if got := testutil.ToFloat64(f.reaper.metrics.Decisions.WithLabelValues("skip", string(ReasonUnprovableVolume))); got != 1 {
+		t.Errorf("decisions = %v", got)
+	}
+}

@@ -90,20 +90,25 @@ func groupOf(apiVersion string) string {
 	return gv.Group
 }
 
-// volumes resolves the pod's PVC and generic ephemeral volumes to their PVs. An
-// ephemeral volume's claim counts only if the pod controls it, as the kubelet
-// requires.
+// volumes lists every volume of the pod that is not node-local: its PVC and
+// generic ephemeral volumes, resolved to their PVs, and its inline volumes of
+// any other kind (nfs, csi, …), which never resolve. An ephemeral volume's
+// claim counts only if the pod controls it, as the kubelet requires.
 func (l *listers) volumes(pod *corev1.Pod) []VolumeInfo {
 	var out []VolumeInfo
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
 		info := VolumeInfo{Name: v.Name}
-		switch {
-		case v.PersistentVolumeClaim != nil:
+		switch kind := volumeKind(&v.VolumeSource); {
+		case kind == kindClaim:
 			info.Claim = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil:
+		case kind == kindEphemeral:
 			info.Claim, info.Ephemeral = pod.Name+"-"+v.Name, true
+		case isNodeLocalKind(kind):
+			continue
 		default:
+			info.Inline = kind
+			out = append(out, info)
 			continue
 		}
 		pvc, err := l.pvcs.PersistentVolumeClaims(pod.Namespace).Get(info.Claim)

@@ -93,16 +93,23 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		out.Annotations = map[string]string{vigil.ReapAnnotation: v}
 	}
 	out.Spec.NodeName = clone(p.Spec.NodeName)
-	for _, v := range p.Spec.Volumes {
-		switch {
-		case v.PersistentVolumeClaim != nil:
+	inline := false
+	for i := range p.Spec.Volumes {
+		v := &p.Spec.Volumes[i]
+		switch kind := volumeKind(&v.VolumeSource); {
+		case kind == kindClaim:
 			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: clone(v.Name), VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: clone(v.PersistentVolumeClaim.ClaimName)},
 			}})
-		case v.Ephemeral != nil:
+		case kind == kindEphemeral:
 			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: clone(v.Name), VolumeSource: corev1.VolumeSource{
 				Ephemeral: &corev1.EphemeralVolumeSource{},
 			}})
+		case !inline && !isNodeLocalKind(kind):
+			// The first inline volume that is not node-local, by its name and
+			// kind only: it alone keeps the pod from ever being proven.
+			inline = true
+			out.Spec.Volumes = append(out.Spec.Volumes, corev1.Volume{Name: clone(v.Name), VolumeSource: sourceOfKind(kind)})
 		}
 	}
 	out.Status.Phase = p.Status.Phase

@@ -29,7 +29,8 @@ func TestTransformForCache_PodKeepsWhatDecideReadsAndIsIdempotent(t *testing.T) 
 	}
 	// The decision is the same on the original and on the cached form.
 	set := defaultSet()
-	objs := testListers(newNode("node-1", corev1.ConditionUnknown, -time.Minute), newPVC("app", "data-p", "pv-1", nil), newPV("pv-1", vigil.DriverName))
+	objs := testListers(newNode("node-1", corev1.ConditionUnknown, -time.Minute), newPVC("app", "data-p", "pv-1", nil), newPV("pv-1", vigil.DriverName),
+		newPVC("app", "p-scratch", "pv-2", controllerRef("v1", "Pod", "p", p.UID)), newPV("pv-2", vigil.DriverName))
 	p.Annotations = nil
 	slim.Annotations = nil
 	fromCache := toCachedPod(slim).pod()
