@@ -25,8 +25,8 @@ them.
 
 Every value is validated before anything is written: a bad value, an unknown
 setting, a managed setting or an unreachable store exits non-zero with one line on
-stderr and changes nothing. The store flags may be given before or after the
-subcommand name (but before its arguments).`,
+stderr and changes nothing. Flags may be given anywhere on the line, before or
+after the arguments (settings get NAME -o json).`,
 		Flags: storeFlags(),
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -171,9 +171,9 @@ func checkArgs(c *cli.Context, n int, usage string) error {
 	}
 	cmd := "settings " + c.Command.Name
 	if n == 0 {
-		return fmt.Errorf("%s takes no arguments, got %q (flags go before arguments)", cmd, c.Args().Slice())
+		return fmt.Errorf("%s takes no arguments, got %q", cmd, c.Args().Slice())
 	}
-	return fmt.Errorf("%s takes %s, got %d argument(s) %q (flags go before arguments)", cmd, usage, c.Args().Len(), c.Args().Slice())
+	return fmt.Errorf("%s takes %s, got %d argument(s) %q", cmd, usage, c.Args().Len(), c.Args().Slice())
 }
 
 // settingsCatalog lists every setting and what it accepts, for `set --help`.

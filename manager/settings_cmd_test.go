@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/vigil-storage/vigil/internal/cliflags"
 	"github.com/vigil-storage/vigil/settings"
 )
 
@@ -21,7 +22,7 @@ func runSettingsCLI(t *testing.T, args ...string) (string, error) {
 	app := App()
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errOut
-	err := app.Run(append([]string{"vigil-manager"}, args...))
+	err := cliflags.Run(app, append([]string{"vigil-manager"}, args...))
 	return out.String(), err
 }
 
@@ -210,7 +211,7 @@ func TestSettingsCmd_Args(t *testing.T) {
 	isolate(t)
 	for _, args := range [][]string{
 		{"settings", "set", "dry-run"}, {"settings", "get"}, {"settings", "list", "extra"},
-		{"settings", "set", "dry-run", "true", "--store", "bolt:/x"},
+		{"settings", "set", "dry-run", "true", "extra"},
 	} {
 		if _, err := runSettingsCLI(t, args...); err == nil || !strings.Contains(err.Error(), "settings ") {
 			t.Errorf("%v = %v, want a usage error", args, err)
@@ -399,5 +400,32 @@ func TestSettingsCmd_History(t *testing.T) {
 	_, err := runSettingsCLI(t, "settings", "history", "--limit", "0")
 	if err == nil || !strings.Contains(err.Error(), "from 1 to 500") {
 		t.Errorf("--limit 0 = %v, want what is allowed", err)
+	}
+}
+
+// TestSettingsCmd_FlagsAfterArguments: kubectl habits work, in every command.
+func TestSettingsCmd_FlagsAfterArguments(t *testing.T) {
+	isolate(t)
+	mustRun(t, "settings", "set", "node-down-pod-deletion-policy", "delete-statefulset-pod")
+	if got := mustRun(t, "settings", "get", "node-down-pod-deletion-policy", "-o", "value"); got != "delete-statefulset-pod\n" {
+		t.Errorf("settings get NAME -o value = %q", got)
+	}
+	if got := mustRun(t, "settings", "get", "node-down-pod-deletion-policy", "--output=json"); !strings.Contains(got, `"value": "delete-statefulset-pod"`) && !strings.Contains(got, `"value":"delete-statefulset-pod"`) {
+		t.Errorf("settings get NAME --output=json = %q", got)
+	}
+	if _, err := runSettingsCLI(t, "settings", "get", "node-down-pod-deletion-policy", "-o", "xml"); err == nil || !strings.Contains(err.Error(), "xml") {
+		t.Errorf("settings get NAME -o xml = %v, want the bad format refused by name", err)
+	}
+	// A parent command's flag after the subcommand's arguments.
+	other := "bolt:" + filepath.Join(t.TempDir(), "other.db")
+	mustRun(t, "settings", "set", "dry-run", "true", "--store", other)
+	if got := mustRun(t, "settings", "get", "dry-run", "-o", "value", "--store", other); got != "true\n" {
+		t.Errorf("settings get dry-run --store OTHER = %q, want true", got)
+	}
+	if got := mustRun(t, "settings", "get", "dry-run", "-o", "value"); got != "false\n" {
+		t.Errorf("the default store changed: dry-run = %q", got)
+	}
+	if err := cliflags.Check(App()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath/client"
 	enginenode "github.com/vigil-storage/vigil/engine-node"
+	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
 func dial(ctx context.Context, cfg enginenode.DialConfig) (enginenode.DatapathClient, error) {
@@ -31,7 +32,7 @@ func clientOptions(cfg enginenode.DialConfig) []client.Option {
 }
 
 func main() {
-	if err := enginenode.App(dial).Run(os.Args); err != nil {
+	if err := cliflags.Run(enginenode.App(dial), os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "vigil-engine-node:", err)
 		os.Exit(1)
 	}

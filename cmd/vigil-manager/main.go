@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vigil-storage/vigil/internal/cliflags"
 	"github.com/vigil-storage/vigil/manager"
 )
 
 func main() {
-	if err := manager.App().Run(os.Args); err != nil {
+	if err := cliflags.Run(manager.App(), os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "vigil-manager:", err)
 		os.Exit(1)
 	}

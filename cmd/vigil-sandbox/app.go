@@ -209,8 +209,7 @@ func nodeCommand() *cli.Command {
 	}
 }
 
-// partitionCommand is `node partition NAME [--from apiserver|datapath|all]`; the
-// flag may also come after NAME.
+// partitionCommand is `node partition NAME [--from apiserver|datapath|all]`.
 func partitionCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "partition",
@@ -241,23 +240,13 @@ func partitionCommand() *cli.Command {
 	}
 }
 
-// partitionArgs takes the node name and a --from given after it (urfave/cli
-// stops parsing flags at the first argument): NAME, NAME --from X, NAME --from=X.
+// partitionArgs takes the node name (the --from flag may come after it on the
+// line: main moves flags in front of arguments).
 func partitionArgs(args []string, from string) (node, target string, err error) {
-	if len(args) == 0 {
-		return "", "", fmt.Errorf("node partition takes one node name, got none")
-	}
-	node, rest := args[0], args[1:]
-	switch {
-	case len(rest) == 0:
-	case len(rest) == 2 && rest[0] == "--from":
-		from = rest[1]
-	case len(rest) == 1 && strings.HasPrefix(rest[0], "--from="):
-		from = strings.TrimPrefix(rest[0], "--from=")
-	default:
+	if len(args) != 1 {
 		return "", "", fmt.Errorf("node partition takes one node name and an optional --from apiserver|datapath|all, got %q", args)
 	}
-	return node, from, nil
+	return args[0], from, nil
 }
 
 func kubeconfigCommand() *cli.Command {

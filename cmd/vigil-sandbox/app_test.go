@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vigil-storage/vigil/internal/cliflags"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 )
 
 func run(args ...string) error {
-	return app().Run(append([]string{"vigil-sandbox"}, args...))
+	return cliflags.Run(app(), append([]string{"vigil-sandbox"}, args...))
 }
 
 func TestApp_Status_NotUp(t *testing.T) {
@@ -79,24 +80,27 @@ func TestApp_NodePartition_BadTarget(t *testing.T) {
 }
 
 func TestApp_NodePartition_BadArgs(t *testing.T) {
-	for _, args := range [][]string{{}, {"node-1", "node-2"}, {"node-1", "--from"}, {"node-1", "--to", "all"}} {
-		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, args...)...)
-		if err == nil || !strings.Contains(err.Error(), "node name") {
-			t.Errorf("node partition %q = %v, want an error asking for one node name and an optional --from", args, err)
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{nil, "node name"},
+		{[]string{"node-1", "node-2"}, "node name"},
+		{[]string{"node-1", "--from"}, "from"}, // the flag's value is missing
+		{[]string{"node-1", "--to", "all"}, "to"},
+	} {
+		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.mention) {
+			t.Errorf("node partition %q = %v, want an error naming %q", c.args, err, c.mention)
 		}
 	}
 }
 
-func TestPartitionArgs_FlagAfterName(t *testing.T) {
-	for _, c := range []struct {
-		args       []string
-		node, from string
-	}{{[]string{"node-2"}, "node-2", "all"}, {[]string{"node-2", "--from", "datapath"}, "node-2", "datapath"},
-		{[]string{"node-2", "--from=apiserver"}, "node-2", "apiserver"}} {
-		node, from, err := partitionArgs(c.args, "all")
-		if err != nil || node != c.node || from != c.from {
-			t.Errorf("partitionArgs(%q) = %q, %q, %v; want %q, %q", c.args, node, from, err, c.node, c.from)
-		}
+// TestApp_FlagsAnywhere: every flag of every command is read after an
+// argument too.
+func TestApp_FlagsAnywhere(t *testing.T) {
+	if err := cliflags.Check(app()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,10 +5,12 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
 func main() {
-	if err := app().Run(os.Args); err != nil {
+	if err := cliflags.Run(app(), os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "vigil-sandbox:", err)
 		os.Exit(1)
 	}
