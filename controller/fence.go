@@ -62,15 +62,22 @@ func decideFence(o nodeObservation, v NodeVerdict, set *ReaperSettings, hasFence
 // fenceNode carries out a fence decision: every volume granted to the node is
 // fenced at the back end (durable before FenceNode returns), then the Node gets
 // vigil.io/fenced:NoSchedule, and only then is the node marked fenced, which is
-// what lets the reaper's fast trigger and attachment recovery act. A failure at
+// what lets the reaper's fast trigger and attachment recovery act. In a dry run,
+// or while acting is blocked, it only says what it would do. A failure at
 // any step leaves the node unmarked and returns an error, so the step is retried;
 // every step is idempotent, so a retry or a new leader repeats nothing that
 // matters (FenceNode skips volumes no longer live).
 func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *ReaperSettings) error {
 	ref := nodeRef(name)
-	if set.DryRun {
+	// A blocked manager (a managed setting refused) acts on none of its
+	// decisions: fencing is one, as much as reaping.
+	if blocked := r.blocked(); set.DryRun || blocked != "" {
+		why := "dry run"
+		if blocked != "" {
+			why = "not acting (" + blocked + ")"
+		}
 		r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventWouldFence,
-			fmt.Sprintf("dry run: would fence node %s at the datapath and taint it %s (%s; verdict %s)", name, vigil.FencedTaintKey, d.Reason, v.State))
+			fmt.Sprintf("%s: would fence node %s at the datapath and taint it %s (%s; verdict %s)", why, name, vigil.FencedTaintKey, d.Reason, v.State))
 		return nil
 	}
 	start := r.now()

@@ -3,16 +3,22 @@ package controller
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 func TestDecideFence_Table(t *testing.T) {
@@ -274,4 +280,53 @@ func TestDeletedUIDs_ForgetAfterTTL(t *testing.T) {
 	if d.len() != 1 {
 		t.Errorf("%d remembered after the sweep, want 1", d.len())
 	}
+}
+
+// TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing: real settings whose
+// managed dry-run holds "ture" from the start keep the store's value (false) in
+// force and block acting. A storage-isolated node is then neither fenced nor
+// tainted, and its pod is not reaped; the Events say what would have been done
+// and why not.
+func TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T) {
+	store := settings.NewMemoryStore()
+	ctx := context.Background()
+	for k, v := range map[string]string{"fast-fenced-trigger": "true", "node-down-grace-period": "2s",
+		"node-down-pod-deletion-policy": string(PolicyDeleteStatefulSetPod)} {
+		if err := store.Set(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "dry-run"), []byte("ture"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := settings.New(store, dir, settings.WithRegisterer(prometheus.NewRegistry()),
+		settings.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = set.Close() })
+	if set.DryRun() || !set.FastFencedTrigger() || set.ActBlocked() == nil {
+		t.Fatalf("settings: dry-run %t, fast %t, blocked %v; the test needs dry-run off, fast on, acting blocked",
+			set.DryRun(), set.FastFencedTrigger(), set.ActBlocked())
+	}
+	f := fencedFixture(t, corev1.ConditionTrue)
+	f.reader, f.actBlocked = set, set.ActBlocked
+	f.start()
+	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") || f.reaper.nodes.fenced("node-1") {
+		t.Fatalf("a blocked manager fenced node-1 (%d fence calls)", f.fencer.fenceCalls)
+	}
+	f.expectActions() // no taint
+	evs := f.expectEvents("Normal " + EventWouldFence)
+	if len(evs) == 1 && (!strings.Contains(evs[0], "not acting") || !strings.Contains(evs[0], `"ture"`)) {
+		t.Errorf("event %q does not say that acting is blocked and by what", evs[0])
+	}
+	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectActions()
 }

@@ -35,13 +35,17 @@ type fixture struct {
 	t        *testing.T
 	objects  []runtime.Object
 	settings *fakeSettings
-	fencer   *fakeFencer // nil: the manager runs without a fencing back end
-	recorder *record.FakeRecorder
-	client   *fake.Clientset
-	reaper   *Reaper
-	factory  informers.SharedInformerFactory
-	registry *prometheus.Registry
-	now      time.Time
+	// reader, when set, replaces settings (real settings, for instance), and
+	// actBlocked is the Config's ActBlocked.
+	reader     SettingsReader
+	actBlocked func() error
+	fencer     *fakeFencer // nil: the manager runs without a fencing back end
+	recorder   *record.FakeRecorder
+	client     *fake.Clientset
+	reaper     *Reaper
+	factory    informers.SharedInformerFactory
+	registry   *prometheus.Registry
+	now        time.Time
 }
 
 func newFixture(t *testing.T, policy PodDeletionPolicy) *fixture {
@@ -58,8 +62,11 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cfg := Config{Client: f.client, Informers: factory, Settings: f.settings,
+	cfg := Config{Client: f.client, Informers: factory, Settings: f.settings, ActBlocked: f.actBlocked,
 		Recorder: f.recorder, Metrics: m, Now: func() time.Time { return f.now }}
+	if f.reader != nil {
+		cfg.Settings = f.reader
+	}
 	if f.fencer != nil {
 		cfg.Fencer = f.fencer
 	}
