@@ -35,4 +35,7 @@ var (
 	ErrAuthUnavailable = errors.New("datapath: cannot check credentials now")
 	// ErrNoSpace: the server's capacity cannot hold the requested volume.
 	ErrNoSpace = errors.New("datapath: no space")
+	// ErrReadOnly: a write under a read-only grant (UseReadOnly); nothing was
+	// written.
+	ErrReadOnly = errors.New("datapath: read-only grant")
 )

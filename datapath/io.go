@@ -41,7 +41,7 @@ func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if err := v.checkIO("write", node, epoch); err != nil {
+	if err := v.checkWrite(node, epoch); err != nil {
 		return err
 	}
 	if err := validRange("write", volumeID, off, n, v.rec.Size); err != nil {

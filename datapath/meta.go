@@ -53,6 +53,18 @@ type attachmentRecord struct {
 	Epoch   uint64          `json:"epoch"`
 	State   AttachmentState `json:"state"`
 	Updated time.Time       `json:"updated"`
+	// Use is what the grant allows. Records written before uses existed have
+	// none, which means UseReadWrite (use()).
+	Use GrantUse `json:"use,omitempty"`
+}
+
+// use is the record's grant use; an empty one, from a record written before
+// uses existed, is read-write.
+func (a attachmentRecord) use() GrantUse {
+	if a.Use == "" {
+		return UseReadWrite
+	}
+	return a.Use
 }
 
 func initBuckets(db *bolt.DB) error {

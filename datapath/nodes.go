@@ -120,7 +120,7 @@ func (s *Store) NodeGrants(node string) ([]Attachment, error) {
 		v.mu.RLock()
 		a, ok := v.attach[node]
 		if ok && !v.deleted {
-			out = append(out, Attachment{VolumeID: v.rec.ID, Node: node, Epoch: a.Epoch, State: a.State, Updated: a.Updated})
+			out = append(out, Attachment{VolumeID: v.rec.ID, Node: node, Epoch: a.Epoch, State: a.State, Use: a.use(), Updated: a.Updated})
 		}
 		v.mu.RUnlock()
 	}
@@ -216,7 +216,7 @@ func (s *Store) fenceIfLive(v *volume, node string) (FencedVolume, bool, error) 
 	if a, ok := v.attach[node]; !ok || a.State != StateGranted {
 		return FencedVolume{}, false, nil
 	}
-	a, err := s.moveEpoch(v, node, StateFenced)
+	a, err := s.moveEpoch(v, node, StateFenced, "")
 	if err != nil {
 		return FencedVolume{}, false, fmt.Errorf("fence node %s on volume %s: %w", node, v.rec.ID, err)
 	}

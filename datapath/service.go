@@ -42,7 +42,11 @@ var serviceDesc = grpc.ServiceDesc{
 			return &wire.Int{Value: n}, err
 		}),
 		method(wire.MethodGrant, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
-			e, err := s.Grant(r.VolumeID, r.Node)
+			use := GrantUse(r.Use)
+			if use == "" {
+				use = UseReadWrite
+			}
+			e, err := s.GrantAs(r.VolumeID, r.Node, use)
 			return &wire.Epoch{Epoch: e}, err
 		}),
 		method(wire.MethodFence, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {

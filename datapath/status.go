@@ -31,6 +31,7 @@ var wireErrors = []struct {
 	// Appended, not inserted: a bulk response code is an index into this table.
 	{ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
 	{ErrAuthUnavailable, codes.Unavailable, "AUTH_UNAVAILABLE"},
+	{ErrReadOnly, codes.PermissionDenied, "READ_ONLY"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

@@ -25,6 +25,37 @@ func (m AccessMode) Validate() error {
 	return fmt.Errorf("%w: access mode %q: allowed are %q and %q", ErrInvalidArgument, string(m), AccessRWO, AccessRWX)
 }
 
+// GrantUse says what a node does with its grant; the server records it with
+// the grant and enforces it.
+type GrantUse string
+
+const (
+	// UseReadWrite: reads and writes of the raw block device. On an RWX volume
+	// several nodes may hold it at once; their applications coordinate, as on
+	// any shared disk. A grant recorded before uses existed means this.
+	UseReadWrite GrantUse = "rw"
+	// UseFilesystemWriter: a filesystem mounted read-write. It is the volume's
+	// only writer, whatever the access mode: a filesystem such as ext4 mounted
+	// read-write on two nodes is corrupted, so while another node holds a live
+	// writing grant it is refused with ErrAttachedElsewhere, and while it is
+	// live no other node gets a writing grant.
+	UseFilesystemWriter GrantUse = "rw-fs"
+	// UseReadOnly: reads only; every write is refused with ErrReadOnly.
+	UseReadOnly GrantUse = "ro"
+)
+
+// Validate reports whether u is one of the known uses.
+func (u GrantUse) Validate() error {
+	switch u {
+	case UseReadWrite, UseFilesystemWriter, UseReadOnly:
+		return nil
+	}
+	return fmt.Errorf("%w: grant use %q: allowed are %q, %q and %q", ErrInvalidArgument, string(u), UseReadWrite, UseFilesystemWriter, UseReadOnly)
+}
+
+// Writes reports whether a grant of this use may write.
+func (u GrantUse) Writes() bool { return u != UseReadOnly }
+
 // Volume is a block volume held by the server.
 type Volume struct {
 	// ID is assigned by the server ("vol-" and 16 hex digits) and never reused.
@@ -63,6 +94,9 @@ type Attachment struct {
 	Epoch   uint64
 	State   AttachmentState
 	Updated time.Time
+	// Use is what a live grant allows (see GrantUse). The Store fills it in;
+	// the wire does not carry it yet, so the client leaves it empty.
+	Use GrantUse
 }
 
 // Live reports whether the attachment is a grant that has been neither fenced nor

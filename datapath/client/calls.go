@@ -61,13 +61,29 @@ func (c *Client) Capacity(ctx context.Context) (available int64, err error) {
 	return resp.Value, nil
 }
 
-// Grant gives node a grant on the volume and returns its epoch; I/O must carry
-// it. If node already holds a live grant, the same epoch is returned again
-// (idempotent). For an RWO volume, another node's live grant gets
-// ErrAttachedElsewhere. A fenced or released node gets a new, higher epoch.
+// Grant gives node a read-write grant on the volume and returns its epoch: I/O
+// must carry it. It is GrantAs with datapath.UseReadWrite.
 func (c *Client) Grant(ctx context.Context, volumeID, node string) (epoch uint64, err error) {
+	return c.grant(ctx, &wire.AttachRequest{VolumeID: volumeID, Node: node})
+}
+
+// GrantAs gives node a grant of the given use on the volume and returns its
+// epoch; I/O must carry it. If node already holds a live grant, the same epoch
+// is returned again (idempotent; a different use is recorded). Another node's
+// live grant gets ErrAttachedElsewhere when the volume is RWO, and on any
+// volume when either grant is a filesystem writer (datapath.UseFilesystemWriter)
+// and the other writes. A fenced or released node gets a new, higher epoch.
+// Under a read-only grant (datapath.UseReadOnly) every write gets ErrReadOnly.
+func (c *Client) GrantAs(ctx context.Context, volumeID, node string, use datapath.GrantUse) (epoch uint64, err error) {
+	if err := use.Validate(); err != nil {
+		return 0, err
+	}
+	return c.grant(ctx, &wire.AttachRequest{VolumeID: volumeID, Node: node, Use: string(use)})
+}
+
+func (c *Client) grant(ctx context.Context, req *wire.AttachRequest) (uint64, error) {
 	var resp wire.Epoch
-	if err := c.invoke(ctx, wire.MethodGrant, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+	if err := c.invoke(ctx, wire.MethodGrant, req, &resp, retryTransport); err != nil {
 		return 0, err
 	}
 	return resp.Epoch, nil

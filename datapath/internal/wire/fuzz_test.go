@@ -90,7 +90,7 @@ func seedMessages() []Message {
 		&VolumeList{Volumes: []Volume{{ID: "vol-0123456789abcdef", Name: "a", Size: 1}}},
 		&VolumeRef{ID: "vol-0123456789abcdef"},
 		&Int{Value: -1},
-		&AttachRequest{VolumeID: "vol-0123456789abcdef", Node: "node-1"},
+		&AttachRequest{VolumeID: "vol-0123456789abcdef", Node: "node-1", Use: "rw-fs"},
 		&Epoch{Epoch: 1 << 40},
 		&AttachmentList{VolumeID: "vol-0123456789abcdef", Items: []Attachment{{Node: "n", Epoch: 3, State: "fenced", UpdatedUnix: 5}}},
 		&WriteRequest{IOTarget: io, Offset: 4096, Data: []byte("hello")},

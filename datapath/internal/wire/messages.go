@@ -129,13 +129,18 @@ func (m *Int) Unmarshal(b []byte) error {
 	return d.finish("Int")
 }
 
-// AttachRequest names a (volume, node) pair: Grant, Fence, Release.
-type AttachRequest struct{ VolumeID, Node string }
+// AttachRequest names a (volume, node) pair: Grant, Fence, Release. Use, for
+// Grant only, is the grant's use; it is encoded only when set, so a request
+// without it is the one clients sent before uses existed (read-write).
+type AttachRequest struct{ VolumeID, Node, Use string }
 
 func (m *AttachRequest) MarshalAppend(b []byte) []byte {
 	e := encoder{b}
 	e.str(m.VolumeID)
 	e.str(m.Node)
+	if m.Use != "" {
+		e.str(m.Use)
+	}
 	return e.b
 }
 
@@ -143,6 +148,9 @@ func (m *AttachRequest) Unmarshal(b []byte) error {
 	d := decoder{b: b}
 	m.VolumeID = d.str("volume_id")
 	m.Node = d.str("node")
+	if d.err == nil && len(d.b) > 0 {
+		m.Use = d.str("use")
+	}
 	return d.finish("AttachRequest")
 }
 
