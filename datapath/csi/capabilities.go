@@ -52,9 +52,10 @@ func allowedAccessModes() string {
 	return strings.Join(names, ", ")
 }
 
-// checkCapability checks one capability's shape: an access mode Vigil knows and
-// exactly one access type (block, or mount with a supported fs type). field names
-// it in the error ("volume_capabilities[2]").
+// checkCapability checks one capability: an access mode Vigil knows, exactly
+// one access type (block, or mount with a supported fs type), and a pair of the
+// two that GrantUse allows (no multi-node writer with mount). field names it in
+// the error ("volume_capabilities[2]").
 func checkCapability(field string, c *csi.VolumeCapability) error {
 	if c == nil {
 		return invalidArgument("%s is missing; give an access mode and an access type (block or mount)", field)
@@ -68,16 +69,18 @@ func checkCapability(field string, c *csi.VolumeCapability) error {
 	}
 	switch t := c.GetAccessType().(type) {
 	case *csi.VolumeCapability_Block:
-		return nil
 	case *csi.VolumeCapability_Mount:
 		fs := t.Mount.GetFsType()
 		if !slices.Contains(SupportedFsTypes, fs) {
 			return invalidArgument("%s.mount.fs_type %q is not supported; allowed: %q", field, fs, SupportedFsTypes)
 		}
-		return nil
 	default:
 		return invalidArgument("%s.access_type is missing; set block or mount", field)
 	}
+	if _, err := grantUseOf(c); err != nil {
+		return invalidArgument("%s.%v", field, err)
+	}
+	return nil
 }
 
 // checkCapabilities checks a non-empty list of capabilities and returns the

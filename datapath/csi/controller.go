@@ -117,9 +117,11 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// ControllerPublishVolume grants node I/O on the volume and hands the grant's
-// epoch to the node in the publish context. Publishing again to the same node is
-// a renewed grant; an RWO volume held by another node is FailedPrecondition.
+// ControllerPublishVolume grants node I/O on the volume, of the use GrantUse
+// decides for the capability, and hands the grant's epoch to the node in the
+// publish context. Publishing again to the same node is a renewed grant; an RWO
+// volume held by another node, or a filesystem writer next to another writer,
+// is FailedPrecondition.
 func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id, node := req.GetVolumeId(), req.GetNodeId()
 	if err := checkPublish(req); err != nil {
@@ -141,7 +143,11 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, invalidArgument("volume_capability.access_mode %s needs a multi-node volume, but volume %s was created %s (single node)",
 			req.GetVolumeCapability().GetAccessMode().GetMode(), id, vol.Access)
 	}
-	epoch, err := s.volumes.Grant(ctx, id, node)
+	use, err := grantUseOf(req.GetVolumeCapability())
+	if err != nil { // checkPublish refused it already; kept for safety
+		return nil, invalidArgument("volume_capability.%v", err)
+	}
+	epoch, err := s.volumes.GrantAs(ctx, id, node, use)
 	if err != nil {
 		return nil, statusFromError(err, fmt.Sprintf("grant volume %s to node %s", id, node))
 	}

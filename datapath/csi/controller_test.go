@@ -154,7 +154,7 @@ func TestControllerServer_CreateVolume_IdempotentByName(t *testing.T) {
 	wantCode(t, err, codes.AlreadyExists)
 	// So is a multi-node mode for a single-node volume.
 	_, err = c.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "pvc-a", VolumeCapabilities: []*csi.VolumeCapability{mountCap(rwx)},
+		Name: "pvc-a", VolumeCapabilities: []*csi.VolumeCapability{blockCap(rwx)},
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20},
 	})
 	wantCode(t, err, codes.AlreadyExists)
@@ -294,9 +294,9 @@ func TestControllerServer_ControllerUnpublishVolume_Gone(t *testing.T) {
 
 func TestControllerServer_ControllerUnpublishVolume_AllNodes(t *testing.T) {
 	c, f := newTestController(t)
-	v := mustCreate(t, c, "shared", 4096, mountCap(rwx))
-	publish(t, c, v.GetVolumeId(), "n1", mountCap(rwx))
-	publish(t, c, v.GetVolumeId(), "n2", mountCap(rwx))
+	v := mustCreate(t, c, "shared", 4096, blockCap(rwx))
+	publish(t, c, v.GetVolumeId(), "n1", blockCap(rwx))
+	publish(t, c, v.GetVolumeId(), "n2", blockCap(rwx))
 	if _, err := c.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestControllerServer_ValidateVolumeCapabilities(t *testing.T) {
 		confirmed bool
 	}{
 		{"single node on single node volume", []*csi.VolumeCapability{mountCap(rwo), blockCap(rwo)}, nil, true},
-		{"multi node on single node volume", []*csi.VolumeCapability{mountCap(rwx)}, nil, false},
+		{"multi node on single node volume", []*csi.VolumeCapability{blockCap(rwx)}, nil, false},
 		{"unsupported fs type", []*csi.VolumeCapability{{
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: rwo},
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "zfs"}},

@@ -152,7 +152,7 @@ func (f *fakeVolumes) Capacity(context.Context) (int64, error) {
 	return f.capacity, nil
 }
 
-func (f *fakeVolumes) Grant(_ context.Context, id, node string) (uint64, error) {
+func (f *fakeVolumes) GrantAs(_ context.Context, id, node string, use datapath.GrantUse) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failWith != nil {
@@ -170,17 +170,26 @@ func (f *fakeVolumes) Grant(_ context.Context, id, node string) (uint64, error) 
 		rows = map[string]*datapath.Attachment{}
 		f.atts[id] = rows
 	}
-	if a := rows[node]; a != nil && a.Live() {
+	if a := rows[node]; a != nil && a.Live() && a.Use == use {
 		return a.Epoch, nil
 	}
 	for _, a := range rows {
-		if v.Access == datapath.AccessRWO && a.Live() && a.Node != node {
-			return 0, fmt.Errorf("volume %s held by %s: %w", id, a.Node, datapath.ErrAttachedElsewhere)
+		if !a.Live() || a.Node == node {
+			continue
+		}
+		fsWriters := use == datapath.UseFilesystemWriter && a.Use.Writes() || use.Writes() && a.Use == datapath.UseFilesystemWriter
+		if v.Access == datapath.AccessRWO || fsWriters {
+			return 0, fmt.Errorf("volume %s held by %s (%s): %w", id, a.Node, a.Use, datapath.ErrAttachedElsewhere)
 		}
 	}
+	if a := rows[node]; a != nil && a.Live() { // a new use, recorded in place
+		a.Use = use
+		f.record("grant %s %s %s", id, node, use)
+		return a.Epoch, nil
+	}
 	f.epochs[id]++
-	rows[node] = &datapath.Attachment{VolumeID: id, Node: node, Epoch: f.epochs[id], State: datapath.StateGranted}
-	f.record("grant %s %s", id, node)
+	rows[node] = &datapath.Attachment{VolumeID: id, Node: node, Epoch: f.epochs[id], State: datapath.StateGranted, Use: use}
+	f.record("grant %s %s %s", id, node, use)
 	return f.epochs[id], nil
 }
 

@@ -23,8 +23,9 @@ type Volumes interface {
 	ListVolumes(ctx context.Context) ([]datapath.Volume, error)
 	// Capacity returns the bytes still available for new volumes.
 	Capacity(ctx context.Context) (int64, error)
-	// Grant gives node the right to do I/O on the volume and returns its epoch.
-	Grant(ctx context.Context, volumeID, node string) (uint64, error)
+	// GrantAs gives node the right to do I/O of the given use on the volume
+	// and returns its epoch; a conflicting grant is ErrAttachedElsewhere.
+	GrantAs(ctx context.Context, volumeID, node string, use datapath.GrantUse) (uint64, error)
 	// Fence revokes node and bumps the volume's epoch.
 	Fence(ctx context.Context, volumeID, node string) (uint64, error)
 	// Release ends node's grant on the volume.
