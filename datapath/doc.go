@@ -22,7 +22,11 @@
 // # Epochs and fencing
 //
 // Each volume has an epoch counter, persisted with every change. Grant gives a
-// node the next epoch (for RWO only while no other node holds a live grant);
+// node the next epoch (for RWO only while no other node holds a live grant).
+// A grant records its use (GrantUse, GrantAs): a filesystem writer is the only
+// writer of any volume, RWX included, since ext4 mounted read-write on two nodes
+// is corrupted, and a read-only grant's writes get ErrReadOnly
+// (TestGrantConflict, TestStore_GrantAs_SecondFilesystemWriterRefused).
 // Fence moves the volume to the next epoch and records the node as fenced;
 // Release marks the node's grant released. Every read, write and flush carries
 // (node, epoch) and is accepted only if the node's row is a live grant with

@@ -32,17 +32,20 @@ const (
 
 // StageRecord is what the journal knows about one staged volume.
 type StageRecord struct {
-	VolumeID    string    `json:"volumeID"`
-	StagingPath string    `json:"stagingPath"`
-	Block       bool      `json:"block"`
-	FsType      string    `json:"fsType,omitempty"`
-	MountFlags  []string  `json:"mountFlags,omitempty"`
-	Epoch       uint64    `json:"epoch"`
-	Size        int64     `json:"size"`
-	DiskDir     string    `json:"diskDir"`
-	LoopDevice  string    `json:"loopDevice,omitempty"`
-	Phase       Phase     `json:"phase"`
-	Updated     time.Time `json:"updated"`
+	VolumeID    string   `json:"volumeID"`
+	StagingPath string   `json:"stagingPath"`
+	Block       bool     `json:"block"`
+	FsType      string   `json:"fsType,omitempty"`
+	MountFlags  []string `json:"mountFlags,omitempty"`
+	// ReadOnly: staged for a reader mode; the filesystem is mounted
+	// read-only and never formatted. Absent in older records: read-write.
+	ReadOnly   bool      `json:"readOnly,omitempty"`
+	Epoch      uint64    `json:"epoch"`
+	Size       int64     `json:"size"`
+	DiskDir    string    `json:"diskDir"`
+	LoopDevice string    `json:"loopDevice,omitempty"`
+	Phase      Phase     `json:"phase"`
+	Updated    time.Time `json:"updated"`
 	// Boot is the boot id of the run that last wrote the record; "" in a
 	// record written before the journal kept it (of the journal's boot).
 	Boot string `json:"boot,omitempty"`

@@ -175,9 +175,9 @@ func (n *NodeServer) stage(ctx context.Context, a stageArgs) error {
 		return err
 	}
 	if ok && rec.Phase == PhaseStaged {
-		if rec.StagingPath != a.stagingPath || rec.Block != a.block {
-			return fmt.Errorf("stage volume %s at %s (block=%t): it is staged at %s (block=%t): %w",
-				a.volumeID, a.stagingPath, a.block, rec.StagingPath, rec.Block, ErrStagedElsewhere)
+		if rec.StagingPath != a.stagingPath || rec.Block != a.block || rec.ReadOnly != a.readonly {
+			return fmt.Errorf("stage volume %s at %s (block=%t, readonly=%t): it is staged at %s (block=%t, readonly=%t): %w",
+				a.volumeID, a.stagingPath, a.block, a.readonly, rec.StagingPath, rec.Block, rec.ReadOnly, ErrStagedElsewhere)
 		}
 		if a.epoch < rec.Epoch {
 			return fmt.Errorf("stage volume %s with epoch %d: epoch %d is in force: %w", a.volumeID, a.epoch, rec.Epoch, ErrStaleEpoch)
@@ -206,7 +206,7 @@ func (n *NodeServer) stage(ctx context.Context, a stageArgs) error {
 	}
 	rec = StageRecord{
 		VolumeID: a.volumeID, StagingPath: a.stagingPath, Block: a.block, FsType: a.fsType,
-		MountFlags: a.mountFlags, Epoch: a.epoch, Size: vol.Size,
+		MountFlags: a.mountFlags, ReadOnly: a.readonly, Epoch: a.epoch, Size: vol.Size,
 		DiskDir: diskDir(n.cfg.StateDir, a.volumeID), Phase: PhaseStaging,
 	}
 	return n.bringUp(ctx, rec)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,13 +61,13 @@ func (n *NodeServer) build(ctx context.Context, rec StageRecord) (st *stack, err
 	if rec.Block {
 		return st, nil
 	}
-	if err := ensureFilesystem(ctx, st.loop.Path, rec.FsType); err != nil {
+	if err := ensureFilesystem(ctx, st.loop.Path, rec.FsType, rec.ReadOnly); err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
 	}
 	if err := os.MkdirAll(rec.StagingPath, 0o750); err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
 	}
-	if err := mountFilesystem(st.loop.Path, rec.StagingPath, rec.FsType, rec.MountFlags); err != nil {
+	if err := mountFilesystem(st.loop.Path, rec.StagingPath, rec.FsType, stageMountFlags(rec)); err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
 	}
 	return st, nil
@@ -144,9 +145,26 @@ func unmountDisk(dir string) error {
 	return unmountAll(dir)
 }
 
+// stageMountFlags are the flags rec's filesystem is mounted with: the
+// capability's, and for a read-only stage "ro" and, for ext4, "noload", so
+// that not even the journal is replayed: a reader writes nothing.
+func stageMountFlags(rec StageRecord) []string {
+	flags := slices.Clone(rec.MountFlags)
+	if !rec.ReadOnly {
+		return flags
+	}
+	flags = slices.DeleteFunc(flags, func(f string) bool { return f == "rw" })
+	flags = append(flags, "ro")
+	if rec.FsType == "ext4" {
+		flags = append(flags, "noload")
+	}
+	return flags
+}
+
 // ensureFilesystem makes a filesystem of fsType on dev unless dev already has a
-// signature: a volume is formatted once, on its first stage.
-func ensureFilesystem(ctx context.Context, dev, fsType string) error {
+// signature: a volume is formatted once, on its first stage, and never by a
+// read-only stage, which finds a blank volume an error.
+func ensureFilesystem(ctx context.Context, dev, fsType string, readonly bool) error {
 	out, err := exec.CommandContext(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev).Output()
 	var exit *exec.ExitError
 	switch {
@@ -157,6 +175,10 @@ func ensureFilesystem(ctx context.Context, dev, fsType string) error {
 		}
 		return nil
 	case errors.As(err, &exit) && exit.ExitCode() == 2: // no signature: blank
+		if readonly {
+			return fmt.Errorf("%s holds no filesystem, and a volume staged read-only is never formatted; "+
+				"stage it once with a writer mode first: %w", dev, ErrWrongFilesystem)
+		}
 	default:
 		return fmt.Errorf("probe %s with blkid: %w", dev, err)
 	}

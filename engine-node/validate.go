@@ -5,7 +5,10 @@ import (
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	vcsi "github.com/vigil-storage/vigil/datapath/csi"
 )
 
 // Pod identity keys the kubelet puts in the volume context when the CSIDriver
@@ -21,7 +24,7 @@ var supportedFsTypes = map[string]bool{"": true, DefaultFsType: true}
 
 type stageArgs struct {
 	volumeID, stagingPath string
-	block                 bool
+	block, readonly       bool
 	fsType                string
 	mountFlags            []string
 	epoch                 uint64
@@ -43,29 +46,51 @@ func checkPath(field, p string) error {
 	return nil
 }
 
-// checkCapability validates a volume capability and tells Block from Filesystem.
-func checkCapability(c *csi.VolumeCapability) (block bool, fsType string, flags []string, err error) {
+// volumeAccess is what a checked capability asks of the node.
+type volumeAccess struct {
+	block  bool
+	fsType string
+	flags  []string
+	// readonly: a reader mode. The filesystem is mounted read-only, every
+	// publish is read-only, and the datapath grant refuses writes anyway.
+	readonly bool
+}
+
+// checkCapability validates a volume capability, tells Block from Filesystem
+// and decides, with the controller's vcsi.GrantUse, whether the access mode
+// allows this access type at all: a multi-node writer mode with mount access is
+// refused here too, so a filesystem is never mounted read-write on two nodes
+// even when a request slipped past the controller.
+func checkCapability(c *csi.VolumeCapability) (volumeAccess, error) {
 	if c == nil {
-		return false, "", nil, invalid("volume_capability is missing")
+		return volumeAccess{}, invalid("volume_capability is missing")
 	}
-	if c.GetAccessMode() == nil || c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_UNKNOWN {
-		return false, "", nil, invalid("volume_capability.access_mode is missing or UNKNOWN")
+	mode := c.GetAccessMode().GetMode()
+	if c.GetAccessMode() == nil || mode == csi.VolumeCapability_AccessMode_UNKNOWN {
+		return volumeAccess{}, invalid("volume_capability.access_mode is missing or UNKNOWN")
 	}
+	var a volumeAccess
 	switch {
 	case c.GetBlock() != nil:
-		return true, "", nil, nil
+		a.block = true
 	case c.GetMount() != nil:
 		fs := c.GetMount().GetFsType()
 		if !supportedFsTypes[fs] {
-			return false, "", nil, invalid("volume_capability.mount.fs_type %q is not supported; allowed: %q (the default)", fs, DefaultFsType)
+			return volumeAccess{}, invalid("volume_capability.mount.fs_type %q is not supported; allowed: %q (the default)", fs, DefaultFsType)
 		}
 		if fs == "" {
 			fs = DefaultFsType
 		}
-		return false, fs, c.GetMount().GetMountFlags(), nil
+		a.fsType, a.flags = fs, c.GetMount().GetMountFlags()
 	default:
-		return false, "", nil, invalid("volume_capability has neither block nor mount access type")
+		return volumeAccess{}, invalid("volume_capability has neither block nor mount access type")
 	}
+	use, err := vcsi.GrantUse(mode, a.block)
+	if err != nil {
+		return volumeAccess{}, invalid("volume_capability.%v", err)
+	}
+	a.readonly = use == datapath.UseReadOnly
+	return a, nil
 }
 
 func checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
@@ -75,7 +100,7 @@ func checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
 	if err := checkPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return stageArgs{}, err
 	}
-	block, fsType, flags, err := checkCapability(req.GetVolumeCapability())
+	acc, err := checkCapability(req.GetVolumeCapability())
 	if err != nil {
 		return stageArgs{}, err
 	}
@@ -89,7 +114,7 @@ func checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
 	}
 	return stageArgs{
 		volumeID: req.GetVolumeId(), stagingPath: filepath.Clean(req.GetStagingTargetPath()),
-		block: block, fsType: fsType, mountFlags: flags, epoch: epoch,
+		block: acc.block, fsType: acc.fsType, mountFlags: acc.flags, readonly: acc.readonly, epoch: epoch,
 	}, nil
 }
 
@@ -103,14 +128,14 @@ func checkPublish(req *csi.NodePublishVolumeRequest) (publishArgs, error) {
 	if err := checkPath("target_path", req.GetTargetPath()); err != nil {
 		return publishArgs{}, err
 	}
-	block, _, _, err := checkCapability(req.GetVolumeCapability())
+	acc, err := checkCapability(req.GetVolumeCapability())
 	if err != nil {
 		return publishArgs{}, err
 	}
 	vc := req.GetVolumeContext()
 	return publishArgs{
 		volumeID: req.GetVolumeId(), stagingPath: filepath.Clean(req.GetStagingTargetPath()),
-		targetPath: filepath.Clean(req.GetTargetPath()), block: block, readonly: req.GetReadonly(),
+		targetPath: filepath.Clean(req.GetTargetPath()), block: acc.block, readonly: req.GetReadonly() || acc.readonly,
 		podUID: vc[podUIDKey], podName: vc[podNameKey], podNamespace: vc[podNamespaceKey],
 	}, nil
 }
