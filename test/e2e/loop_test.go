@@ -66,6 +66,7 @@ func TestLoop(t *testing.T) {
 		{"AttachmentPolicies", e.testAttachmentPolicies},
 		{"CrashLoop", e.testCrashLoop},
 		{"DeleteClaim", e.testDeleteClaim},
+		{"AccessModes", e.testAccessModes},
 	} {
 		if !t.Run(c.name, c.run) {
 			t.Logf("%s failed; the cases after it share its sandbox and are skipped", c.name)
