@@ -20,24 +20,50 @@ type recoveryInformer struct {
 // recoveryResync: the recoveries are watched; no periodic resync is needed.
 const recoveryResync = 0 * time.Second
 
+// newRecoveryInformer watches the records through c; a nil c (run
+// --recoveries=false) watches nothing and answers that records are off.
 func newRecoveryInformer(c *v1alpha1.Client) *recoveryInformer {
+	if c == nil {
+		return &recoveryInformer{}
+	}
 	return &recoveryInformer{informer: v1alpha1.NewInformer(c, recoveryResync)}
 }
 
 func (r *recoveryInformer) onChange(f func()) error {
+	if r.informer == nil {
+		return nil
+	}
 	_, err := r.informer.AddEventHandler(changeHandler(f))
 	return err
 }
 
 // run runs the informer until ctx ends.
-func (r *recoveryInformer) run(ctx context.Context) { r.informer.RunWithContext(ctx) }
+func (r *recoveryInformer) run(ctx context.Context) {
+	if r.informer != nil {
+		r.informer.RunWithContext(ctx)
+	}
+}
 
-var errRecoveriesNotSynced = errors.New("the NodeRecovery cache has not synced: is the CRD installed? (kubectl apply -f deploy/crds/)")
+// ready is nil when the records can be read.
+func (r *recoveryInformer) ready() error {
+	switch {
+	case r.informer == nil:
+		return fmt.Errorf("%w: %w", errRecoveriesOff, httpapi.ErrUnavailable)
+	case !r.informer.HasSynced():
+		return fmt.Errorf("%w: %w", errRecoveriesNotSynced, httpapi.ErrUnavailable)
+	}
+	return nil
+}
+
+var (
+	errRecoveriesNotSynced = errors.New("the NodeRecovery cache has not synced yet")
+	errRecoveriesOff       = errors.New("recovery records are off (vigil-manager run --recoveries=false)")
+)
 
 // Recoveries lists every record.
 func (r *recoveryInformer) Recoveries(context.Context) ([]v1alpha1.NodeRecovery, error) {
-	if !r.informer.HasSynced() {
-		return nil, fmt.Errorf("%w: %w", errRecoveriesNotSynced, httpapi.ErrUnavailable)
+	if err := r.ready(); err != nil {
+		return nil, err
 	}
 	items := r.informer.GetStore().List()
 	out := make([]v1alpha1.NodeRecovery, 0, len(items))
@@ -51,8 +77,8 @@ func (r *recoveryInformer) Recoveries(context.Context) ([]v1alpha1.NodeRecovery,
 
 // Recovery returns one record.
 func (r *recoveryInformer) Recovery(_ context.Context, name string) (*v1alpha1.NodeRecovery, error) {
-	if !r.informer.HasSynced() {
-		return nil, fmt.Errorf("%w: %w", errRecoveriesNotSynced, httpapi.ErrUnavailable)
+	if err := r.ready(); err != nil {
+		return nil, err
 	}
 	it, ok, err := r.informer.GetStore().GetByKey(name)
 	if err != nil {

@@ -273,9 +273,11 @@ func runManager(c *cli.Context) error {
 	} else if err := checkNoOtherLeader(ctx, client, o.leaseNamespace, o.leaseName, time.Now()); err != nil {
 		return err
 	}
-	recoveries, err := v1alpha1.NewForConfig(cfg)
-	if err != nil {
-		return err
+	var recoveries *v1alpha1.Client // nil with --recoveries=false: the UI shows none
+	if o.loop.recoveries {
+		if recoveries, err = v1alpha1.NewForConfig(cfg); err != nil {
+			return err
+		}
 	}
 	token, err := o.api.loadToken(slog.Default())
 	if err != nil {
@@ -353,7 +355,11 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	if err != nil {
 		return errors.Join(err, lis.Close())
 	}
-	mux := newMux(reg, reaper.HasSynced, set.ActBlocked)
+	var warnings []string
+	if cs.loop.fencer == nil {
+		warnings = append(warnings, noFencerWarning)
+	}
+	mux := newMux(reg, reaper.HasSynced, set.ActBlocked, warnings...)
 	var leading atomic.Bool // the nodes view shows the controllers' verdicts only while this replica leads
 	src := nodeSources{verdicts: reaper, leading: leading.Load}
 	if cs.loop.fencer != nil {
@@ -413,8 +419,10 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 
 // newMux serves the manager's HTTP endpoints. The settings API and the UI join
 // this mux in their own files. /readyz fails while the informers have not synced
-// and while settings block acting (actBlocked, with its message).
-func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() error) *http.ServeMux {
+// and while settings block acting (actBlocked, with its message); when ready it
+// says ok, then one "warning:" line for each of warnings (what the manager runs
+// without).
+func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() error, warnings ...string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -430,6 +438,9 @@ func newMux(reg *prometheus.Registry, synced func() bool, actBlocked func() erro
 			return
 		}
 		_, _ = fmt.Fprintln(w, "ok")
+		for _, warn := range warnings {
+			_, _ = fmt.Fprintln(w, "warning:", warn)
+		}
 	})
 	return mux
 }

@@ -42,11 +42,23 @@ type fakeAPIServer struct {
 	// down makes every new request fail with 503, as an API server that is
 	// restarting would.
 	down atomic.Bool
+	// noCRD: the NodeRecovery CRD is not installed (discovery does not list it).
+	noCRD bool
 }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.down.Load() {
 		http.Error(w, "restarting", http.StatusServiceUnavailable)
+		return
+	}
+	if r.URL.Path == "/apis/vigil.io/v1alpha1" {
+		if f.noCRD {
+			http.Error(w, "404 page not found", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"vigil.io/v1alpha1",`+
+			`"resources":[{"name":"noderecoveries","singularName":"noderecovery","namespaced":false,"kind":"NodeRecovery","verbs":["get","list","watch","create","update","patch"]}]}`)
 		return
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
@@ -267,14 +279,22 @@ func startLeading(t *testing.T, extra ...string) (api *fakeAPIServer, dir string
 	api = &fakeAPIServer{objects: map[string][]byte{
 		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
 	}}
+	dir = t.TempDir()
+	cmd, base, rest = startWith(t, api, dir, extra...)
+	return api, dir, cmd, base, rest
+}
+
+// startWith runs the manager against api with its files in dir, and waits
+// until it is ready and leading.
+func startWith(t *testing.T, api *fakeAPIServer, dir string, extra ...string) (cmd *exec.Cmd, base string, rest <-chan string) {
+	t.Helper()
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	dir = t.TempDir()
 	cmd, base, rest = startRunChild(t, append([]string{"run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
 		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
 		"--state-dir", filepath.Join(dir, "state")}, extra...))
 	awaitLeading(t, api, base)
-	return api, dir, cmd, base, rest
+	return cmd, base, rest
 }
 
 // awaitLeading waits until the manager at base is ready and holds the Lease.
@@ -346,9 +366,40 @@ func TestCheckLeaseNamespace_MissingNamespaceIsAClearError(t *testing.T) {
 	}
 }
 
+// Without the NodeRecovery CRD the manager stops at once with one error that
+// names the file to apply and the flag that runs without records; with that
+// flag it runs, and the UI's recoveries say they are off.
+func TestRun_MissingCRD(t *testing.T) {
+	api := &fakeAPIServer{noCRD: true, objects: map[string][]byte{
+		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
+	}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	args := []string{"vigil-manager", "run", "--kubeconfig", writeKubeconfig(t, srv.URL), "--listen", "127.0.0.1:0",
+		"--settings-store", "bolt:" + filepath.Join(dir, "settings.db"), "--leader-elect-lease-namespace", "vigil-system",
+		"--state-dir", filepath.Join(dir, "state")}
+	// A manager that started anyway stops when ctx ends, and the test fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := App().RunContext(ctx, args)
+	if err == nil || !strings.Contains(err.Error(), recoveryCRDFile) || !strings.Contains(err.Error(), "--recoveries=false") {
+		t.Fatalf("run without the CRD = %v, want one error naming %s and --recoveries=false", err, recoveryCRDFile)
+	}
+
+	_, base, _ := startWith(t, api, dir, "--recoveries=false")
+	code, body := getBody(t, base+"/readyz")
+	if code != http.StatusOK || !strings.Contains(body, "ok") || !strings.Contains(body, "warning: no --datapath") {
+		t.Errorf("/readyz without a fencing back end = %q, want ok and a warning line", body)
+	}
+	if code := get(t, base+"/v1/recoveries"); code != http.StatusServiceUnavailable {
+		t.Errorf("/v1/recoveries with --recoveries=false = %d, want 503", code)
+	}
+}
+
 func TestNewMux_ReadyzFollowsSyncAndSettings(t *testing.T) {
 	synced, blocked := false, error(nil)
-	mux := newMux(prometheus.NewRegistry(), func() bool { return synced }, func() error { return blocked })
+	mux := newMux(prometheus.NewRegistry(), func() bool { return synced }, func() error { return blocked }, "no fencer")
 	for _, tc := range []struct {
 		synced  bool
 		blocked error
@@ -356,7 +407,7 @@ func TestNewMux_ReadyzFollowsSyncAndSettings(t *testing.T) {
 		body    string
 	}{
 		{false, nil, http.StatusServiceUnavailable, "not synced"},
-		{true, nil, http.StatusOK, "ok"},
+		{true, nil, http.StatusOK, "ok\nwarning: no fencer\n"},
 		{true, errors.New("not acting: overlay file /x/dry-run refused"), http.StatusServiceUnavailable, "/x/dry-run"},
 	} {
 		synced, blocked = tc.synced, tc.blocked

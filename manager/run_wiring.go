@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,7 +45,7 @@ func loopFlags() []cli.Flag {
 		&cli.DurationFlag{Name: flagDatapathTimeout, Value: 5 * time.Second,
 			Usage: "how long one datapath call may take (a fence of every volume of a node is one call)"},
 		&cli.BoolFlag{Name: flagRecoveries, Value: true,
-			Usage: "write a NodeRecovery (vigil.io/v1alpha1) per node failure; needs the CRD (deploy/crds), and is turned off with a warning when the API server does not serve it"},
+			Usage: "write a NodeRecovery (vigil.io/v1alpha1) per node failure and show them in the UI; needs the CRD (" + recoveryCRDFile + "): without it the manager does not start, unless this is false"},
 	}, datapathTLSFlags("datapath-")...)
 }
 
@@ -76,6 +77,17 @@ func parseLoopOptions(c *cli.Context) (loopOptions, error) {
 	return o, nil
 }
 
+// recoveryCRDFile is the NodeRecovery CRD in the repository and in a release.
+const recoveryCRDFile = "deploy/crds/vigil.io_noderecoveries.yaml"
+
+// errNoRecoveryCRD: the API server does not serve NodeRecovery objects.
+var errNoRecoveryCRD = errors.New("the API server does not serve noderecoveries." + v1alpha1.SchemeGroupVersion.String())
+
+// noFencerWarning is logged at start and shown by /readyz when the manager runs
+// without a fencing back end.
+const noFencerWarning = "no --datapath: nothing is fenced by Vigil, storage isolation is not judged, " +
+	"and the fast trigger fires only on Kubernetes' own proofs (a deleted node, the out-of-service taint)"
+
 // loopWiring is what the closed loop adds to the controller Config.
 type loopWiring struct {
 	fencer     controller.Fencer
@@ -94,22 +106,21 @@ func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring,
 		w.fencer, w.close = fencer.New(dp), func() { _ = dp.Close() }
 		slog.Info("vigil-manager: fencing back end", "datapath", o.datapath)
 	} else {
-		slog.Warn("vigil-manager: no --datapath: nothing is fenced by Vigil, storage isolation is not judged, and the fast trigger fires only on Kubernetes' own proofs (a deleted node, the out-of-service taint)")
+		slog.Warn("vigil-manager: " + noFencerWarning)
 	}
 	if o.recoveries {
 		rc, err := recoveryClient(cfg)
 		if err != nil {
 			return w, err
 		}
-		if rc != nil {
-			w.recoveries = rc
-		}
+		w.recoveries = rc
 	}
 	return w, nil
 }
 
-// recoveryClient returns a NodeRecovery client, or nil with a warning when the
-// API server does not serve the CRD (records are then not written).
+// recoveryClient returns a NodeRecovery client, or one clear error when the API
+// server does not serve the CRD: a manager that ran on would log a watch error
+// every few seconds and write no record.
 func recoveryClient(cfg *rest.Config) (*v1alpha1.Client, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -123,9 +134,12 @@ func recoveryClient(cfg *rest.Config) (*v1alpha1.Client, error) {
 		}
 	}
 	if !served {
-		slog.Warn("vigil-manager: the API server does not serve noderecoveries.vigil.io (apply deploy/crds); recoveries are not recorded",
-			"err", err)
-		return nil, nil
+		why := "it is not installed"
+		if err != nil {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("%w (%s): install it with `kubectl apply -f %s`, or run with --%s=false to keep no recovery records",
+			errNoRecoveryCRD, why, recoveryCRDFile, flagRecoveries)
 	}
 	return v1alpha1.NewForConfig(cfg)
 }

@@ -279,7 +279,19 @@ func startStack(c *cli.Context, s *sandbox.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("%w (the sandbox is up: logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
 	}
+	if err := sandbox.InstallCRDs(c.Context, s.RESTConfig()); err != nil {
+		return fmt.Errorf("%w (the sandbox is up: `vigil-sandbox down` removes it)", err)
+	}
 	fmt.Printf("vigil stack: datapath %s (TLS, CA %s; %s identities; the manager's token %s), CSI controller %s, StorageClass %s\n",
 		stk.DatapathAddr, stk.CAFile, stk.Auth, stk.TokenFile, stk.ControllerEndpoint, stk.StorageClass)
+	fmt.Printf("run Vigil's manager on this stack (the CRDs of deploy/crds are installed):\n  %s\n", managerCommand(dir, s, stk))
 	return nil
+}
+
+// managerCommand is the `vigil-manager run` line for a sandbox's stack: the
+// admin kubeconfig and the datapath with its token and CA, so that it fences.
+func managerCommand(binDir string, s *sandbox.Sandbox, stk *sandbox.Stack) string {
+	return strings.Join([]string{filepath.Join(binDir, "vigil-manager"), "run",
+		"--kubeconfig", s.Kubeconfig(), "--datapath", stk.DatapathAddr,
+		"--datapath-token-file", stk.TokenFile, "--datapath-ca-file", stk.CAFile}, " ")
 }

@@ -98,6 +98,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	// As an install does: a manager does not start without its CRD.
+	if err := sandbox.InstallCRDs(ctx, sb.RESTConfig()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	if managerKubeconfig, err = sb.ComponentKubeconfig(ctx, vigil.ManagerServiceAccount, ""); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
