@@ -14,6 +14,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 func capWith(mode csi.VolumeCapability_AccessMode_Mode, block bool) *csi.VolumeCapability {
@@ -143,5 +145,13 @@ func TestNodeServer_Stage_ReaderModeMountsReadOnly(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "volumeMode: Block")
 	if _, ok, _ := n.journal.Stage("vol-blank"); ok {
 		t.Fatal("a refused stage left a journal record")
+	}
+}
+
+// A write under a read-only grant is the datapath's answer, not a lost
+// request: the engine fails it at once instead of retrying until its timeout.
+func TestTransient_ReadOnlyIsDefinitive(t *testing.T) {
+	if transient(fmt.Errorf("write volume v at 0: %w", datapath.ErrReadOnly)) {
+		t.Fatal("ErrReadOnly is taken as transient")
 	}
 }

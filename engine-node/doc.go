@@ -19,7 +19,16 @@
 //	mounted at the staging path (Filesystem mode; Block mode stops at /dev/loopN)
 //
 // NodePublishVolume bind-mounts the staging mount (Filesystem) or the loop device
-// node (Block, onto a file) at the target path. Alternatives considered: NBD needs
+// node (Block, onto a file) at the target path.
+//
+// The access mode is checked here too, with the controller's rule
+// (datapath/csi.GrantUse): a multi-node writer mode with mount access is
+// refused, since ext4 mounted read-write on two nodes is corrupted; a reader
+// mode is staged read-only (ro,noload: not even the journal is replayed), never
+// formatted, and published read-only (TestCheckStage_AccessModes,
+// TestNodeServer_Stage_ReaderModeMountsReadOnly).
+//
+// Alternatives considered: NBD needs
 // the nbd kernel module, which is not always loaded (and not in the sandbox);
 // ublk needs io_uring and a newer userspace; a loop device over a local file
 // would not carry the epoch. FUSE plus loop needs only /dev/fuse and
