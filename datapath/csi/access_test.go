@@ -169,3 +169,17 @@ func TestControllerServer_ControllerPublishVolume_SecondFilesystemWriter(t *test
 	wantCode(t, err, codes.FailedPrecondition)
 	publish(t, c, shared.GetVolumeId(), "n3", mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY))
 }
+
+// GetCapacity answers 0 for a capability Vigil refuses, as the CSI spec asks.
+func TestControllerServer_GetCapacity_RefusedAccessIsZero(t *testing.T) {
+	c, _ := newTestController(t)
+	for _, tt := range []struct {
+		vc   *csi.VolumeCapability
+		zero bool
+	}{{mountCap(rwx), true}, {blockCap(rwx), false}} {
+		resp, err := c.GetCapacity(context.Background(), &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{tt.vc}})
+		if err != nil || (resp.GetAvailableCapacity() == 0) != tt.zero {
+			t.Errorf("GetCapacity(%v) = %v, %v; want zero %t", tt.vc, resp, err, tt.zero)
+		}
+	}
+}
