@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -10,10 +9,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
-
-	"github.com/vigil-storage/vigil"
 )
 
 // syncAttachments applies volume-attachment-recovery-policy to every protected
@@ -190,18 +185,11 @@ func attachmentWhy(vol *volumeOnNode) string {
 }
 
 // clearVolumeInUse removes one entry from the node's status.volumesInUse. The
-// list is read live and the JSON patch tests it before replacing it, so an entry
-// the kubelet adds meanwhile (the node came back) is never lost: the test fails
-// and the next attempt reads the new list.
+// list is read live and written back whole under modifyNode's resourceVersion
+// precondition, so an entry the kubelet adds meanwhile (the node came back) is
+// never lost: the patch gets a conflict and the next attempt reads the new list.
 func (r *Reaper) clearVolumeInUse(ctx context.Context, node, unique string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := r.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return r.modifyNode(ctx, node, "status", func(n *corev1.Node) bool {
 		keep := make([]corev1.UniqueVolumeName, 0, len(n.Status.VolumesInUse))
 		for _, u := range n.Status.VolumesInUse {
 			if string(u) != unique {
@@ -209,18 +197,10 @@ func (r *Reaper) clearVolumeInUse(ctx context.Context, node, unique string) erro
 			}
 		}
 		if len(keep) == len(n.Status.VolumesInUse) {
-			return nil
+			return false
 		}
-		patch, _ := json.Marshal([]jsonPatchOp{
-			{Op: "test", Path: "/status/volumesInUse", Value: n.Status.VolumesInUse},
-			{Op: "replace", Path: "/status/volumesInUse", Value: keep},
-		})
-		_, err = r.client.CoreV1().Nodes().Patch(ctx, node, types.JSONPatchType, patch,
-			metav1.PatchOptions{FieldManager: vigil.FieldManager}, "status")
-		if isTestFailed(err) {
-			return apierrors.NewConflict(corev1.Resource("nodes"), node, err)
-		}
-		return err
+		n.Status.VolumesInUse = keep
+		return true
 	})
 }
 

@@ -48,8 +48,9 @@
 // pure decide function with the settings and the clock passed in (decideFence,
 // decide, decideAttachment, decideCrashLoop — each tested as a table, decide as
 // a full cross product against an independent oracle), and executes the
-// resulting actions, each with a UID precondition or a JSON patch that tests
-// what it replaces, a Kubernetes Event and a Prometheus metric. A decision not
+// resulting actions, each with a UID precondition or, for a Node, a patch under
+// the resourceVersion read (node_patch.go), a Kubernetes Event and a Prometheus
+// metric. A decision not
 // carried out (dry run, or acting blocked by a bad managed setting) is an Event
 // saying what would have been done. Informers keep only what the decisions read
 // (transform.go, pod_cache.go), so tens of thousands of pods fit in a small

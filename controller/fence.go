@@ -2,17 +2,13 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/fencing"
@@ -127,64 +123,19 @@ func describeFenced(fs []fencing.Fenced) string {
 	return fmt.Sprintf("%d volume(s) (%s)", len(parts), strings.Join(parts, ", "))
 }
 
-// jsonPatchOp is one RFC 6902 operation.
-type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
-
 // taintFenced adds vigil.io/fenced:NoSchedule to the node unless it is there.
-// Taints have no merge key, so the list is read live (the informer's copy keeps
-// only Vigil's taints) and replaced with a JSON patch that first tests the
-// resourceVersion: a concurrent change of the node is a conflict, retried, never
-// overwritten.
+// Taints have no merge key, so the whole list is sent, read live (the
+// informer's copy keeps only Vigil's taints); modifyNode's resourceVersion
+// precondition makes a concurrent change of the node a conflict, retried on
+// the new list, never overwritten.
 func (r *Reaper) taintFenced(ctx context.Context, name string, reason FenceReason) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // deleted meanwhile: nothing to taint
-		}
-		if err != nil {
-			return err
-		}
+	return r.modifyNode(ctx, name, "", func(node *corev1.Node) bool {
 		if fencedTaint(node) != nil {
-			return nil
+			return false
 		}
 		now := metav1.NewTime(r.now())
-		taints := append(node.Spec.Taints, corev1.Taint{Key: vigil.FencedTaintKey, Value: string(reason),
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: vigil.FencedTaintKey, Value: string(reason),
 			Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
-		patch, _ := json.Marshal([]jsonPatchOp{
-			{Op: "test", Path: "/metadata/resourceVersion", Value: node.ResourceVersion},
-			{Op: "add", Path: "/spec/taints", Value: taints},
-		})
-		_, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: vigil.FieldManager})
-		if isTestFailed(err) {
-			// The test op failed: the node changed since the GET.
-			return apierrors.NewConflict(corev1.Resource("nodes"), name, err)
-		}
-		return err
+		return true
 	})
 }
-
-// isTestFailed recognizes the API server's answer to a JSON patch that does not
-// apply: a 422 with nothing but the generic message "the server rejected our
-// request due to an error in our request" (the reason, such as the failed test
-// operation, is not passed on; validation errors of the patched object read
-// differently), or a bad request naming the test. Vigil's patches are well
-// formed, so either means the object changed since it was read.
-func isTestFailed(err error) bool {
-	switch {
-	case err == nil:
-		return false
-	case apierrors.IsInvalid(err):
-		return strings.Contains(err.Error(), patchNotAppliedMessage)
-	case apierrors.IsBadRequest(err):
-		return strings.Contains(err.Error(), "test")
-	}
-	return false
-}
-
-// patchNotAppliedMessage is how client-go words the API server's 422 for a JSON
-// patch that does not apply.
-const patchNotAppliedMessage = "the server rejected our request due to an error in our request"

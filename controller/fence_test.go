@@ -125,7 +125,7 @@ func TestReaper_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing.T) 
 	if f.fencer.live("node-1", "handle-pv-a") {
 		t.Fatal("node-1 still holds a live grant after the fence")
 	}
-	f.expectActions("get nodes /node-1", "patch nodes /node-1 application/json-patch+json")
+	f.expectActions("get nodes /node-1", "patch nodes /node-1 application/strategic-merge-patch+json")
 	node, err := f.client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
 	if err != nil || fencedTaint(node) == nil || fencedTaint(node).Effect != corev1.TaintEffectNoSchedule {
 		t.Fatalf("node-1 taints %+v (err %v), want %s:NoSchedule", node.Spec.Taints, err, vigil.FencedTaintKey)
