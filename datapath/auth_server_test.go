@@ -63,25 +63,47 @@ func dialBulkTest(t *testing.T, c net.Conn, token string) *bulkConnTest {
 }
 
 func (b *bulkConnTest) read() (uint64, error) {
+	id, _, err := b.readGen()
+	return id, err
+}
+
+// readGen reads a response: its id, generation and error.
+func (b *bulkConnTest) readGen() (uint64, uint64, error) {
 	var h [wire.BulkResponseHeaderLen]byte
 	if _, err := io.ReadFull(b.c, h[:]); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	r, err := wire.DecodeBulkResponse(h[:])
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	msg := make([]byte, r.MsgLen)
 	if _, err := io.ReadFull(b.c, msg); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return r.ID, BulkError(r.Code, string(msg))
+	return r.ID, r.Gen, BulkError(r.Code, string(msg))
 }
 
-func (b *bulkConnTest) write(id, epoch uint64, volumeID, node string, p []byte) {
-	if _, err := b.c.Write(append(wire.AppendBulkRequest(nil, id, epoch, 0, volumeID, node, len(p)), p...)); err != nil {
+// write sends a write under (epoch, gen).
+func (b *bulkConnTest) write(id, epoch, gen uint64, volumeID, node string, p []byte) {
+	r := wire.BulkRequest{Op: wire.BulkOpWrite, ID: id, Epoch: epoch, Gen: gen, DataLen: len(p)}
+	if _, err := b.c.Write(append(wire.AppendBulkRequest(nil, r, volumeID, node), p...)); err != nil {
 		b.t.Fatal(err)
 	}
+}
+
+// open opens a write session under epoch (request id) and returns its
+// generation.
+func (b *bulkConnTest) open(id, epoch uint64, volumeID, node string) uint64 {
+	b.t.Helper()
+	if _, err := b.c.Write(wire.AppendBulkRequest(nil, wire.BulkRequest{Op: wire.BulkOpSession, ID: id, Epoch: epoch}, volumeID, node)); err != nil {
+		b.t.Fatal(err)
+	}
+	got, gen, err := b.readGen()
+	if got != id || gen == 0 || err != nil {
+		b.t.Fatalf("open a write session: id %d (want %d), generation %d, %v", got, id, gen, err)
+	}
+	return gen
 }
 
 // closed reports whether the server closed the connection.
@@ -127,11 +149,11 @@ func TestServer_Bulk_EngineWritesOnlyAsItsNode(t *testing.T) {
 		return b
 	}
 	a := dial("node-a-token-0123456")
-	a.write(1, ea, v.ID, "node-a", []byte("mine"))
+	a.write(1, ea, a.open(9, ea, v.ID, "node-a"), v.ID, "node-a", []byte("mine"))
 	if id, err := a.read(); id != 1 || err != nil {
 		t.Fatalf("node-a writes as node-a: id %d, %v", id, err)
 	}
-	a.write(2, eb, v.ID, "node-b", []byte("theirs"))
+	a.write(2, eb, 1, v.ID, "node-b", []byte("theirs"))
 	id, err := a.read()
 	if id != 2 || !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), "node-a") || !strings.Contains(err.Error(), `"node-b"`) {
 		t.Fatalf("node-a writes as node-b: id %d, %v; want ErrPermissionDenied naming both", id, err)
@@ -140,7 +162,7 @@ func TestServer_Bulk_EngineWritesOnlyAsItsNode(t *testing.T) {
 		t.Fatal("the connection stayed open after a refused write")
 	}
 	ctl := dial("controller-token-0123")
-	ctl.write(3, ea, v.ID, "node-a", []byte("ctl"))
+	ctl.write(3, ea, 1, v.ID, "node-a", []byte("ctl"))
 	if id, err := ctl.read(); id != 3 || !errors.Is(err, ErrPermissionDenied) {
 		t.Fatalf("the controller writes: id %d, %v; want ErrPermissionDenied", id, err)
 	}
@@ -181,12 +203,13 @@ func TestServer_Bulk_ProvesTheTokenAgain(t *testing.T) {
 	if _, err := b.read(); err != nil {
 		t.Fatalf("hello: %v", err)
 	}
-	b.write(1, e, v.ID, "node-a", []byte("before"))
+	gen := b.open(9, e, v.ID, "node-a")
+	b.write(1, e, gen, v.ID, "node-a", []byte("before"))
 	if _, err := b.read(); err != nil {
 		t.Fatalf("write before the revocation: %v", err)
 	}
 	auth.revoked.Store(true)
-	b.write(2, e, v.ID, "node-a", []byte("after!"))
+	b.write(2, e, gen, v.ID, "node-a", []byte("after!"))
 	if id, err := b.read(); id != 2 || !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("write after the revocation: id %d, %v; want ErrUnauthenticated", id, err)
 	}
@@ -240,7 +263,7 @@ func TestServer_TLS_HandshakeFirstForBothChannels(t *testing.T) {
 	if _, err := b.read(); err != nil {
 		t.Fatalf("hello over TLS: %v", err)
 	}
-	b.write(1, e, v.ID, "node-a", bytes.Repeat([]byte{7}, 256<<10))
+	b.write(1, e, b.open(9, e, v.ID, "node-a"), v.ID, "node-a", bytes.Repeat([]byte{7}, 256<<10))
 	if _, err := b.read(); err != nil {
 		t.Fatalf("write over TLS: %v", err)
 	}

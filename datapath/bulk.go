@@ -68,6 +68,7 @@ type bulkServer struct {
 	conns    map[net.Conn]struct{}
 	stopping bool
 	wg       sync.WaitGroup
+	sessions writeSessions // orders each (volume, node)'s writes
 }
 
 // track registers c; false if the server is stopping (c must then be closed).
@@ -162,12 +163,12 @@ func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	b := &bulkSession{s: s, c: c, in: &drainReader{br: br, c: c}, sem: make(chan struct{}, bulkInFlight), stages: make(chan *stage, bulkInFlight)}
 	var err error
 	if b.id, b.token, err = s.bulkHello(br); err != nil {
-		_ = b.reply(0, err)
+		_ = b.reply(0, 0, err)
 		return
 	}
 	b.proved = time.Now()
 	_ = c.SetReadDeadline(time.Time{})
-	if err := b.reply(0, nil); err != nil {
+	if err := b.reply(0, 0, nil); err != nil {
 		return
 	}
 	if sc, ok := c.(syscall.Conn); ok {
@@ -181,12 +182,13 @@ func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	}
 }
 
-func (b *bulkSession) reply(id uint64, err error) error {
+// reply answers request id; gen is the generation a session request opened.
+func (b *bulkSession) reply(id, gen uint64, err error) error {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	out := wire.AppendBulkResponse(make([]byte, 0, wire.BulkResponseHeaderLen+len(msg)), id, bulkCode(err), msg)
+	out := wire.AppendBulkResponse(make([]byte, 0, wire.BulkResponseHeaderLen+len(msg)), id, bulkCode(err), gen, msg)
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	_, werr := b.c.Write(out)
@@ -201,7 +203,7 @@ func (b *bulkSession) next() bool {
 	}
 	req, err := wire.DecodeBulkRequest(hdr[:])
 	if err != nil {
-		_ = b.reply(req.ID, fmt.Errorf("%w: %v; closing the bulk connection", ErrInvalidArgument, err))
+		_ = b.reply(req.ID, 0, fmt.Errorf("%w: %v; closing the bulk connection", ErrInvalidArgument, err))
 		return false
 	}
 	var names [2 * wire.BulkMaxName]byte
@@ -212,20 +214,28 @@ func (b *bulkSession) next() bool {
 	volumeID, node := string(nm[:req.VolLen]), string(nm[req.VolLen:])
 	if err := b.authorize(node); err != nil {
 		// Nothing of the payload is read: the connection ends here.
-		_ = b.reply(req.ID, fmt.Errorf("%w; closing the bulk connection", err))
+		_ = b.reply(req.ID, 0, fmt.Errorf("%w; closing the bulk connection", err))
 		return false
 	}
 	b.sem <- struct{}{}
+	if req.Op == wire.BulkOpSession {
+		b.start(req, func() (uint64, error) {
+			return b.s.bulk.sessions.open(volumeID, node, req.Epoch, time.Now()), nil
+		})
+		return true
+	}
 	if st := b.stage(req.DataLen); st != nil {
 		got, err := st.fill(b.raw, req.DataLen)
 		if err == nil {
-			b.start(req, func() error {
-				err := b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f *os.File) error {
-					return st.drainTo(f, req.Offset, req.DataLen)
+			b.start(req, func() (uint64, error) {
+				err := b.s.bulk.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
+					return b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f *os.File) error {
+						return st.drainTo(f, req.Offset, req.DataLen)
+					})
 				})
 				st.discard() // leftovers of a refused or failed write
 				b.stages <- st
-				return err
+				return 0, err
 			})
 			return true
 		}
@@ -263,22 +273,25 @@ func (b *bulkSession) readRest(req wire.BulkRequest, volumeID, node string, st *
 		<-b.sem
 		return false // truncated payload: nothing is written
 	}
-	b.start(req, func() error {
-		err := b.s.store.WriteAt(volumeID, node, req.Epoch, req.Offset, data)
+	b.start(req, func() (uint64, error) {
+		err := b.s.bulk.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
+			return b.s.store.WriteAt(volumeID, node, req.Epoch, req.Offset, data)
+		})
 		bulkBufs.Put(bp)
-		return err
+		return 0, err
 	})
 	return true
 }
 
-// start runs write and answers: inline when it is the only request in flight
-// and nothing more has arrived (saves a goroutine handoff per write), else in
-// its own goroutine (holding a slot of sem).
-func (b *bulkSession) start(req wire.BulkRequest, write func() error) {
+// start runs a request (a write, or a session's open, which returns its
+// generation) and answers: inline when it is the only request in flight and
+// nothing more has arrived (saves a goroutine handoff per write), else in its
+// own goroutine (holding a slot of sem).
+func (b *bulkSession) start(req wire.BulkRequest, run func() (uint64, error)) {
 	if len(b.sem) == 1 && b.in.br.Buffered() == 0 {
-		err := write()
+		gen, err := run()
 		<-b.sem
-		if b.reply(req.ID, err) != nil {
+		if b.reply(req.ID, gen, err) != nil {
 			_ = b.c.Close()
 		}
 		return
@@ -286,9 +299,9 @@ func (b *bulkSession) start(req wire.BulkRequest, write func() error) {
 	b.inflight.Add(1)
 	go func() {
 		defer b.inflight.Done()
-		err := write()
+		gen, err := run()
 		<-b.sem
-		if b.reply(req.ID, err) != nil {
+		if b.reply(req.ID, gen, err) != nil {
 			_ = b.c.Close()
 		}
 	}()
@@ -354,6 +367,20 @@ func (b *bulkSession) authorize(node string) error {
 		b.id, b.proved = id, time.Now()
 	}
 	return Authorize(b.id, wire.MethodWrite, node)
+}
+
+// errBulkV1 is the answer to a client that opens a version 1 bulk connection.
+var errBulkV1 = fmt.Errorf("%w: bulk protocol %s (unordered writes) is no longer served; this datapath speaks %s (write sessions). "+
+	"Upgrade vigil-engine-node to the datapath's release: engines first, then the datapath, keeps writes flowing (a new engine writes over gRPC to an old datapath)",
+	ErrInvalidArgument, wire.BulkMagicV1, wire.BulkMagic)
+
+// refuseBulkV1 answers a version 1 hello with errBulkV1, in version 1's
+// layout so that the old client shows it, logs it, and closes c.
+func (s *Server) refuseBulkV1(c net.Conn, from net.Addr) {
+	defer c.Close()
+	s.store.log.Warn("datapath: refused a bulk connection of an older protocol version; upgrade the engine", "from", from.String(), "protocol", wire.BulkMagicV1, "want", wire.BulkMagic)
+	_ = c.SetWriteDeadline(time.Now().Add(helloTimeout))
+	_, _ = c.Write(wire.AppendBulkRefusalV1(nil, bulkCode(errBulkV1), errBulkV1.Error()))
 }
 
 // bulkHello reads the token that follows the magic and takes it to the

@@ -88,6 +88,10 @@ func (m *muxListener) sniff(raw net.Conn) {
 		return
 	}
 	_ = raw.SetWriteDeadline(time.Time{})
+	if string(head) == wire.BulkMagicV1 {
+		m.srv.refuseBulkV1(c, raw.RemoteAddr())
+		return
+	}
 	if string(head) == wire.BulkMagic {
 		_, _ = br.Discard(wire.BulkMagicLen)
 		if !m.srv.bulk.track(c) {

@@ -32,6 +32,7 @@ var wireErrors = []struct {
 	{ErrPermissionDenied, codes.PermissionDenied, "PERMISSION_DENIED"},
 	{ErrAuthUnavailable, codes.Unavailable, "AUTH_UNAVAILABLE"},
 	{ErrReadOnly, codes.PermissionDenied, "READ_ONLY"},
+	{ErrStaleSession, codes.Aborted, "STALE_SESSION"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

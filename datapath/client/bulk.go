@@ -33,6 +33,7 @@ var errBulkUnsupported = errors.New("server does not speak the bulk protocol")
 type bulkResult struct {
 	code uint8
 	msg  string
+	gen  uint64 // the generation a session request opened
 	err  error
 }
 
@@ -109,7 +110,7 @@ func readBulkResponse(br *bufio.Reader) (bulkResult, error) {
 	if _, err := io.ReadFull(br, msg); err != nil {
 		return bulkResult{}, err
 	}
-	return bulkResult{code: r.Code, msg: string(msg), err: nil}, nil
+	return bulkResult{code: r.Code, msg: string(msg), gen: r.Gen}, nil
 }
 
 func (b *bulkConn) readLoop(br *bufio.Reader) {
@@ -139,7 +140,7 @@ func (b *bulkConn) readLoop(br *bufio.Reader) {
 		done := b.retired && len(b.pending) == 0
 		b.mu.Unlock()
 		if ch != nil {
-			ch <- bulkResult{code: r.Code, msg: msg}
+			ch <- bulkResult{code: r.Code, msg: msg, gen: r.Gen}
 		} else if r.ID == 0 {
 			// The server refused the connection as a whole (a malformed request).
 			b.fail(datapath.BulkError(r.Code, msg))
@@ -186,25 +187,30 @@ func (b *bulkConn) dead() bool {
 
 var resultChans = sync.Pool{New: func() any { return make(chan bulkResult, 1) }}
 
-// write sends one write and waits for its answer. p is no longer referenced
-// when write returns: the request is written to the socket synchronously.
-func (b *bulkConn) write(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+// do sends one request (r's ID is set here; p is a write's payload) and
+// waits for its answer, returning the generation the answer carries. p is no
+// longer referenced when do returns: the request is written to the socket
+// synchronously. A request left unanswered when ctx ends closes the
+// connection: its path may be black-holed, and the next requests go on a
+// fresh one.
+func (b *bulkConn) do(ctx context.Context, r wire.BulkRequest, volumeID, node string, p []byte) (uint64, error) {
 	ch := resultChans.Get().(chan bulkResult)
 	b.mu.Lock()
 	if b.err != nil {
 		err := b.err
 		b.mu.Unlock()
-		return err
+		return 0, err
 	}
 	b.nextID++
-	id := b.nextID
-	b.pending[id] = ch
+	r.ID = b.nextID
+	b.pending[r.ID] = ch
 	b.mu.Unlock()
 
 	b.wmu.Lock()
 	dl, _ := ctx.Deadline()
 	_ = b.c.SetWriteDeadline(dl)
-	b.hdr = wire.AppendBulkRequest(b.hdr[:0], id, epoch, off, volumeID, node, len(p))
+	r.DataLen = len(p)
+	b.hdr = wire.AppendBulkRequest(b.hdr[:0], r, volumeID, node)
 	bufs := net.Buffers{b.hdr, p}
 	_, err := bufs.WriteTo(b.c)
 	b.wmu.Unlock()
@@ -213,22 +219,37 @@ func (b *bulkConn) write(ctx context.Context, volumeID, node string, epoch uint6
 		b.fail(err)
 	}
 	select {
-	case r := <-ch:
+	case res := <-ch:
 		resultChans.Put(ch)
-		if r.err != nil {
-			return r.err
+		if res.err != nil {
+			return 0, res.err
 		}
-		return datapath.BulkError(r.code, r.msg)
+		return res.gen, datapath.BulkError(res.code, res.msg)
 	case <-ctx.Done():
 		b.mu.Lock()
-		_, waiting := b.pending[id]
-		delete(b.pending, id)
+		_, waiting := b.pending[r.ID]
+		delete(b.pending, r.ID)
 		b.mu.Unlock()
-		if !waiting { // answered meanwhile: the channel is written, drop it
-			<-ch
+		if !waiting { // answered meanwhile: the channel is written
+			res := <-ch
+			if res.err != nil {
+				return 0, res.err
+			}
+			return res.gen, datapath.BulkError(res.code, res.msg)
 		}
-		return ctx.Err()
+		b.fail(fmt.Errorf("request %d unanswered: %w", r.ID, ctx.Err()))
+		return 0, ctx.Err()
 	}
+}
+
+// openSession opens a new write session generation for (volumeID, node,
+// epoch) and returns it.
+func (b *bulkConn) openSession(ctx context.Context, volumeID, node string, epoch uint64) (uint64, error) {
+	gen, err := b.do(ctx, wire.BulkRequest{Op: wire.BulkOpSession, Epoch: epoch}, volumeID, node, nil)
+	if err == nil && gen == 0 {
+		err = fmt.Errorf("%w: the server opened a write session without a generation", errBulkTransport)
+	}
+	return gen, err
 }
 
 // bulkConns is how many bulk connections a client keeps: writes in flight are
@@ -241,11 +262,12 @@ const bulkConns = 2
 const bulkRetryAfter = time.Minute
 
 // bulkConn returns one of the client's live bulk connections (round robin),
-// dialing it if needed.
-func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
+// dialing it if needed. Unless force, it gives errBulkUnsupported for a
+// minute after a server did not answer the hello.
+func (c *Client) bulkConn(ctx context.Context, force bool) (*bulkConn, error) {
 	c.bulkMu.Lock()
 	defer c.bulkMu.Unlock()
-	if c.bulkOff || time.Now().Before(c.bulkRetryAt) {
+	if c.bulkOff || (!force && time.Now().Before(c.bulkRetryAt)) {
 		return nil, errBulkUnsupported
 	}
 	c.bulkNext = (c.bulkNext + 1) % bulkConns
@@ -278,25 +300,41 @@ func (c *Client) closeBulk() {
 	}
 }
 
+// maxStaleResends is how many times one write is sent again at once under a
+// newer generation after the server refused it as stale (a generation opened
+// by another write of the same volume meanwhile, or a server restart).
+const maxStaleResends = 8
+
 // writeBulk is WriteAt over the bulk channel, with the same retry rules as a
 // gRPC write: a failed connection is retried (same epoch: a write is never
-// moved to a new epoch), a timeout or the server's answer is not. It returns
-// errBulkUnsupported (wrapped) if the server does not speak it.
+// moved to a new epoch), a timeout or the server's answer is not, except a
+// refusal as stale (nothing written), which is sent again at once under a new
+// generation. It returns errBulkUnsupported (wrapped) if the server does not
+// speak it, unless an earlier write of the volume is still unanswered: only
+// the bulk channel can end that write's session, so the write waits for it.
 func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
 	if !bulkName(volumeID) || !bulkName(node) {
 		// The frame cannot carry it; gRPC gets the server's own refusal.
 		return errBulkUnsupported
 	}
 	backoff := c.opts.minBackoff
-	for attempt := 0; ; attempt++ {
+	for attempt, stale := 0, 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		b, err := c.bulkConn(actx)
-		if err == nil {
-			err = b.write(actx, volumeID, node, epoch, off, p)
-		}
+		err := c.writeBulkOnce(actx, volumeID, node, epoch, off, p)
 		cancel()
-		if err == nil || errors.Is(err, errBulkUnsupported) {
-			return err
+		if errors.Is(err, datapath.ErrStaleSession) && stale < maxStaleResends && ctx.Err() == nil {
+			stale++
+			attempt--
+			continue
+		}
+		if errors.Is(err, errBulkUnsupported) {
+			if !c.sessions.mustEnd(volumeID, node) {
+				return err
+			}
+			err = fmt.Errorf("%w: an earlier write of volume %s is unanswered and only the bulk channel can end its session (%v)", errBulkTransport, volumeID, err)
+		}
+		if err == nil {
+			return nil
 		}
 		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
 			return c.bulkError(attempt, err)
@@ -310,6 +348,31 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 		}
 		backoff = min(backoff*2, c.opts.maxBackoff)
 	}
+}
+
+// writeBulkOnce is one attempt of writeBulk: the write goes out under the
+// session's generation, opened first if none is. A write left without the
+// server's answer abandons the generation, so the next write of the volume
+// opens a new one and this write can never land after it.
+func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	b, err := c.bulkConn(ctx, c.sessions.mustEnd(volumeID, node))
+	if err != nil {
+		return err
+	}
+	gen, err := c.sessions.gen(ctx, volumeID, node, epoch, b.openSession)
+	if err != nil {
+		return err
+	}
+	_, err = b.do(ctx, wire.BulkRequest{Op: wire.BulkOpWrite, Epoch: epoch, Offset: off, Gen: gen}, volumeID, node, p)
+	var re *datapath.RemoteError
+	switch {
+	case errors.Is(err, datapath.ErrStaleSession):
+		c.sessions.stale(volumeID, node, epoch, gen)
+	case err != nil && !errors.As(err, &re):
+		// No answer from the server: the write may still arrive.
+		c.sessions.abandon(volumeID, node, epoch, gen)
+	}
+	return err
 }
 
 func (c *Client) bulkError(attempt int, err error) error {

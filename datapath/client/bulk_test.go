@@ -100,17 +100,43 @@ func bulkRaw(t *testing.T, srv *datapathtest.Server, token string) (net.Conn, fu
 
 // readBulk reads one bulk response: id, code, message.
 func readBulk(conn net.Conn) (uint64, uint8, string, error) {
+	r, msg, err := readBulkResponse(conn)
+	return r.ID, r.Code, msg, err
+}
+
+// readBulkResponse reads one bulk response: its header and message.
+func readBulkResponse(conn net.Conn) (wire.BulkResponse, string, error) {
 	var h [wire.BulkResponseHeaderLen]byte
 	if _, err := io.ReadFull(conn, h[:]); err != nil {
-		return 0, 0, "", err
+		return wire.BulkResponse{}, "", err
 	}
 	r, err := wire.DecodeBulkResponse(h[:])
 	if err != nil {
-		return 0, 0, "", err
+		return r, "", err
 	}
 	msg := make([]byte, r.MsgLen)
 	_, err = io.ReadFull(conn, msg)
-	return r.ID, r.Code, string(msg), err
+	return r, string(msg), err
+}
+
+// openRaw opens a write session on a raw bulk connection (request id) and
+// returns its generation.
+func openRaw(t *testing.T, conn net.Conn, id, epoch uint64, volumeID, node string) uint64 {
+	t.Helper()
+	if _, err := conn.Write(wire.AppendBulkRequest(nil, wire.BulkRequest{Op: wire.BulkOpSession, ID: id, Epoch: epoch}, volumeID, node)); err != nil {
+		t.Fatal(err)
+	}
+	r, msg, err := readBulkResponse(conn)
+	if err != nil || r.ID != id || r.Code != 0 || r.Gen == 0 {
+		t.Fatalf("open a write session: %+v %q %v", r, msg, err)
+	}
+	return r.Gen
+}
+
+// rawWrite is a bulk write request with its payload.
+func rawWrite(id, epoch, gen uint64, volumeID, node string, data []byte) []byte {
+	r := wire.BulkRequest{Op: wire.BulkOpWrite, ID: id, Epoch: epoch, Gen: gen, DataLen: len(data)}
+	return append(wire.AppendBulkRequest(nil, r, volumeID, node), data...)
 }
 
 // expectClosed fails unless the server closed conn.
@@ -130,7 +156,7 @@ func TestServer_Bulk_BadInput_ClearErrorsNothingWritten(t *testing.T) {
 	e, _ := c.Grant(ctx, v.ID, "n1")
 	payload := bytes.Repeat([]byte{0xAB}, 256<<10)
 	request := func(id uint64, volumeID string, data []byte) []byte {
-		return append(wire.AppendBulkRequest(nil, id, e, 0, volumeID, "n1", len(data)), data...)
+		return rawWrite(id, e, 1, volumeID, "n1", data)
 	}
 	t.Run("wrong token", func(t *testing.T) {
 		conn, read := bulkRaw(t, srv, "not-the-token")
@@ -146,7 +172,8 @@ func TestServer_Bulk_BadInput_ClearErrorsNothingWritten(t *testing.T) {
 		if _, code, msg, err := read(); err != nil || code != 0 {
 			t.Fatalf("hello: %d %q %v", code, msg, err)
 		}
-		_, _ = conn.Write(request(7, "vol-ffffffffffffffff", payload))
+		gen := openRaw(t, conn, 6, e, "vol-ffffffffffffffff", "n1")
+		_, _ = conn.Write(rawWrite(7, e, gen, "vol-ffffffffffffffff", "n1", payload))
 		id, code, msg, err := read()
 		if err != nil || id != 7 || !errors.Is(datapath.BulkError(code, msg), datapath.ErrNotFound) {
 			t.Fatalf("unknown volume: id %d code %d %q %v", id, code, msg, err)
@@ -155,7 +182,8 @@ func TestServer_Bulk_BadInput_ClearErrorsNothingWritten(t *testing.T) {
 	t.Run("oversize frame", func(t *testing.T) {
 		conn, read := bulkRaw(t, srv, srv.NodeToken("n1"))
 		_, _, _, _ = read()
-		hdr := wire.AppendBulkRequest(nil, 3, e, 0, v.ID, "n1", wire.BulkMaxData+1)
+		hdr := rawWrite(3, e, 1, v.ID, "n1", nil)
+		binary.LittleEndian.PutUint32(hdr[8:], wire.BulkMaxData+1)
 		_, _ = conn.Write(hdr)
 		_, code, msg, err := read()
 		if err != nil || !errors.Is(datapath.BulkError(code, msg), datapath.ErrInvalidArgument) || !strings.Contains(msg, "at most") {

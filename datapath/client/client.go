@@ -66,7 +66,8 @@ type Client struct {
 	bulkMu   sync.Mutex
 	bulk     [bulkConns]*bulkConn
 	bulkNext int
-	bulkOff  bool // WithBulk(false), or closed
+	bulkOff  bool          // WithBulk(false), or closed
+	sessions writeSessions // the bulk channel's write sessions
 	// bulkRetryAt: the server did not answer the bulk hello; gRPC until then.
 	bulkRetryAt time.Time
 }

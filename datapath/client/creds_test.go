@@ -124,7 +124,7 @@ func startHelloServer(t *testing.T) *helloServer {
 			h.tokens = append(h.tokens, string(tok))
 			h.conns = append(h.conns, c)
 			h.mu.Unlock()
-			_, _ = c.Write(wire.AppendBulkResponse(nil, 0, 0, ""))
+			_, _ = c.Write(wire.AppendBulkResponse(nil, 0, 0, 0, ""))
 		}
 	}()
 	return h
@@ -146,7 +146,7 @@ func TestClient_BulkConn_NewTokenNewConnection(t *testing.T) {
 	ctx := context.Background()
 	var first [bulkConns]*bulkConn
 	for i := range first {
-		if first[i], err = c.bulkConn(ctx); err != nil {
+		if first[i], err = c.bulkConn(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestClient_BulkConn_NewTokenNewConnection(t *testing.T) {
 	c.token.recheck = 0
 	c.token.mu.Unlock()
 	for range first {
-		b, err := c.bulkConn(ctx)
+		b, err := c.bulkConn(ctx, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,13 +19,25 @@ import (
 //
 // All integers are little-endian. Requests carry ids chosen by the client, so
 // several can be in flight on one connection; responses may come in any order.
+//
+// Writes are ordered by write sessions: a BulkOpSession request opens a new
+// generation for (volume, node, epoch), answered in the response's Gen, and
+// every write carries the generation it was sent under. The server applies a
+// write only under the generation opened last, so a client that gave up on a
+// write opens a new generation before it sends anything else, and the old write,
+// however late it arrives, is refused.
 const (
-	// BulkMagic opens a bulk connection.
-	BulkMagic = "VGLBULK1"
+	// BulkMagic opens a bulk connection (version 2: write sessions).
+	BulkMagic = "VGLBULK2"
+	// BulkMagicV1 opened a bulk connection of version 1 (no write sessions).
+	// The server answers it with a refusal in version 1's response layout
+	// (AppendBulkRefusalV1) and closes the connection.
+	BulkMagicV1 = "VGLBULK1"
 	// BulkMagicLen is how many bytes the server reads to tell bulk from gRPC.
 	BulkMagicLen = len(BulkMagic)
 	// BulkALPN is the bulk channel's TLS application protocol name; gRPC
-	// negotiates "h2" on the same port.
+	// negotiates "h2" on the same port. It names the channel, not its version
+	// (the magic does).
 	BulkALPN = "vigil-bulk/1"
 	// BulkMaxToken is the longest token a hello may carry.
 	BulkMaxToken = 4096
@@ -36,15 +48,26 @@ const (
 	// BulkMaxMessage is the longest error message in a response.
 	BulkMaxMessage = 4096
 	// BulkRequestHeaderLen is the fixed part of a request.
-	BulkRequestHeaderLen = 40
+	BulkRequestHeaderLen = 48
 	// BulkResponseHeaderLen is the fixed part of a response.
-	BulkResponseHeaderLen = 16
+	BulkResponseHeaderLen = 24
+	// bulkResponseHeaderLenV1 is the fixed part of a version 1 response.
+	bulkResponseHeaderLenV1 = 16
 )
 
-// BulkOpWrite is the only bulk operation: write Data at Offset.
-const BulkOpWrite uint8 = 1
+// Bulk operations.
+const (
+	// BulkOpWrite writes the payload at Offset under (Epoch, Gen).
+	BulkOpWrite uint8 = 1
+	// BulkOpSession opens a new write session generation for (volume, node,
+	// Epoch), answered in the response's Gen; it carries no payload, offset or
+	// generation.
+	BulkOpSession uint8 = 2
+)
 
-// BulkRequest is the fixed header of a bulk request.
+// BulkRequest is the fixed header of a bulk request. Its layout (48 bytes):
+// op u8, reserved u8, volume id length u16, node length u16, reserved u16,
+// payload length u32, reserved u32, id u64, epoch u64, offset i64, gen u64.
 type BulkRequest struct {
 	Op      uint8
 	VolLen  int
@@ -53,6 +76,7 @@ type BulkRequest struct {
 	ID      uint64
 	Epoch   uint64
 	Offset  int64
+	Gen     uint64
 }
 
 // AppendBulkHello appends a client hello carrying token.
@@ -71,25 +95,29 @@ func BulkHelloTokenLen(b [2]byte) (int, error) {
 	return n, nil
 }
 
-// AppendBulkRequest appends a request header followed by the volume id and the
-// node (the payload follows separately, so it need not be copied).
-func AppendBulkRequest(b []byte, id, epoch uint64, off int64, volumeID, node string, dataLen int) []byte {
+// AppendBulkRequest appends the header r (its VolLen and NodeLen are taken
+// from volumeID and node) followed by the volume id and the node; a write's
+// payload follows separately, so it need not be copied.
+func AppendBulkRequest(b []byte, r BulkRequest, volumeID, node string) []byte {
 	var h [BulkRequestHeaderLen]byte
-	h[0] = BulkOpWrite
+	h[0] = r.Op
 	binary.LittleEndian.PutUint16(h[2:], uint16(len(volumeID)))
 	binary.LittleEndian.PutUint16(h[4:], uint16(len(node)))
-	binary.LittleEndian.PutUint32(h[8:], uint32(dataLen))
-	binary.LittleEndian.PutUint64(h[16:], id)
-	binary.LittleEndian.PutUint64(h[24:], epoch)
-	binary.LittleEndian.PutUint64(h[32:], uint64(off))
+	binary.LittleEndian.PutUint32(h[8:], uint32(r.DataLen))
+	binary.LittleEndian.PutUint64(h[16:], r.ID)
+	binary.LittleEndian.PutUint64(h[24:], r.Epoch)
+	binary.LittleEndian.PutUint64(h[32:], uint64(r.Offset))
+	binary.LittleEndian.PutUint64(h[40:], r.Gen)
 	b = append(b, h[:]...)
 	b = append(b, volumeID...)
 	return append(b, node...)
 }
 
 // DecodeBulkRequest decodes and checks a request header: a known op, reserved
-// bytes zero, non-empty names within BulkMaxName, a payload within BulkMaxData.
-// It allocates nothing, so a bad header costs nothing but the error.
+// bytes zero, non-empty names within BulkMaxName, a payload within
+// BulkMaxData; a write carries a generation, a session request nothing but
+// its names and epoch. It allocates nothing, so a bad header costs nothing but
+// the error.
 func DecodeBulkRequest(h []byte) (BulkRequest, error) {
 	if len(h) != BulkRequestHeaderLen {
 		return BulkRequest{}, fmt.Errorf("%w: bulk request header is %d bytes, want %d", ErrMalformed, len(h), BulkRequestHeaderLen)
@@ -102,10 +130,11 @@ func DecodeBulkRequest(h []byte) (BulkRequest, error) {
 		ID:      binary.LittleEndian.Uint64(h[16:]),
 		Epoch:   binary.LittleEndian.Uint64(h[24:]),
 		Offset:  int64(binary.LittleEndian.Uint64(h[32:])),
+		Gen:     binary.LittleEndian.Uint64(h[40:]),
 	}
 	switch {
-	case r.Op != BulkOpWrite:
-		return r, fmt.Errorf("%w: bulk request op %d; the only op is %d (write)", ErrMalformed, r.Op, BulkOpWrite)
+	case r.Op != BulkOpWrite && r.Op != BulkOpSession:
+		return r, fmt.Errorf("%w: bulk request op %d; the ops are %d (write) and %d (open a write session)", ErrMalformed, r.Op, BulkOpWrite, BulkOpSession)
 	case h[1] != 0 || h[6] != 0 || h[7] != 0 || binary.LittleEndian.Uint32(h[12:]) != 0:
 		return r, fmt.Errorf("%w: bulk request: reserved header bytes must be zero", ErrMalformed)
 	case r.VolLen == 0 || r.VolLen > BulkMaxName:
@@ -116,24 +145,46 @@ func DecodeBulkRequest(h []byte) (BulkRequest, error) {
 		return r, fmt.Errorf("%w: bulk request: payload %d bytes, at most %d allowed", ErrMalformed, r.DataLen, BulkMaxData)
 	case r.ID == 0:
 		return r, fmt.Errorf("%w: bulk request id 0 is reserved for the hello", ErrMalformed)
+	case r.Op == BulkOpWrite && r.Gen == 0:
+		return r, fmt.Errorf("%w: bulk write: generation 0; a write carries the generation of an open write session (op %d)", ErrMalformed, BulkOpSession)
+	case r.Op == BulkOpSession && (r.DataLen != 0 || r.Offset != 0 || r.Gen != 0):
+		return r, fmt.Errorf("%w: bulk session request: payload, offset and generation must be zero", ErrMalformed)
 	}
 	return r, nil
 }
 
-// BulkResponse is a decoded response header.
+// BulkResponse is a decoded response header. Its layout (24 bytes): id u64,
+// code u8, reserved u8, message length u16, reserved u32, gen u64 (the
+// generation a session request opened; 0 in every other response).
 type BulkResponse struct {
 	ID     uint64
 	Code   uint8
 	MsgLen int
+	Gen    uint64
 }
 
 // AppendBulkResponse appends a response; msg is cut to BulkMaxMessage bytes.
-func AppendBulkResponse(b []byte, id uint64, code uint8, msg string) []byte {
+func AppendBulkResponse(b []byte, id uint64, code uint8, gen uint64, msg string) []byte {
 	if len(msg) > BulkMaxMessage {
 		msg = msg[:BulkMaxMessage]
 	}
 	var h [BulkResponseHeaderLen]byte
 	binary.LittleEndian.PutUint64(h[0:], id)
+	h[8] = code
+	binary.LittleEndian.PutUint16(h[10:], uint16(len(msg)))
+	binary.LittleEndian.PutUint64(h[16:], gen)
+	b = append(b, h[:]...)
+	return append(b, msg...)
+}
+
+// AppendBulkRefusalV1 appends the refusal of a version 1 hello in version 1's
+// response layout (16 bytes: id 0, code, message length), so that a client of
+// that version shows msg instead of failing to decode the answer.
+func AppendBulkRefusalV1(b []byte, code uint8, msg string) []byte {
+	if len(msg) > BulkMaxMessage {
+		msg = msg[:BulkMaxMessage]
+	}
+	var h [bulkResponseHeaderLenV1]byte
 	h[8] = code
 	binary.LittleEndian.PutUint16(h[10:], uint16(len(msg)))
 	b = append(b, h[:]...)
@@ -149,6 +200,7 @@ func DecodeBulkResponse(h []byte) (BulkResponse, error) {
 		ID:     binary.LittleEndian.Uint64(h[0:]),
 		Code:   h[8],
 		MsgLen: int(binary.LittleEndian.Uint16(h[10:])),
+		Gen:    binary.LittleEndian.Uint64(h[16:]),
 	}
 	if h[9] != 0 || binary.LittleEndian.Uint32(h[12:]) != 0 {
 		return r, fmt.Errorf("%w: bulk response: reserved header bytes must be zero", ErrMalformed)
