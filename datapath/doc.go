@@ -162,8 +162,10 @@
 // Writes go over a second kind of connection to the same address: a plain TCP
 // connection with fixed binary frames (datapath/internal/wire, bulk.go). The
 // server reads the first 8 bytes of every accepted connection (mux.go, in a
-// goroutine per connection, 10 s limit): "VGLBULK1" makes it a bulk
-// connection, anything else (the HTTP/2 preface "PRI * HT...") goes to gRPC
+// goroutine per connection, 10 s limit): "VGLBULK2" makes it a bulk
+// connection (the first version, "VGLBULK1", is refused with a message that
+// says to upgrade the engine, in that version's own layout:
+// TestServer_Bulk_Version1Refused), anything else (the HTTP/2 preface "PRI * HT...") goes to gRPC
 // with those bytes put back, so there is one port and nothing to configure.
 // A bulk connection starts with a hello carrying the caller's token, taken to
 // the same Authenticator; a refused token is answered UNAUTHENTICATED and the
@@ -171,10 +173,11 @@
 // as its own node only; a refusal closes the connection), and the token is
 // proved again every 10 s, so a connection does not outlive a revoked or
 // expired token (TestServer_Bulk_ProvesTheTokenAgain). Then each request is a
-// 40-byte header (op, lengths of volume id, node and payload, request id,
-// epoch, offset), the volume id, the node and the payload; each response is
-// the request id, a code and a message, the code naming the same sentinel as
-// the gRPC ErrorInfo reason (BulkError). Requests carry ids, so a client keeps
+// 48-byte header (op, lengths of volume id, node and payload, request id,
+// epoch, offset, write session generation), the volume id, the node and the
+// payload; each response is the request id, a code, a generation and a
+// message, the code naming the same sentinel as the gRPC ErrorInfo reason
+// (BulkError). Requests carry ids, so a client keeps
 // several in flight on each of its two connections and answers come in any
 // order. The server receives a request whole before it touches the store: a
 // payload of 64 KiB to 1 MiB is spliced from the socket into a pipe
@@ -190,12 +193,36 @@
 // On Stop the server stops reading bulk requests, lets those in progress be
 // answered within the grace period, then closes the connections.
 //
+// Bulk writes are ordered by write sessions (writesession.go). A client that
+// got no answer to a write cannot tell whether it is lost or only delayed: on
+// a black-holed path TCP may deliver it after the client sent it again on
+// another connection, after the retry succeeded and after ext4 wrote newer
+// data to the same block. No fence happened, so the epoch check passes. So a
+// write carries the generation of its (volume, node, epoch)'s write session;
+// a session request (op 2) opens a new generation, which waits for the writes
+// in progress under the older one; and the server applies a write only under
+// the generation opened last, refusing any other with ErrStaleSession
+// (nothing written). The client opens a new generation before anything else
+// once a write went unanswered, so the late copy is refused
+// (TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne, through a proxy
+// that holds one connection's request until after the retry and a newer
+// write). Sessions are soft state, one per (volume, node): a restart forgets
+// them, and drops every connection with them; generations come from one
+// counter seeded by the clock, so none is issued twice across restarts.
+//
 // The client (datapath/client) sends WriteAt over the bulk channel unless
 // WithBulk(false); everything else stays on gRPC. Its retry rules are gRPC's:
 // a failed connection is retried with the caller's epoch (a write is never
-// moved to a new epoch), a timeout or a refusal is not. A server that does not
-// answer the hello (one from before the bulk channel) gets the write over
-// gRPC, and the client tries the bulk channel again a minute later.
+// moved to a new epoch), a timeout or a refusal is not, except a refusal as
+// stale, which is sent again at once under a new generation. A request left
+// unanswered closes its connection (its path may be black-holed) and marks
+// its session: the next write of that volume opens a new generation first. A
+// server that does not answer the hello (one from before the bulk channel, or
+// before write sessions) gets the write over gRPC, and the client tries the
+// bulk channel again a minute later; but a volume with an unanswered bulk
+// write waits for the bulk channel, since gRPC writes carry no session and
+// could not end it. Writes that go over gRPC (WithBulk(false), an older
+// server) are not ordered by sessions.
 //
 // `vigil-manager datapath serve --listen ADDR --data-dir DIR` with --token-file
 // (a tokens file) and/or --controller-service-accounts and

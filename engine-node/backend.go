@@ -96,7 +96,13 @@ const (
 // a second later. The datapath's own word (fenced, not found, refused, out of
 // range) ends the request at once; block reads, writes and flushes under one
 // grant are idempotent, so sending one again is safe, and a fence in between is
-// answered with ErrFenced.
+// answered with ErrFenced. Idempotent is not enough for a write, which must
+// also never land after a newer one: the first copy of a write sent again may
+// still be on its way. The client orders them (datapath/client: a write left
+// unanswered makes the next write of the volume open a new write session
+// generation, and the server refuses the late copy with ErrStaleSession), so
+// the retry here needs nothing more; a stale refusal wrote nothing and is
+// sent again like a lost answer.
 func (b *volumeBackend) retry(ctx context.Context, op func(context.Context) error) error {
 	backoff := retryMinBackoff
 	for {

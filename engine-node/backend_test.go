@@ -76,6 +76,21 @@ func TestVolumeBackend_Retry_RidesThroughARestart(t *testing.T) {
 	}
 }
 
+// A write refused as stale (nothing written) and an attempt that timed out
+// are sent again: neither is the datapath's word on the write.
+func TestVolumeBackend_Retry_StaleSessionAndTimeoutAreSentAgain(t *testing.T) {
+	for _, answer := range []error{&datapath.RemoteError{Sentinel: datapath.ErrStaleSession}, context.DeadlineExceeded} {
+		dp := &flakyDatapath{fails: 2, err: answer}
+		b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil))
+		if err := b.WriteAt(context.Background(), 0, []byte("x")); err != nil {
+			t.Errorf("%v: %v", answer, err)
+		}
+		if n := dp.calls.Load(); n != 3 {
+			t.Errorf("%v: %d calls, want 3", answer, n)
+		}
+	}
+}
+
 // The datapath's own word ends the request at once: a fenced node's write is
 // never sent again.
 func TestVolumeBackend_Retry_DefinitiveAnswersAreNotRetried(t *testing.T) {
