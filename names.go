@@ -52,6 +52,9 @@ const (
 	EventReasonFenceCleanupFailed = "VigilFenceCleanupFailed"
 	// EventReasonFenceCleared: the node was cleaned up and Vigil's fenced taint removed.
 	EventReasonFenceCleared = "VigilFenceCleared"
+	// EventReasonFenceAwaitDatapath: the node was cleaned up, but its taint
+	// stays until the datapath acknowledges a heartbeat of the node.
+	EventReasonFenceAwaitDatapath = "VigilFenceAwaitDatapath"
 )
 
 const (

@@ -31,6 +31,9 @@ const (
 	ActUnstage     CleanupKind = "unstage"      // unmount, detach loop and FUSE, remove the disk dir
 	ActRelease     CleanupKind = "release"      // release this node's grant on the datapath
 	ActRemoveTaint CleanupKind = "remove-taint" // nothing protected is left
+	// ActAwaitDatapath: nothing is left, but the datapath has not acknowledged
+	// a heartbeat of this node since the taint was read, so the taint stays.
+	ActAwaitDatapath CleanupKind = "await-datapath"
 )
 
 // CleanupAction is one thing decideCleanup wants done.
@@ -41,12 +44,18 @@ type CleanupAction struct {
 }
 
 // CleanupSnapshot is what the cleanup decides on: the node's taint, the
-// journal, and which pods (by UID) still run on this node.
+// journal, which pods (by UID) still run on this node, and whether the
+// datapath answers this node now.
 type CleanupSnapshot struct {
 	Fenced    bool
 	Stages    []StageRecord
 	Publishes []PublishRecord
 	PodsHere  map[string]bool // UIDs of pods bound to this node and not finished
+	// DatapathAcked: the datapath acknowledged a heartbeat of this node sent
+	// after the taint was read. A node cut off from the datapath (storage
+	// isolated) cannot tell whether its releases landed, nor can the datapath
+	// tell it lives: it keeps the taint.
+	DatapathAcked bool
 }
 
 // kubeletPodDir finds the pod UID in a kubelet target path
@@ -68,7 +77,8 @@ func podUID(p PublishRecord) string {
 // decideCleanup is the cleanup's specification. While the node is fenced, every
 // publish whose pod no longer runs here (deleted, finished, or replaced by a
 // pod elsewhere) is unpublished; every stage none of whose publishes is kept is
-// unstaged and its grant released; with nothing left, the taint goes. A publish
+// unstaged and its grant released; with nothing left, the taint goes, but only
+// once the datapath has acknowledged a heartbeat of this node. A publish
 // whose pod is unknown is kept: only a person can tell, so it blocks the taint
 // removal (and Sync names it in a Warning Event).
 func decideCleanup(s CleanupSnapshot) []CleanupAction {
@@ -76,6 +86,9 @@ func decideCleanup(s CleanupSnapshot) []CleanupAction {
 		return nil
 	}
 	if len(s.Stages) == 0 && len(s.Publishes) == 0 {
+		if !s.DatapathAcked {
+			return []CleanupAction{{Kind: ActAwaitDatapath}}
+		}
 		return []CleanupAction{{Kind: ActRemoveTaint}}
 	}
 	var out []CleanupAction
@@ -98,13 +111,17 @@ func decideCleanup(s CleanupSnapshot) []CleanupAction {
 	return out
 }
 
-var kindOrder = map[CleanupKind]int{ActUnpublish: 0, ActUnstage: 1, ActRelease: 2, ActRemoveTaint: 3}
+var kindOrder = map[CleanupKind]int{ActUnpublish: 0, ActUnstage: 1, ActRelease: 2, ActRemoveTaint: 3, ActAwaitDatapath: 3}
 
 // Grants is what the cleanup and the gate call on the datapath.
 type Grants interface {
 	Release(ctx context.Context, volumeID, node string) error
 	Attachments(ctx context.Context, volumeID string) ([]datapath.Attachment, error)
+	Heartbeat(ctx context.Context, node string) error
 }
+
+// errAwaitDatapath: the taint stays until the datapath answers this node.
+var errAwaitDatapath = errors.New("the datapath has not acknowledged a heartbeat of this node since it was fenced")
 
 // FenceCleaner watches this node's Node object. While it carries Vigil's
 // fenced taint it cleans up what reaped pods left and then removes the taint;
@@ -146,6 +163,12 @@ func (c *FenceCleaner) Sync(ctx context.Context) error {
 	}
 	var errs []error
 	for _, a := range decideCleanup(snap) {
+		if a.Kind == ActAwaitDatapath {
+			c.Recorder.Eventf(node, corev1.EventTypeWarning, vigil.EventReasonFenceAwaitDatapath,
+				"nothing of the reaped pods is left, but the datapath has not acknowledged a heartbeat of this node since it was fenced: %s stays until it does (retrying)", vigil.FencedTaintKey)
+			errs = append(errs, errAwaitDatapath)
+			continue
+		}
 		if err := c.execute(ctx, a); err != nil {
 			c.Metrics.cleanups.WithLabelValues(CleanupFailed).Inc()
 			c.Recorder.Eventf(node, corev1.EventTypeWarning, vigil.EventReasonFenceCleanupFailed,
@@ -186,8 +209,21 @@ func (c *FenceCleaner) snapshot(ctx context.Context) (CleanupSnapshot, error) {
 			here[string(p.UID)] = true
 		}
 	}
-	return CleanupSnapshot{Fenced: true, Stages: stages, Publishes: pubs, PodsHere: here}, nil
+	snap := CleanupSnapshot{Fenced: true, Stages: stages, Publishes: pubs, PodsHere: here}
+	if len(stages) == 0 && len(pubs) == 0 {
+		// Sent now, after the taint was read: its answer proves the datapath
+		// reaches this node and hears it again.
+		err := beat(ctx, c.Grants, c.Node, cleanupHeartbeatTimeout)
+		snap.DatapathAcked = err == nil
+		if err != nil {
+			c.Log.Warn("fence cleanup: the datapath did not acknowledge a heartbeat; the taint stays", "err", err)
+		}
+	}
+	return snap, nil
 }
+
+// cleanupHeartbeatTimeout bounds the heartbeat that allows the taint removal.
+const cleanupHeartbeatTimeout = 5 * time.Second
 
 func (c *FenceCleaner) execute(ctx context.Context, a CleanupAction) error {
 	c.Log.Info("fence cleanup", "action", a.Kind, "volume", a.VolumeID, "path", a.Path)

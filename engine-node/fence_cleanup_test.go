@@ -37,7 +37,8 @@ func TestDecideCleanup_Table(t *testing.T) {
 		want []CleanupAction
 	}{
 		{"not fenced: nothing", CleanupSnapshot{Stages: []StageRecord{st("v1")}, Publishes: []PublishRecord{pub("v1", "gone")}}, nil},
-		{"fenced and empty: remove taint", CleanupSnapshot{Fenced: true}, []CleanupAction{{Kind: ActRemoveTaint}}},
+		{"fenced and empty: remove taint", CleanupSnapshot{Fenced: true, DatapathAcked: true}, []CleanupAction{{Kind: ActRemoveTaint}}},
+		{"fenced and empty, the datapath silent: the taint stays", CleanupSnapshot{Fenced: true}, []CleanupAction{{Kind: ActAwaitDatapath}}},
 		{"pod gone: unpublish, unstage, release", CleanupSnapshot{Fenced: true,
 			Stages: []StageRecord{st("v1")}, Publishes: []PublishRecord{pub("v1", "gone")}},
 			[]CleanupAction{{ActUnpublish, "v1", "/t/v1gone"}, {ActUnstage, "v1", "/s/v1"}, {Kind: ActRelease, VolumeID: "v1"}}},
@@ -61,12 +62,21 @@ func TestDecideCleanup_Table(t *testing.T) {
 	}
 }
 
-// fakeGrants records releases and serves attachments.
+// fakeGrants records releases and heartbeats and serves attachments.
 type fakeGrants struct {
 	mu         sync.Mutex
 	released   []string
 	releaseErr error
+	beatErr    error // a storage-isolated node: every heartbeat fails
+	beats      int
 	atts       map[string][]datapath.Attachment
+}
+
+func (f *fakeGrants) Heartbeat(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats++
+	return f.beatErr
 }
 
 func (f *fakeGrants) Release(_ context.Context, volumeID, node string) error {
@@ -200,6 +210,48 @@ func TestFenceCleaner_Sync_FailureIsWarningAndRetried(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(f.server.metrics.cleanups.WithLabelValues(CleanupFailed)); v != 1 {
 		t.Fatalf("cleanup_total{failed} = %v", v)
+	}
+}
+
+// A storage-isolated node: its release cannot reach the datapath, and once its
+// journal is empty it still keeps the taint until the datapath acknowledges a
+// heartbeat sent after the taint was read.
+func TestFenceCleaner_Sync_IsolatedNodeKeepsItsTaint(t *testing.T) {
+	f := newCleanerFixture(t)
+	ctx := context.Background()
+	f.journalUse(t, "vol-x", "uid-old")
+	f.grants.releaseErr = errors.New("datapath unreachable")
+	f.grants.beatErr = errors.New("datapath unreachable")
+	for i := 0; i < 3; i++ {
+		if err := f.cleaner.Sync(ctx); err == nil {
+			t.Fatalf("pass %d: Sync reported success while the datapath is unreachable", i)
+		}
+		if got := f.taints(t); !reflect.DeepEqual(got, []string{vigil.FencedTaintKey, "other"}) {
+			t.Fatalf("pass %d: taints %v: an isolated node untainted itself", i, got)
+		}
+	}
+	if !recorded(f.recorder, vigil.EventReasonFenceAwaitDatapath) {
+		t.Fatal("no Event says the taint waits for the datapath")
+	}
+	f.grants.beatErr = nil // the cut heals
+	if err := f.cleaner.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.taints(t); !reflect.DeepEqual(got, []string{"other"}) {
+		t.Fatalf("taints %v after the datapath answered, want only the foreign one", got)
+	}
+}
+
+// recorded drains r and reports whether an Event of reason was among them.
+func recorded(r *record.FakeRecorder, reason string) bool {
+	found := false
+	for {
+		select {
+		case ev := <-r.Events:
+			found = found || strings.Contains(ev, reason)
+		default:
+			return found
+		}
 	}
 }
 
