@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // syncAttachments applies volume-attachment-recovery-policy to every protected
@@ -133,34 +131,24 @@ func (r *Reaper) fillVolume(node string, vol *volumeOnNode) {
 	}
 }
 
-// freeAttachment executes the actions: the VolumeAttachment deleted with a UID
-// precondition, the volume taken out of volumesInUse with a patch that tests the
-// list it replaces.
+// freeAttachment executes the actions: the VolumeAttachment deleted
+// (deleteAttachment), the volume taken out of volumesInUse (clearVolumeInUse).
 func (r *Reaper) freeAttachment(ctx context.Context, node string, vol *volumeOnNode, d attachmentDecision, v NodeVerdict) error {
 	ref := nodeRef(node)
 	for _, a := range d.Actions {
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
-			uid := a.UID
-			if r.deleted.has(uid, r.now()) {
-				continue // its deletion was accepted already
-			}
-			err := r.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-				continue
-			}
+			deleted, err := r.deleteAttachment(ctx, node, a)
 			if err != nil {
 				r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventReapFailed,
 					fmt.Sprintf("deleting VolumeAttachment %s (PV %s) on down node %s: %v; will retry", a.Name, vol.PVName, node, err))
-				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
+				return err
 			}
-			r.deleted.add(uid, r.now())
-			r.metrics.AttachmentsDeleted.Inc()
-			r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
-			r.recoveries.attachmentFreed(node, a.Name, vol.PVName, actionLabelDeleteAttachment, r.now())
-			r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventVolumeAttachmentDeleted,
-				fmt.Sprintf("deleted VolumeAttachment %s (PV %s, claim %s/%s) on down node %s (%s): %s",
-					a.Name, vol.PVName, vol.ClaimNamespace, vol.Claim, node, v.State, attachmentWhy(vol)))
+			if deleted {
+				r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventVolumeAttachmentDeleted,
+					fmt.Sprintf("deleted VolumeAttachment %s (PV %s, claim %s/%s) on down node %s (%s): %s",
+						a.Name, vol.PVName, vol.ClaimNamespace, vol.Claim, node, v.State, attachmentWhy(vol)))
+			}
 		case ActionClearVolumeInUse:
 			if err := r.clearVolumeInUse(ctx, node, a.Name); err != nil {
 				r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventReapFailed,

@@ -78,26 +78,16 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 	for _, a := range d.Actions {
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
-			uid := a.UID
-			if r.deleted.has(uid, r.now()) {
-				continue // its deletion was accepted already
-			}
-			err := r.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name,
-				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
+			deleted, err := r.deleteAttachment(ctx, pod.Spec.NodeName, a)
 			if err != nil {
 				r.emitPod(pod, corev1.EventTypeWarning, EventReapFailed,
 					fmt.Sprintf("deleting VolumeAttachment %s of pod %s/%s: %v; will retry", a.Name, pod.Namespace, pod.Name, err))
-				return fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
+				return err
 			}
-			r.deleted.add(uid, r.now())
-			r.metrics.AttachmentsDeleted.Inc()
-			r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
-			r.recoveries.attachmentFreed(pod.Spec.NodeName, a.Name, a.PVName, actionLabelDeleteAttachment, r.now())
-			r.emitBoth(pod, corev1.EventTypeNormal, EventVolumeAttachmentDeleted,
-				fmt.Sprintf("deleted VolumeAttachment %s (PV %s) of pod %s/%s on down node: %s", a.Name, a.PVName, pod.Namespace, pod.Name, why))
+			if deleted {
+				r.emitBoth(pod, corev1.EventTypeNormal, EventVolumeAttachmentDeleted,
+					fmt.Sprintf("deleted VolumeAttachment %s (PV %s) of pod %s/%s on down node: %s", a.Name, a.PVName, pod.Namespace, pod.Name, why))
+			}
 		case ActionForceDeletePod:
 			grace, uid := int64(0), a.UID
 			err := r.client.CoreV1().Pods(a.Namespace).Delete(ctx, a.Name,
