@@ -160,9 +160,10 @@ type bulkSession struct {
 func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	defer s.bulk.untrack(c)
 	defer c.Close()
+	defer s.bound.forget(c.RemoteAddr().String())
 	b := &bulkSession{s: s, c: c, in: &drainReader{br: br, c: c}, sem: make(chan struct{}, bulkInFlight), stages: make(chan *stage, bulkInFlight)}
 	var err error
-	if b.id, b.token, err = s.bulkHello(br); err != nil {
+	if b.id, b.token, err = s.bulkHello(br, c.RemoteAddr().String()); err != nil {
 		_ = b.reply(0, 0, err)
 		return
 	}
@@ -359,10 +360,10 @@ func (d *drainReader) Read(p []byte) (int, error) {
 func (b *bulkSession) authorize(node string) error {
 	if time.Since(b.proved) >= bulkReauth {
 		ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
-		id, err := b.s.auth.Authenticate(ctx, b.token)
+		id, err := b.s.bound.authenticate(ctx, b.s.auth, b.c.RemoteAddr().String(), b.token)
 		cancel()
 		if err != nil {
-			return authError(err)
+			return err
 		}
 		b.id, b.proved = id, time.Now()
 	}
@@ -385,7 +386,7 @@ func (s *Server) refuseBulkV1(c net.Conn, from net.Addr) {
 
 // bulkHello reads the token that follows the magic and takes it to the
 // authenticator, like the gRPC path does.
-func (s *Server) bulkHello(br *bufio.Reader) (Identity, string, error) {
+func (s *Server) bulkHello(br *bufio.Reader, conn string) (Identity, string, error) {
 	var l [2]byte
 	if _, err := io.ReadFull(br, l[:]); err != nil {
 		return Identity{}, "", fmt.Errorf("%w: bulk hello: %v", ErrInvalidArgument, err)
@@ -400,9 +401,9 @@ func (s *Server) bulkHello(br *bufio.Reader) (Identity, string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
-	id, err := s.auth.Authenticate(ctx, string(tok))
+	id, err := s.bound.authenticate(ctx, s.auth, conn, string(tok))
 	if err != nil {
-		return Identity{}, "", authError(err)
+		return Identity{}, "", err
 	}
 	return id, string(tok), nil
 }

@@ -28,6 +28,7 @@ type Server struct {
 	tls   *tls.Config // nil: plaintext
 	grpc  *grpc.Server
 	bulk  bulkServer
+	bound *boundIdentities // identities proved per connection (conn_identity.go)
 }
 
 // ServerOption configures a Server.
@@ -60,7 +61,9 @@ func NewServer(store *Store, auth Authenticator, opts ...ServerOption) (*Server,
 	for _, o := range opts {
 		o(s)
 	}
+	s.bound = newBoundIdentities(s.store.log)
 	s.grpc = grpc.NewServer(
+		grpc.StatsHandler(connEnds{s.bound}),
 		grpc.ForceServerCodecV2(wire.Codec{}),
 		grpc.MaxRecvMsgSize(wire.MaxBytes+4096),
 		grpc.MaxSendMsgSize(wire.MaxBytes+4096),
@@ -118,5 +121,5 @@ func (s *Server) authenticate(ctx context.Context) (Identity, error) {
 	if len(tok) > MaxTokenLen {
 		return Identity{}, fmt.Errorf("%w: the token is %d bytes; at most %d are allowed", ErrUnauthenticated, len(tok), MaxTokenLen)
 	}
-	return s.auth.Authenticate(ctx, tok)
+	return s.bound.authenticate(ctx, s.auth, peerConn(ctx), tok)
 }

@@ -53,7 +53,9 @@ func datapathServeAuthFlags() []cli.Flag {
 			Usage: tokenReviewFlagsSection + "how long an answer is reused (refusals at most " + tokenreview.RefusalTTL.String() + ", never past the token's expiry); 1s to " + tokenreview.MaxTTL.String()},
 		&cli.DurationFlag{Name: flagServeOutageGrace, Value: tokenreview.DefaultOutageGrace,
 			Usage: tokenReviewFlagsSection + "while TokenReviews fail (the API server restarts), a token the API server accepted within this long and not expired is still accepted, " +
-				"so nodes' I/O does not stop; 0 refuses every call the API server cannot confirm; at most " + tokenreview.MaxOutageGrace.String()},
+				"to a new connection; 0 refuses every new connection the API server cannot confirm; at most " + tokenreview.MaxOutageGrace.String() +
+				". A connection that proved its token keeps that identity through an outage of any length, up to " + datapath.MaxBoundIdentity.String() +
+				" after its last proof and never past the token's expiry, so running nodes' I/O and heartbeats never depend on the API server"},
 		&cli.StringFlag{Name: flagServeKubeconfig, EnvVars: []string{"KUBECONFIG"}, TakesFile: true,
 			Usage: tokenReviewFlagsSection + "kubeconfig for the TokenReviews (needs create tokenreviews); empty: the in-cluster config"},
 		&cli.Float64Flag{Name: flagServeReviewQPS, Value: 50,
