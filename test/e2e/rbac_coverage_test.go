@@ -32,7 +32,7 @@ var rbacUnexercised = map[string]string{
 	"vigil-system/vigil-csi-controller update leases.coordination.k8s.io": sidecarLeases,
 	"vigil-system/vigil-csi-controller update persistentvolumeclaims": "external-provisioner updates a claim only to drop the " +
 		"scheduler's selected-node annotation after provisioning failed on that node (StorageClasses with volumeBindingMode " +
-		"WaitForFirstConsumer); the sandbox's StorageClass binds at once and its provisioning does not fail",
+		"WaitForFirstConsumer); the sandbox's StorageClass binds at once, so no claim carries that annotation (a refused one, TestLoop/AccessModes, neither)",
 	"vigil-system/vigil-manager get noderecoveries.vigil.io": "the recorder reads a NodeRecovery again only when its create " +
 		"finds one of that name or its status update conflicts, that is when another writer changed it; in the suite the " +
 		"leader is its only writer",
