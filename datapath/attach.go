@@ -191,6 +191,8 @@ func (s *Store) Epoch(volumeID string) (uint64, error) {
 }
 
 // checkIO says whether (node, epoch) may do I/O on v. The caller holds v.mu.
+// A node without a live grant learns that it is fenced; only the holder of a
+// live grant learns that the volume failed.
 func (v *volume) checkIO(op, node string, epoch uint64) error {
 	if v.deleted {
 		return fmt.Errorf("%w: volume %s", ErrNotFound, v.rec.ID)
@@ -205,6 +207,8 @@ func (v *volume) checkIO(op, node string, epoch uint64) error {
 		return fmt.Errorf("%w: %s volume %s: node %s released its grant (epoch %d; request carries epoch %d)", ErrFenced, op, v.rec.ID, node, a.Epoch, epoch)
 	case a.Epoch != epoch:
 		return fmt.Errorf("%w: %s volume %s: node %s carries epoch %d, its grant is epoch %d", ErrFenced, op, v.rec.ID, node, epoch, a.Epoch)
+	case v.failed != nil:
+		return v.failedErr(op)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -230,7 +229,7 @@ func (b *bulkSession) next() bool {
 		if err == nil {
 			b.start(req, func() (uint64, error) {
 				err := b.s.bulk.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
-					return b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f *os.File) error {
+					return b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f File) error {
 						return st.drainTo(f, req.Offset, req.DataLen)
 					})
 				})

@@ -45,4 +45,9 @@ var (
 	// with this error instead of landing after a newer one. Sending the write
 	// again under the current generation is safe.
 	ErrStaleSession = errors.New("datapath: stale write session")
+	// ErrVolumeFailed: a flush of the volume's data file to disk failed, so
+	// writes acknowledged before it may be lost; every read, write and flush
+	// is refused until an operator clears the failure
+	// (`vigil-manager datapath clear-failure VOLUME`).
+	ErrVolumeFailed = errors.New("datapath: volume failed")
 )

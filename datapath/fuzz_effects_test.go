@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -253,6 +254,16 @@ var effects = map[string]effect{
 	wire.MethodFenceNode:  fenceNodeEffect,
 	wire.MethodLeave:      leaveEffect,
 	wire.MethodNodes:      nodesEffect,
+	// No flush fails under the fuzzer: no volume is ever failed.
+	wire.MethodFailedVolumes: readOnly(func(_ fuzzStore, _ []byte, resp wire.Message, _ world) error {
+		if l := resp.(*wire.FailedList); len(l.Items) != 0 {
+			return fmt.Errorf("listed failed volumes %+v; no flush failed", l.Items)
+		}
+		return nil
+	}),
+	wire.MethodClearFailure: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("cleared a failure though no volume is failed")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

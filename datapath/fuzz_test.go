@@ -89,24 +89,26 @@ func fuzzAllowed(c fuzzCaller, method, node string) bool {
 // fuzzRequests is a fresh request message per method, to learn the node a
 // request names the way the server decodes it.
 var fuzzRequests = map[string]func() wire.Message{
-	wire.MethodCreateVolume: func() wire.Message { return &wire.CreateVolumeRequest{} },
-	wire.MethodDeleteVolume: func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodGetVolume:    func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodListVolumes:  func() wire.Message { return &wire.Empty{} },
-	wire.MethodCapacity:     func() wire.Message { return &wire.Empty{} },
-	wire.MethodGrant:        func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodFence:        func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodRelease:      func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodAttachments:  func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodWrite:        func() wire.Message { return &wire.WriteRequest{} },
-	wire.MethodRead:         func() wire.Message { return &wire.ReadRequest{} },
-	wire.MethodFlush:        func() wire.Message { return &wire.FlushRequest{} },
-	wire.MethodHeartbeat:    func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodConnectivity: func() wire.Message { return &wire.ConnectivityRequest{} },
-	wire.MethodNodeGrants:   func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodFenceNode:    func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodLeave:        func() wire.Message { return &wire.LeaveRequest{} },
-	wire.MethodNodes:        func() wire.Message { return &wire.Empty{} },
+	wire.MethodCreateVolume:  func() wire.Message { return &wire.CreateVolumeRequest{} },
+	wire.MethodDeleteVolume:  func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodGetVolume:     func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodListVolumes:   func() wire.Message { return &wire.Empty{} },
+	wire.MethodCapacity:      func() wire.Message { return &wire.Empty{} },
+	wire.MethodGrant:         func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodFence:         func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodRelease:       func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodAttachments:   func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodWrite:         func() wire.Message { return &wire.WriteRequest{} },
+	wire.MethodRead:          func() wire.Message { return &wire.ReadRequest{} },
+	wire.MethodFlush:         func() wire.Message { return &wire.FlushRequest{} },
+	wire.MethodHeartbeat:     func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodConnectivity:  func() wire.Message { return &wire.ConnectivityRequest{} },
+	wire.MethodNodeGrants:    func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodFenceNode:     func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodLeave:         func() wire.Message { return &wire.LeaveRequest{} },
+	wire.MethodNodes:         func() wire.Message { return &wire.Empty{} },
+	wire.MethodFailedVolumes: func() wire.Message { return &wire.Empty{} },
+	wire.MethodClearFailure:  func() wire.Message { return &wire.VolumeRef{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -355,6 +357,8 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodLeave, &wire.LeaveRequest{Node: "node-1", DurationNanos: -1}},
 		{wire.MethodLeave, &wire.LeaveRequest{Node: "node-3", DurationNanos: int64(time.Hour)}},
 		{wire.MethodNodes, &wire.Empty{}},
+		{wire.MethodFailedVolumes, &wire.Empty{}},
+		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for
 	// node-1's own acts, the controller for the rest.
@@ -392,6 +396,7 @@ func fuzzSeeds() []fuzzSeed {
 		fuzzSeed{node1, methodIndex(wire.MethodNodeGrants), node1Ref},
 		fuzzSeed{node1, methodIndex(wire.MethodAttachments), enc(&wire.VolumeRef{ID: fuzzVolumeID})},
 		fuzzSeed{node1, methodIndex(wire.MethodNodes), enc(&wire.Empty{})},
+		fuzzSeed{node1, methodIndex(wire.MethodClearFailure), enc(&wire.VolumeRef{ID: fuzzVolumeID})}, // an engine clearing a failure
 	)
 }
 

@@ -99,7 +99,8 @@ func (as Authenticators) Authenticate(ctx context.Context, token string) (Identi
 type access uint8
 
 const (
-	// controllerOnly: volumes, grants, fences and reports.
+	// controllerOnly: volumes, grants, fences, reports and clearing a
+	// volume's failure.
 	controllerOnly access = iota + 1
 	// anyRole: reads of one volume (GetVolume, Attachments), which an engine's
 	// stage path and gate need.
@@ -116,24 +117,26 @@ const (
 // row (TestMethodAccess_EveryMethodHasARow), and a method without one is
 // refused.
 var methodAccess = map[string]access{
-	wire.MethodCreateVolume: controllerOnly,
-	wire.MethodDeleteVolume: controllerOnly,
-	wire.MethodListVolumes:  controllerOnly,
-	wire.MethodCapacity:     controllerOnly,
-	wire.MethodGrant:        controllerOnly,
-	wire.MethodFence:        controllerOnly,
-	wire.MethodFenceNode:    controllerOnly,
-	wire.MethodConnectivity: controllerOnly,
-	wire.MethodNodes:        controllerOnly,
-	wire.MethodGetVolume:    anyRole,
-	wire.MethodAttachments:  anyRole,
-	wire.MethodRelease:      controllerOrOwnNode,
-	wire.MethodNodeGrants:   controllerOrOwnNode,
-	wire.MethodRead:         ownNodeOnly,
-	wire.MethodWrite:        ownNodeOnly,
-	wire.MethodFlush:        ownNodeOnly,
-	wire.MethodHeartbeat:    ownNodeOnly,
-	wire.MethodLeave:        ownNodeOnly,
+	wire.MethodCreateVolume:  controllerOnly,
+	wire.MethodDeleteVolume:  controllerOnly,
+	wire.MethodListVolumes:   controllerOnly,
+	wire.MethodCapacity:      controllerOnly,
+	wire.MethodGrant:         controllerOnly,
+	wire.MethodFence:         controllerOnly,
+	wire.MethodFenceNode:     controllerOnly,
+	wire.MethodConnectivity:  controllerOnly,
+	wire.MethodNodes:         controllerOnly,
+	wire.MethodFailedVolumes: controllerOnly,
+	wire.MethodClearFailure:  controllerOnly,
+	wire.MethodGetVolume:     anyRole,
+	wire.MethodAttachments:   anyRole,
+	wire.MethodRelease:       controllerOrOwnNode,
+	wire.MethodNodeGrants:    controllerOrOwnNode,
+	wire.MethodRead:          ownNodeOnly,
+	wire.MethodWrite:         ownNodeOnly,
+	wire.MethodFlush:         ownNodeOnly,
+	wire.MethodHeartbeat:     ownNodeOnly,
+	wire.MethodLeave:         ownNodeOnly,
 }
 
 // Authorize says whether id may call method with node named in the request

@@ -30,6 +30,8 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodFenceNode, true, false, false},
 		{wire.MethodConnectivity, true, false, false},
 		{wire.MethodNodes, true, false, false},
+		{wire.MethodFailedVolumes, true, false, false},
+		{wire.MethodClearFailure, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},
 		{wire.MethodRelease, true, true, false},

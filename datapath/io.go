@@ -15,7 +15,7 @@ import (
 // waits for this write or makes it fail with ErrFenced before anything is
 // written.
 func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte) error {
-	return s.write(volumeID, node, epoch, off, int64(len(p)), func(f *os.File) error {
+	return s.write(volumeID, node, epoch, off, int64(len(p)), func(f File) error {
 		_, err := f.WriteAt(p, off)
 		return err
 	})
@@ -28,10 +28,10 @@ func (s *Store) writeVec(volumeID, node string, epoch uint64, off int64, iov [][
 	for _, p := range iov {
 		n += int64(len(p))
 	}
-	return s.write(volumeID, node, epoch, off, n, func(f *os.File) error { return pwritev(f, iov, off) })
+	return s.write(volumeID, node, epoch, off, n, func(f File) error { return pwritev(f, iov, off) })
 }
 
-func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func(*os.File) error) error {
+func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func(File) error) error {
 	if err := validNode(node); err != nil {
 		return err
 	}
@@ -81,7 +81,9 @@ func (s *Store) ReadAt(volumeID, node string, epoch uint64, off int64, n int) ([
 
 // Flush makes the volume's acknowledged writes durable. The (node, epoch) check
 // happens under the read lock; the sync itself runs outside it, so a Fence does
-// not wait for a disk flush (a flush writes nothing new).
+// not wait for a disk flush (a flush writes nothing new). A failed sync marks
+// the volume failed for good (failure.go): this and every later I/O on it
+// gets ErrVolumeFailed.
 func (s *Store) Flush(volumeID, node string, epoch uint64) error {
 	if err := validNode(node); err != nil {
 		return err
@@ -91,14 +93,13 @@ func (s *Store) Flush(volumeID, node string, epoch uint64) error {
 		return err
 	}
 	v.mu.RLock()
-	err = v.checkIO("flush", node, epoch)
-	f := v.file
+	err = v.checkIO(opFlush, node, epoch)
 	v.mu.RUnlock()
 	if err != nil {
 		return err
 	}
-	if err := fdatasync(f); err != nil {
-		return fmt.Errorf("flush volume %s: %w", volumeID, fileErr(err))
+	if err := s.syncVolume(v, opFlush); err != nil {
+		return err
 	}
 	s.act.io(volumeID, node, s.now())
 	return nil

@@ -16,6 +16,7 @@ import (
 //	names/<name>          -> <id>
 //	attachments/<id>/<node> -> attachmentRecord (JSON)
 //	leaving/<node>        -> leaveRecord (JSON)
+//	failed/<id>           -> failureRecord (JSON): the volume's flush failed (failure.go)
 //
 // Every Grant, Fence, Release, Create, Delete and Leave is one bbolt
 // transaction (possibly shared with others, commit.go), synced before the call
@@ -25,6 +26,7 @@ var (
 	bucketNames       = []byte("names")
 	bucketAttachments = []byte("attachments")
 	bucketLeaving     = []byte("leaving")
+	bucketFailed      = []byte("failed")
 )
 
 // leaveRecord is a graceful stop a node announced (Leave).
@@ -69,7 +71,7 @@ func (a attachmentRecord) use() GrantUse {
 
 func initBuckets(db *bolt.DB) error {
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments, bucketLeaving} {
+		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments, bucketLeaving, bucketFailed} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
@@ -110,8 +112,20 @@ func putAttachment(tx *bolt.Tx, r volumeRecord, node string, a attachmentRecord)
 	return nil
 }
 
+func putFailure(tx *bolt.Tx, id string, f failureRecord) error {
+	if err := putJSON(tx.Bucket(bucketFailed), id, f); err != nil {
+		return fmt.Errorf("store failure of volume %s: %w", id, err)
+	}
+	return nil
+}
+
+func deleteFailure(tx *bolt.Tx, id string) error { return tx.Bucket(bucketFailed).Delete([]byte(id)) }
+
 func deleteVolume(tx *bolt.Tx, r volumeRecord) error {
 	if err := tx.Bucket(bucketVolumes).Delete([]byte(r.ID)); err != nil {
+		return err
+	}
+	if err := deleteFailure(tx, r.ID); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bucketNames).Delete([]byte(r.Name)); err != nil {
@@ -128,12 +142,13 @@ func deleteVolume(tx *bolt.Tx, r volumeRecord) error {
 type loadedVolume struct {
 	rec    volumeRecord
 	attach map[string]attachmentRecord
+	failed *failureRecord
 }
 
 func loadAll(db *bolt.DB) ([]loadedVolume, error) {
 	var out []loadedVolume
 	err := db.View(func(tx *bolt.Tx) error {
-		att := tx.Bucket(bucketAttachments)
+		att, failed := tx.Bucket(bucketAttachments), tx.Bucket(bucketFailed)
 		return tx.Bucket(bucketVolumes).ForEach(func(k, v []byte) error {
 			lv := loadedVolume{attach: map[string]attachmentRecord{}}
 			if err := json.Unmarshal(v, &lv.rec); err != nil {
@@ -156,6 +171,12 @@ func loadAll(db *bolt.DB) ([]loadedVolume, error) {
 				})
 				if err != nil {
 					return err
+				}
+			}
+			if v := failed.Get(k); v != nil {
+				lv.failed = new(failureRecord)
+				if err := json.Unmarshal(v, lv.failed); err != nil {
+					return fmt.Errorf("failure of volume %s: %w", k, err)
 				}
 			}
 			out = append(out, lv)

@@ -109,6 +109,17 @@ var serviceDesc = grpc.ServiceDesc{
 			rep, err := s.Nodes()
 			return nodesToWire(rep), err
 		}),
+		method(wire.MethodFailedVolumes, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			fs, err := s.FailedVolumes()
+			out := &wire.FailedList{Items: make([]wire.FailedVolume, len(fs))}
+			for i, f := range fs {
+				out.Items[i] = wire.FailedVolume{VolumeID: f.VolumeID, Name: f.Name, SinceUnix: unixNano(f.Since), Op: f.Op, Error: f.Error}
+			}
+			return out, err
+		}),
+		method(wire.MethodClearFailure, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
+			return &wire.Empty{}, s.ClearFailure(r.ID)
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",

@@ -3,7 +3,6 @@ package datapath
 import (
 	"errors"
 	"io"
-	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -80,9 +79,14 @@ func (st *stage) fill(rc syscall.RawConn, n int) (int, error) {
 	return got, serr
 }
 
-// drainTo moves n bytes from the pipe into f at off.
-func (st *stage) drainTo(f *os.File, off int64, n int) error {
-	c, err := f.SyscallConn()
+// drainTo moves n bytes from the pipe into f at off: spliced into a file
+// with a descriptor, read out and written to any other File.
+func (st *stage) drainTo(f File, off int64, n int) error {
+	rf, ok := f.(rawFile)
+	if !ok {
+		return st.copyTo(f, off, n)
+	}
+	c, err := rf.SyscallConn()
 	if err != nil {
 		return err
 	}
@@ -110,6 +114,20 @@ func (st *stage) drainTo(f *os.File, off int64, n int) error {
 		return cerr
 	}
 	return werr
+}
+
+// copyTo reads n bytes out of the pipe and writes them to f at off.
+func (st *stage) copyTo(f File, off int64, n int) error {
+	buf := make([]byte, n)
+	for got := 0; got < n; {
+		m, err := st.readOut(buf[got:])
+		if err != nil || m <= 0 {
+			return io.ErrUnexpectedEOF // the pipe holds less than it should
+		}
+		got += m
+	}
+	_, err := f.WriteAt(buf, off)
+	return err
 }
 
 // readOut reads up to len(p) bytes out of the pipe (EAGAIN: it is empty).

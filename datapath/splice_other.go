@@ -4,7 +4,6 @@ package datapath
 
 import (
 	"errors"
-	"os"
 	"syscall"
 )
 
@@ -19,6 +18,6 @@ func newStage() (*stage, error) { return nil, errors.New("splice: not supported 
 
 func (st *stage) close()                                 {}
 func (st *stage) fill(syscall.RawConn, int) (int, error) { return 0, errStageFull }
-func (st *stage) drainTo(*os.File, int64, int) error     { return errors.New("splice: not supported") }
+func (st *stage) drainTo(File, int64, int) error         { return errors.New("splice: not supported") }
 func (st *stage) readOut([]byte) (int, error)            { return 0, errors.New("splice: not supported") }
 func (st *stage) discard()                               {}

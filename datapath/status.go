@@ -33,6 +33,7 @@ var wireErrors = []struct {
 	{ErrAuthUnavailable, codes.Unavailable, "AUTH_UNAVAILABLE"},
 	{ErrReadOnly, codes.PermissionDenied, "READ_ONLY"},
 	{ErrStaleSession, codes.Aborted, "STALE_SESSION"},
+	{ErrVolumeFailed, codes.DataLoss, "VOLUME_FAILED"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

@@ -34,6 +34,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
+	// OpenFile opens volumes' data files (default OpenOSFile); tests pass a
+	// fault-injecting layer.
+	OpenFile OpenFileFunc
 }
 
 // Store is the volume server's state: volumes (one sparse file each), the
@@ -46,6 +49,7 @@ type Store struct {
 	now      func() time.Time
 	log      *slog.Logger
 	capacity int64
+	open     OpenFileFunc
 
 	mu     sync.RWMutex // guards vols, names; held for writing by Create and Delete
 	vols   map[string]*volume
@@ -67,8 +71,13 @@ type volume struct {
 	mu      sync.RWMutex
 	rec     volumeRecord
 	attach  map[string]attachmentRecord
-	file    *os.File
+	file    File
 	deleted bool
+	// failed, when set, is the latched failure of a flush: every I/O is
+	// refused (failure.go).
+	failed *failureRecord
+	// syncMu runs the volume's flushes one at a time; taken before mu.
+	syncMu sync.Mutex
 }
 
 // Open opens (or creates) the store in dir: dir/datapath.db for metadata and
@@ -91,10 +100,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
-	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity,
+	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity, open: opts.OpenFile,
 		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex()}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.open == nil {
+		s.open = OpenOSFile
 	}
 	s.started = s.now().UTC()
 	if s.log == nil {
@@ -127,16 +139,20 @@ func (s *Store) load() error {
 	}
 	for _, lv := range loaded {
 		path := s.imgPath(lv.rec.ID)
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		f, err := s.open(path, os.O_RDWR, 0)
 		if err != nil {
 			return fmt.Errorf("volume %s (%s): data file: %w", lv.rec.ID, lv.rec.Name, err)
 		}
-		s.vols[lv.rec.ID] = &volume{rec: lv.rec, attach: lv.attach, file: f}
+		s.vols[lv.rec.ID] = &volume{rec: lv.rec, attach: lv.attach, file: f, failed: lv.failed}
+		if lv.failed != nil {
+			s.log.Error("datapath: volume is failed (a flush of its data failed); it refuses I/O until an operator clears it",
+				"volume", lv.rec.ID, "name", lv.rec.Name, "since", lv.failed.Since, "op", lv.failed.Op, "err", lv.failed.Error)
+		}
 		s.names[lv.rec.Name] = lv.rec.ID
 		for node, a := range lv.attach {
 			s.index.set(node, lv.rec.ID, false, a.State == StateGranted)
 		}
-		if fi, err := f.Stat(); err == nil && fi.Size() != lv.rec.Size {
+		if fi, err := os.Stat(path); err == nil && fi.Size() != lv.rec.Size {
 			return fmt.Errorf("volume %s (%s): data file %s is %d bytes, metadata says %d", lv.rec.ID, lv.rec.Name, path, fi.Size(), lv.rec.Size)
 		}
 	}
@@ -182,18 +198,33 @@ func (s *Store) Close() error {
 	s.closed = true
 	var errs []error
 	for _, v := range s.vols {
-		v.mu.Lock()
-		if err := fdatasync(v.file); err != nil {
-			errs = append(errs, fmt.Errorf("flush volume %s: %w", v.rec.ID, err))
+		if err := s.closeVolume(v); err != nil {
+			errs = append(errs, err)
 		}
-		v.deleted = true // no more I/O
-		v.mu.Unlock()
 	}
 	s.closeFiles()
 	if err := s.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// closeVolume ends v's I/O and flushes it, latching a failure (failure.go)
+// before the database closes. A volume failed before is not flushed again.
+func (s *Store) closeVolume(v *volume) error {
+	v.syncMu.Lock()
+	defer v.syncMu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.deleted = true // no more I/O
+	if v.failed != nil {
+		return nil
+	}
+	if err := v.file.Datasync(); err != nil {
+		s.latchLocked(v, opClose, err)
+		return v.failedErr(opClose)
+	}
+	return nil
 }
 
 func (s *Store) closeFiles() {
@@ -266,9 +297,9 @@ func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, 
 
 // createFile makes the sparse data file and makes its existence durable before
 // the metadata names it.
-func (s *Store) createFile(id string, size int64) (*os.File, error) {
+func (s *Store) createFile(id string, size int64) (File, error) {
 	path := s.imgPath(id)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.open(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -21,8 +21,12 @@ func fdatasync(f *os.File) error {
 }
 
 // pwritev writes iov at off, all of it (a short write is continued).
-func pwritev(f *os.File, iov [][]byte, off int64) error {
-	c, err := f.SyscallConn()
+func pwritev(f File, iov [][]byte, off int64) error {
+	rf, ok := f.(rawFile)
+	if !ok {
+		return writePieces(f, iov, off)
+	}
+	c, err := rf.SyscallConn()
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,8 @@ func (b *volumeBackend) retry(ctx context.Context, op func(context.Context) erro
 // cannot change.
 var definitiveErrors = []error{datapath.ErrFenced, datapath.ErrNotFound, datapath.ErrOutOfRange,
 	datapath.ErrInvalidArgument, datapath.ErrUnauthenticated, datapath.ErrPermissionDenied, datapath.ErrNoSpace,
-	datapath.ErrAttachedElsewhere, datapath.ErrInUse, datapath.ErrAlreadyExists, datapath.ErrReadOnly}
+	datapath.ErrAttachedElsewhere, datapath.ErrInUse, datapath.ErrAlreadyExists, datapath.ErrReadOnly,
+	datapath.ErrVolumeFailed}
 
 // transient reports whether a failed request may succeed if sent again: the
 // datapath did not give its answer (unreachable, restarting, a connection

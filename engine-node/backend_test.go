@@ -95,7 +95,7 @@ func TestVolumeBackend_Retry_StaleSessionAndTimeoutAreSentAgain(t *testing.T) {
 // never sent again.
 func TestVolumeBackend_Retry_DefinitiveAnswersAreNotRetried(t *testing.T) {
 	for _, answer := range []error{datapath.ErrFenced, datapath.ErrNotFound, datapath.ErrOutOfRange,
-		datapath.ErrUnauthenticated, datapath.ErrPermissionDenied, &datapath.RemoteError{Sentinel: datapath.ErrFenced}} {
+		datapath.ErrUnauthenticated, datapath.ErrPermissionDenied, datapath.ErrVolumeFailed, &datapath.RemoteError{Sentinel: datapath.ErrFenced}} {
 		dp := &flakyDatapath{fails: 100, err: answer}
 		b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil))
 		err := b.WriteAt(context.Background(), 0, []byte("x"))

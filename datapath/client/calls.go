@@ -259,3 +259,25 @@ func (c *Client) Nodes(ctx context.Context) (datapath.NodesReport, error) {
 	}
 	return r, nil
 }
+
+// FailedVolumes lists the volumes whose data failed to flush to disk: each
+// refuses every read, write and flush with datapath.ErrVolumeFailed until
+// ClearFailure.
+func (c *Client) FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, error) {
+	var resp wire.FailedList
+	if err := c.invoke(ctx, wire.MethodFailedVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.FailedVolume, len(resp.Items))
+	for i, f := range resp.Items {
+		out[i] = datapath.FailedVolume{VolumeID: f.VolumeID, Name: f.Name, Since: unixTime(f.SinceUnix), Op: f.Op, Error: f.Error}
+	}
+	return out, nil
+}
+
+// ClearFailure ends a failed volume's failure, after an operator checked the
+// disk and the volume's data: its I/O is accepted again. ErrNotFound for an
+// unknown volume, ErrInvalidArgument for one that is not failed.
+func (c *Client) ClearFailure(ctx context.Context, volumeID string) error {
+	return c.invoke(ctx, wire.MethodClearFailure, &wire.VolumeRef{ID: volumeID}, &wire.Empty{}, retryTransport)
+}

@@ -464,6 +464,7 @@ func TestStatusFromError_Sentinels(t *testing.T) {
 		{datapath.ErrInvalidArgument, codes.InvalidArgument},
 		{datapath.ErrUnauthenticated, codes.Unauthenticated},
 		{datapath.ErrNoSpace, codes.ResourceExhausted},
+		{fmt.Errorf("flush: %w", datapath.ErrVolumeFailed), codes.DataLoss},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable},

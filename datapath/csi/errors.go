@@ -30,6 +30,9 @@ var codeForSentinel = []struct {
 	{datapath.ErrOutOfRange, codes.OutOfRange},
 	{datapath.ErrNoSpace, codes.ResourceExhausted},
 	{datapath.ErrUnauthenticated, codes.Unauthenticated},
+	// A flush of the volume's data failed: writes may be lost, and its I/O
+	// is refused until an operator clears the failure.
+	{datapath.ErrVolumeFailed, codes.DataLoss},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

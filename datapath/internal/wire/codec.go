@@ -34,6 +34,10 @@ const (
 	MethodFenceNode    = "FenceNode"
 	MethodLeave        = "Leave"
 	MethodNodes        = "Nodes"
+	// MethodFailedVolumes lists the volumes whose flush failed.
+	MethodFailedVolumes = "FailedVolumes"
+	// MethodClearFailure ends a volume's failure after an operator checked it.
+	MethodClearFailure = "ClearFailure"
 )
 
 // FullMethod returns "/service/method" as gRPC invokes it.

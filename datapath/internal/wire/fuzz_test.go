@@ -15,7 +15,7 @@ func messages() []Message {
 		&Empty{}, &CreateVolumeRequest{}, &Volume{}, &VolumeList{}, &VolumeRef{}, &Int{},
 		&AttachRequest{}, &Epoch{}, &AttachmentList{}, &WriteRequest{}, &ReadRequest{},
 		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
-		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{},
+		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{}, &FailedList{},
 	}
 }
 
@@ -77,6 +77,10 @@ func normalize(m Message) Message {
 		if len(v.Items) == 0 {
 			v.Items = nil
 		}
+	case *FailedList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
 	}
 	return m
 }
@@ -104,6 +108,7 @@ func seedMessages() []Message {
 		&FencedList{Items: []FencedVolume{{VolumeID: "vol-0123456789abcdef", Epoch: 5}}},
 		&LeaveRequest{Node: "node-1", DurationNanos: 60e9},
 		&NodeList{NowUnix: 10, StartedUnix: 1, Items: []NodeStatus{{Node: "node-1", LastHeartbeat: 8, LastIO: 7, LeavingUntil: 70, LiveGrants: 3}}},
+		&FailedList{Items: []FailedVolume{{VolumeID: "vol-0123456789abcdef", Name: "pvc-1", SinceUnix: 11, Op: "flush", Error: "input/output error"}}},
 	}
 }
 

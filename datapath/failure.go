@@ -1,0 +1,154 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A failed flush is never forgotten. After fdatasync fails, the kernel may
+// have dropped the dirty pages it could not write and marked them clean, so a
+// later fdatasync succeeds although writes acknowledged before it are gone.
+// The store therefore latches the first failure of a volume's flush: the
+// volume is marked failed in memory at once and in datapath.db
+// (failed/<id>), every later read, write and flush of it is refused with
+// ErrVolumeFailed, saying why and what to do, and only ClearFailure (an
+// operator, `vigil-manager datapath clear-failure VOLUME`) ends it.
+// Flushes of one volume run one at a time (volume.syncMu), so a flush that
+// starts after a failed one sees the latch instead of a success that proves
+// nothing (TestStore_Flush_FailureLatches).
+
+// failureRecord is a volume's latched flush failure.
+type failureRecord struct {
+	// Since is when the flush failed (server clock, UTC).
+	Since time.Time `json:"since"`
+	// Op is the operation whose flush failed: opFlush or opClose.
+	Op string `json:"op"`
+	// Error is the operating system's error.
+	Error string `json:"error"`
+}
+
+// Operations whose flush may fail.
+const (
+	opFlush = "flush"
+	opClose = "close"
+)
+
+// FailedVolume is a volume whose data file failed to flush (FailedVolumes).
+type FailedVolume struct {
+	VolumeID string
+	// Name is the caller's name of the volume (for CSI: the PV name).
+	Name string
+	// Since is when the flush failed (server clock).
+	Since time.Time
+	// Op is the operation whose flush failed ("flush", or "close" when the
+	// server stopped).
+	Op string
+	// Error is the operating system's error.
+	Error string
+}
+
+// failedErr is the refusal of op on a failed volume. The caller holds v.mu.
+func (v *volume) failedErr(op string) error {
+	f := v.failed
+	return fmt.Errorf("%w: %s volume %s (%s): flushing its data file to disk failed at %s (%s: %s), so writes acknowledged before then may not be on disk; "+
+		"every read, write and flush of it is refused until an operator checks the disk and the volume's data, then runs `vigil-manager datapath clear-failure %s`",
+		ErrVolumeFailed, op, v.rec.ID, v.rec.Name, f.Since.Format(time.RFC3339), f.Op, f.Error, v.rec.ID)
+}
+
+// syncVolume makes v's acknowledged writes durable, one sync of the volume
+// at a time, and latches a failure. op names the caller (opFlush, opClose).
+func (s *Store) syncVolume(v *volume, op string) error {
+	v.syncMu.Lock()
+	defer v.syncMu.Unlock()
+	v.mu.RLock()
+	failed := v.failed != nil
+	v.mu.RUnlock()
+	if failed {
+		v.mu.RLock()
+		defer v.mu.RUnlock()
+		return v.failedErr(op)
+	}
+	err := v.file.Datasync()
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("%s volume %s: %w", op, v.rec.ID, fileErr(err)) // deleted or closed under the flush
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return fmt.Errorf("%w: %s volume %s: deleted under the flush (%v)", ErrNotFound, op, v.rec.ID, err)
+	}
+	s.latchLocked(v, op, err)
+	return v.failedErr(op)
+}
+
+// latchLocked marks v failed, in memory first (so I/O is refused from now
+// on) and then in datapath.db. The caller holds v.mu for writing. If the
+// record cannot be written either, the failure holds in memory until the
+// server stops, and the log says so.
+func (s *Store) latchLocked(v *volume, op string, cause error) {
+	if v.failed != nil {
+		return
+	}
+	f := failureRecord{Since: s.now().UTC(), Op: op, Error: cause.Error()}
+	v.failed = &f
+	s.log.Error("datapath: a flush of a volume's data file failed: the volume is failed and refuses I/O until an operator clears it",
+		"volume", v.rec.ID, "name", v.rec.Name, "op", op, "err", cause)
+	if err := s.commits.update(func(tx *bolt.Tx) error { return putFailure(tx, v.rec.ID, f) }); err != nil {
+		s.log.Error("datapath: the volume's failure could not be recorded in datapath.db either: it holds only until this server stops",
+			"volume", v.rec.ID, "err", err)
+	}
+}
+
+// FailedVolumes lists the failed volumes, sorted by id.
+func (s *Store) FailedVolumes() ([]FailedVolume, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	out := []FailedVolume{}
+	for _, v := range s.vols {
+		v.mu.RLock()
+		if f := v.failed; f != nil {
+			out = append(out, FailedVolume{VolumeID: v.rec.ID, Name: v.rec.Name, Since: f.Since, Op: f.Op, Error: f.Error})
+		}
+		v.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
+	return out, nil
+}
+
+// ClearFailure ends a volume's failure: an operator checked the disk and
+// the volume's data and takes what is there. I/O is accepted again once the
+// change is durable. A volume that is not failed is refused with
+// ErrInvalidArgument, and nothing changes.
+func (s *Store) ClearFailure(volumeID string) error {
+	v, err := s.lookup(volumeID)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.deleted {
+		return fmt.Errorf("%w: volume %s", ErrNotFound, volumeID)
+	}
+	if v.failed == nil {
+		return fmt.Errorf("%w: clear failure of volume %s (%s): the volume is not failed, so there is nothing to clear; only a volume whose flush failed refuses I/O and needs it",
+			ErrInvalidArgument, volumeID, v.rec.Name)
+	}
+	if err := s.commits.update(func(tx *bolt.Tx) error { return deleteFailure(tx, volumeID) }); err != nil {
+		return fmt.Errorf("clear failure of volume %s: %w", volumeID, err)
+	}
+	s.log.Warn("datapath: an operator cleared a volume's failure; it accepts I/O again",
+		"volume", volumeID, "name", v.rec.Name, "failedSince", v.failed.Since, "err", v.failed.Error)
+	v.failed = nil
+	return nil
+}
