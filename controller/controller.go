@@ -82,7 +82,8 @@ type Reaper struct {
 	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
 	crash      *crashLoops
-	deleted    deletedUIDs // what this reaper deleted, until its informers catch up
+	deleted    deletedUIDs     // what this reaper deleted, until its informers catch up
+	failedSeen map[string]bool // handles of failed volumes at the last poll (failed_volumes.go)
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 }

@@ -44,6 +44,12 @@
 // Crash-looping protected pods on live nodes are deleted, not forced, at most
 // once per UID and with a backoff per owner (crash_loop.go).
 //
+// A fencing back end that also lists the volumes it refuses all I/O on because
+// writing their data to disk failed (the datapath does) gets them polled with
+// its connectivity: each newly failed volume gets a VigilVolumeFailed Warning
+// Event on its PersistentVolume, and vigil_volumes_failed counts them
+// (failed_volumes.go). Only an operator clears such a volume.
+//
 // Each reconciler reads a snapshot from shared informers (snapshot.go), calls a
 // pure decide function with the settings and the clock passed in (decideFence,
 // decide, decideAttachment, decideCrashLoop — each tested as a table, decide as

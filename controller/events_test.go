@@ -66,6 +66,7 @@ func TestNewMetrics_ExactNames(t *testing.T) {
 		"vigil_events_queued":                          nil,
 		"vigil_events_dropped_total":                   nil,
 		"vigil_attachment_recovery_actions_total":      {"action"},
+		"vigil_volumes_failed":                         nil,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("metrics %v, want %v", got, want)

@@ -19,6 +19,7 @@ type fakeFencer struct {
 	rows        map[string]map[string]fencing.Grant // node → handle → row
 	epochs      map[string]uint64                   // handle → highest epoch
 	report      fencing.Report
+	failed      []fencing.FailedVolume
 	err         error
 	fenceCalls  int
 	grantsCalls int
@@ -85,6 +86,21 @@ func (f *fakeFencer) Grants(_ context.Context, node string) ([]fencing.Grant, er
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+func (f *fakeFencer) setFailed(fs ...fencing.FailedVolume) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = fs
+}
+
+func (f *fakeFencer) FailedVolumes(context.Context) ([]fencing.FailedVolume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, fmt.Errorf("%w: %v", fencing.ErrUnavailable, f.err)
+	}
+	return f.failed, nil
 }
 
 func (f *fakeFencer) Connectivity(context.Context) (fencing.Report, error) {

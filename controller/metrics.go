@@ -35,6 +35,9 @@ type Metrics struct {
 	// EventsDropped counts Events never written: the queue was full, the API
 	// server refused them, or the manager stopped first.
 	EventsDropped prometheus.Counter
+	// VolumesFailed is the number of volumes the storage refuses all I/O on
+	// until an operator clears them (a flush of their data failed).
+	VolumesFailed prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -95,10 +98,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: metricEventsDropped,
 			Help: "Kubernetes Events never written: the queue was full, the API server refused them, or the manager stopped first.",
 		}),
+		VolumesFailed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricVolumesFailed,
+			Help: "Volumes whose data failed to flush to disk on the storage: all their I/O is refused until an operator clears them.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown,
 		m.NodesIsolated, m.FenceDuration, m.Fences, m.RecoveryDuration, m.AttachmentActions, m.CrashLoopDeleted,
-		m.DatapathReachable, m.EventsQueued, m.EventsDropped} {
+		m.DatapathReachable, m.EventsQueued, m.EventsDropped, m.VolumesFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

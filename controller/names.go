@@ -1,6 +1,6 @@
 package controller
 
-// Event reasons Vigil's controllers put on Pods and Nodes. They are externally
+// Event reasons Vigil's controllers put on Pods, Nodes and PersistentVolumes. They are externally
 // visible (kubectl get events, alerting rules), so they are defined here once.
 const (
 	// EventPodForceDeleted: a pod on a down node was force-deleted by policy.
@@ -42,6 +42,9 @@ const (
 	EventCrashLoopNotDeleted = "VigilCrashLoopNotDeleted"
 	// EventWouldDeleteCrashLoop: dry run; the crash-looping pod would have been deleted.
 	EventWouldDeleteCrashLoop = "VigilWouldDeleteCrashLoopingPod"
+	// EventVolumeFailed (on a PersistentVolume): writing the volume's data to
+	// disk failed on the storage; its I/O is refused until an operator clears it.
+	EventVolumeFailed = "VigilVolumeFailed"
 )
 
 // Metric names (the vigil_ prefix comes from vigil.MetricsNamespace).
@@ -60,6 +63,7 @@ const (
 	metricDatapathReachable  = "datapath_reachable"
 	metricEventsQueued       = "events_queued"
 	metricEventsDropped      = "events_dropped_total"
+	metricVolumesFailed      = "volumes_failed"
 	labelOwnerKind           = "owner_kind"
 	labelPolicy              = "policy"
 	labelDecision            = "decision"

@@ -109,4 +109,5 @@ func (r *Reaper) pollStorage(ctx context.Context, reachable, warnedSuppressed *b
 		}
 	}
 	r.metrics.NodesIsolated.Set(float64(len(isolated)))
+	r.pollFailedVolumes(ctx)
 }

@@ -12,12 +12,30 @@
 // # Storage
 //
 // A data directory holds datapath.db (go.etcd.io/bbolt: volume records, the
-// name index, the attachment table and the graceful stops nodes announced,
-// see meta.go) and volumes/<id>.img, one
+// name index, the attachment table, the graceful stops nodes announced and
+// the failed volumes, see meta.go) and volumes/<id>.img, one
 // sparse file per volume, created with the volume's full size (truncate) so it
 // takes disk space only where written. A volume file is created and synced
 // before the record naming it is committed; a delete commits first and removes
-// the file after; files no record names are removed at start.
+// the file after; files no record names are removed at start. The store
+// touches a data file only through the File interface (file.go), so tests can
+// put a fault-injecting layer under it (datapathtest.Faults).
+//
+// # A failed flush is never forgotten
+//
+// After fdatasync fails, the kernel may drop the pages it could not write and
+// mark them clean, so a later fdatasync succeeds although acknowledged writes
+// are gone. The first failed sync of a volume's file (a Flush, or the flush at
+// Close) therefore marks the volume failed, in memory at once and in
+// datapath.db (failed/<id>), and every later read, write and flush of it is
+// refused with ErrVolumeFailed (gRPC DataLoss, reason VOLUME_FAILED), whose
+// message says what failed, when, and that an operator must check the disk and
+// the data and run ClearFailureCommand. Syncs of one volume run one at a time,
+// so one that starts after a failed one sees the mark instead of a success that
+// proves nothing. FailedVolumes lists the failed volumes (the manager turns
+// them into an Event and a gauge); ClearFailure, for the controller identity
+// only, ends a failure (TestStore_Flush_FailureLatches,
+// TestClient_FailedVolume_CrossesTheWire).
 //
 // # Epochs and fencing
 //
@@ -121,7 +139,8 @@
 // Authorize (identity.go) is the whole decision, one table for both channels
 // (TestAuthorize_Table is its specification): the controller creates,
 // deletes, grants, fences (Fence, FenceNode), releases and reads every report
-// (ListVolumes, Capacity, Connectivity, NodeGrants, Nodes), but never reads,
+// (ListVolumes, Capacity, Connectivity, NodeGrants, Nodes, FailedVolumes) and
+// clears a failed volume (ClearFailure), but never reads,
 // writes, flushes, heartbeats or leaves as a node, so a bug in the manager
 // cannot keep a dead node looking alive; an engine reads, writes, flushes,
 // heartbeats and leaves as its own node only, releases its own grants (after
@@ -232,8 +251,9 @@
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
 // flushes every volume (fdatasync) and closes the database.
 // `vigil-manager datapath status` prints a running server's volumes and
-// attachment tables, and its nodes (last heartbeat and I/O, announced stops,
-// live grants).
+// attachment tables, its failed volumes, and its nodes (last heartbeat and
+// I/O, announced stops, live grants); `vigil-manager datapath clear-failure
+// VOLUME` clears a failed volume.
 //
 // # Performance
 //

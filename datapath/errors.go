@@ -2,6 +2,10 @@ package datapath
 
 import "errors"
 
+// ClearFailureCommand is what an operator runs, followed by the volume's id,
+// to end a volume's failure (ErrVolumeFailed).
+const ClearFailureCommand = "vigil-manager datapath clear-failure"
+
 // Sentinel errors. Every error the server or the client returns for one of these
 // conditions satisfies errors.Is against the sentinel, on both sides of the wire.
 var (
@@ -47,7 +51,6 @@ var (
 	ErrStaleSession = errors.New("datapath: stale write session")
 	// ErrVolumeFailed: a flush of the volume's data file to disk failed, so
 	// writes acknowledged before it may be lost; every read, write and flush
-	// is refused until an operator clears the failure
-	// (`vigil-manager datapath clear-failure VOLUME`).
+	// is refused until an operator clears the failure (ClearFailureCommand).
 	ErrVolumeFailed = errors.New("datapath: volume failed")
 )

@@ -17,7 +17,7 @@ import (
 // volume is marked failed in memory at once and in datapath.db
 // (failed/<id>), every later read, write and flush of it is refused with
 // ErrVolumeFailed, saying why and what to do, and only ClearFailure (an
-// operator, `vigil-manager datapath clear-failure VOLUME`) ends it.
+// operator, ClearFailureCommand) ends it.
 // Flushes of one volume run one at a time (volume.syncMu), so a flush that
 // starts after a failed one sees the latch instead of a success that proves
 // nothing (TestStore_Flush_FailureLatches).
@@ -56,8 +56,8 @@ type FailedVolume struct {
 func (v *volume) failedErr(op string) error {
 	f := v.failed
 	return fmt.Errorf("%w: %s volume %s (%s): flushing its data file to disk failed at %s (%s: %s), so writes acknowledged before then may not be on disk; "+
-		"every read, write and flush of it is refused until an operator checks the disk and the volume's data, then runs `vigil-manager datapath clear-failure %s`",
-		ErrVolumeFailed, op, v.rec.ID, v.rec.Name, f.Since.Format(time.RFC3339), f.Op, f.Error, v.rec.ID)
+		"every read, write and flush of it is refused until an operator checks the disk and the volume's data, then runs `%s %s`",
+		ErrVolumeFailed, op, v.rec.ID, v.rec.Name, f.Since.Format(time.RFC3339), f.Op, f.Error, ClearFailureCommand, v.rec.ID)
 }
 
 // syncVolume makes v's acknowledged writes durable, one sync of the volume

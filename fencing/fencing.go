@@ -99,3 +99,18 @@ func (r Report) Silence(node string) (d time.Duration, ok bool) {
 	}
 	return 0, false
 }
+
+// FailedVolume is a volume the back end refuses all I/O on until an operator
+// acts: writing its data to disk failed, so writes it acknowledged may be
+// lost.
+type FailedVolume struct {
+	// Handle is the CSI volume handle (the PV's spec.csi.volumeHandle).
+	Handle string
+	// Since is when it failed, on the back end's clock.
+	Since time.Time
+	// Reason says what failed, in the back end's words.
+	Reason string
+	// Clear is what an operator runs, after checking the disk and the
+	// volume's data, to let the volume take I/O again.
+	Clear string
+}

@@ -44,18 +44,24 @@ func datapathCommand() *cli.Command {
 			}, datapathServeAuthFlags()...),
 			Action: datapathServe,
 		}, {
-			Name:  "status",
-			Usage: "list a running server's volumes with their attachment tables (node, epoch, state) and its nodes (last heartbeat and I/O, announced stops, live grants)",
-			Flags: append([]cli.Flag{
-				&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
-					Usage: "address of the datapath server"},
-				&cli.StringFlag{Name: flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
-					Usage: "file holding a controller token of the datapath (a tokens file's controller token, or a projected ServiceAccount token)"},
-				&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up after this long"},
-			}, datapathTLSFlags("")...),
+			Name:   "status",
+			Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, and its nodes (last heartbeat and I/O, announced stops, live grants)",
+			Flags:  datapathClientFlags(),
 			Action: datapathStatus,
-		}},
+		}, datapathClearFailureCommand()},
 	}
+}
+
+// datapathClientFlags are the flags of the commands that call a running
+// server as the controller.
+func datapathClientFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
+			Usage: "address of the datapath server"},
+		&cli.StringFlag{Name: flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
+			Usage: "file holding a controller token of the datapath (a tokens file's controller token, or a projected ServiceAccount token)"},
+		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up after this long"},
+	}, datapathTLSFlags("")...)
 }
 
 func datapathStatus(c *cli.Context) error {
@@ -92,6 +98,9 @@ func datapathStatus(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "%d volumes; %d bytes available\n", len(vols), avail)
+	if err := printFailed(ctx, c.App.Writer, dp); err != nil {
+		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+	}
 	nodes, err := dp.Nodes(ctx)
 	if err != nil {
 		return fmt.Errorf("datapath at %s: nodes: %w", c.String("addr"), err)

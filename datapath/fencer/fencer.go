@@ -16,6 +16,7 @@ type Datapath interface {
 	FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error)
 	NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error)
 	Nodes(ctx context.Context) (datapath.NodesReport, error)
+	FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, error)
 }
 
 // Fencer fences nodes on the datapath. It is safe for concurrent use (as
@@ -75,6 +76,22 @@ func (f *Fencer) Connectivity(ctx context.Context) (fencing.Report, error) {
 	out := fencing.Report{Now: r.Now, Since: r.Started, Nodes: make([]fencing.NodeConnectivity, len(r.Nodes))}
 	for i, n := range r.Nodes {
 		out.Nodes[i] = fencing.NodeConnectivity{Node: n.Node, LastHeartbeat: n.LastSeen(), LeavingUntil: n.LeavingUntil}
+	}
+	return out, nil
+}
+
+// FailedVolumes lists the volumes whose data failed to flush to disk: the
+// datapath refuses their I/O until an operator clears them.
+func (f *Fencer) FailedVolumes(ctx context.Context) ([]fencing.FailedVolume, error) {
+	fs, err := f.dp.FailedVolumes(ctx)
+	if err != nil {
+		return nil, wrap("failed volumes", err)
+	}
+	out := make([]fencing.FailedVolume, len(fs))
+	for i, v := range fs {
+		out[i] = fencing.FailedVolume{Handle: v.VolumeID, Since: v.Since,
+			Reason: fmt.Sprintf("flushing its data to disk failed (%s: %s)", v.Op, v.Error),
+			Clear:  datapath.ClearFailureCommand + " " + v.VolumeID}
 	}
 	return out, nil
 }

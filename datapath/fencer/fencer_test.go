@@ -127,9 +127,10 @@ func TestFencer_Driver_IsVigils(t *testing.T) {
 
 // fakeDatapath answers with fixed results, for the error and state mapping.
 type fakeDatapath struct {
-	err   error
-	rows  []datapath.Attachment
-	nodes datapath.NodesReport
+	err    error
+	rows   []datapath.Attachment
+	nodes  datapath.NodesReport
+	failed []datapath.FailedVolume
 }
 
 func (f *fakeDatapath) FenceNode(context.Context, string) ([]datapath.FencedVolume, error) {
@@ -139,6 +140,9 @@ func (f *fakeDatapath) NodeGrants(context.Context, string) ([]datapath.Attachmen
 	return f.rows, f.err
 }
 func (f *fakeDatapath) Nodes(context.Context) (datapath.NodesReport, error) { return f.nodes, f.err }
+func (f *fakeDatapath) FailedVolumes(context.Context) ([]datapath.FailedVolume, error) {
+	return f.failed, f.err
+}
 
 func TestFencer_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
 	ctx := context.Background()
@@ -157,7 +161,8 @@ func TestFencer_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
 		_, e1 := f.FenceNode(ctx, "n1")
 		_, e2 := f.Grants(ctx, "n1")
 		_, e3 := f.Connectivity(ctx)
-		for _, err := range []error{e1, e2, e3} {
+		_, e4 := f.FailedVolumes(ctx)
+		for _, err := range []error{e1, e2, e3, e4} {
 			if !errors.Is(err, c.err) || errors.Is(err, fencing.ErrUnavailable) != c.unavailable {
 				t.Errorf("datapath error %v became %v; want it wrapped, ErrUnavailable %v", c.err, err, c.unavailable)
 			}
@@ -191,5 +196,34 @@ func TestFencer_Connectivity_LastHeartbeatIsLastSeen(t *testing.T) {
 	}
 	if _, ok := r.Silence("both"); ok || !r.Nodes[1].LeavingUntil.Equal(now.Add(time.Minute)) {
 		t.Fatalf("leaving node: %+v", r.Nodes[1])
+	}
+}
+
+// TestFencer_FailedVolumes_SaysWhyAndHowToClear: a failed volume comes out
+// with its handle, when and why it failed, and the command that clears it,
+// from a real server whose flush failed.
+func TestFencer_FailedVolumes_SaysWhyAndHowToClear(t *testing.T) {
+	faults := datapathtest.NewFaults()
+	srv := datapathtest.Start(t, datapath.Options{OpenFile: faults.Open})
+	v, err := srv.Store.CreateVolume("pvc-1", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := srv.Store.Grant(v.ID, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fencer.New(srv.DialRoles(t))
+	if fs, err := f.FailedVolumes(context.Background()); err != nil || len(fs) != 0 {
+		t.Fatalf("FailedVolumes before any failure = %+v, %v", fs, err)
+	}
+	faults.FailNextSync(srv.Store.DataFile(v.ID))
+	if err := srv.Store.Flush(v.ID, "n1", e); !errors.Is(err, datapath.ErrVolumeFailed) {
+		t.Fatalf("flush: %v", err)
+	}
+	fs, err := f.FailedVolumes(context.Background())
+	if err != nil || len(fs) != 1 || fs[0].Handle != v.ID || fs[0].Since.IsZero() ||
+		!strings.Contains(fs[0].Reason, "input/output error") || fs[0].Clear != "vigil-manager datapath clear-failure "+v.ID {
+		t.Fatalf("FailedVolumes = %+v, %v", fs, err)
 	}
 }

@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/vigil-storage/vigil/fencing"
+)
+
+// failedVolumeLister is a Fencer that also reports the volumes it refuses all
+// I/O on until an operator acts, because writing their data to disk failed
+// (the datapath's does). The storage watch asks it at each poll.
+type failedVolumeLister interface {
+	FailedVolumes(ctx context.Context) ([]fencing.FailedVolume, error)
+}
+
+// newlyFailed is the pure part of the failed-volume watch: the volumes of
+// report that were not failed at the last poll (before), and the handles
+// failed now. A volume cleared and failed again is new again.
+func newlyFailed(report []fencing.FailedVolume, before map[string]bool) (fresh []fencing.FailedVolume, now map[string]bool) {
+	now = make(map[string]bool, len(report))
+	for _, f := range report {
+		now[f.Handle] = true
+		if !before[f.Handle] {
+			fresh = append(fresh, f)
+		}
+	}
+	return fresh, now
+}
+
+// pollFailedVolumes sets the failed-volume gauge and puts a Warning Event on
+// the PersistentVolume of each volume that failed since the last poll. Only
+// the storage watch calls it. A back end that does not answer changes
+// nothing.
+func (r *Reaper) pollFailedVolumes(ctx context.Context) {
+	fl, ok := r.fencer.(failedVolumeLister)
+	if !ok {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	failed, err := fl.FailedVolumes(pctx)
+	cancel()
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("failed volumes not known at this poll", "err", err)
+		return
+	}
+	r.metrics.VolumesFailed.Set(float64(len(failed)))
+	fresh, now := newlyFailed(failed, r.failedSeen)
+	r.failedSeen = now
+	for _, f := range fresh {
+		r.warnFailed(ctx, f)
+	}
+}
+
+// warnFailed puts the Warning Event on the volume's PersistentVolume, or
+// logs it when no PersistentVolume has that handle.
+func (r *Reaper) warnFailed(ctx context.Context, f fencing.FailedVolume) {
+	objs, err := r.pvIndex.ByIndex(pvByHandleIndex, r.fencer.Driver()+"^"+f.Handle)
+	var pv *corev1.PersistentVolume
+	if err == nil && len(objs) > 0 {
+		pv, _ = objs[0].(*corev1.PersistentVolume)
+	}
+	if pv == nil {
+		klog.FromContext(ctx).Error(nil, "a volume failed and refuses all I/O; no PersistentVolume has its handle",
+			"handle", f.Handle, "since", f.Since, "reason", f.Reason, "clear", f.Clear)
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
+	r.events.emit(ref, pv.UID, corev1.EventTypeWarning, EventVolumeFailed,
+		fmt.Sprintf("volume %s: %s at %s, so writes acknowledged before then may be lost; every read, write and flush of it is refused "+
+			"until an operator checks the disk and the volume's data, then runs `%s`",
+			f.Handle, f.Reason, f.Since.UTC().Format(time.RFC3339), f.Clear))
+}
