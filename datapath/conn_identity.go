@@ -134,7 +134,7 @@ func (h connEnds) HandleConn(ctx context.Context, s stats.ConnStats) {
 }
 
 func (connEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (connEnds) HandleRPC(context.Context, stats.RPCStats)                        {}
+func (connEnds) HandleRPC(context.Context, stats.RPCStats)                       {}
 
 // jwtExpiry reads the exp claim of a JWT without verifying it (the
 // authenticator verified the token); zero for a token that is not a JWT or
