@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/vigil-storage/vigil/fencing"
 )
@@ -56,32 +58,30 @@ func (t *nodeTracker) grants(name string) grantsView {
 	return grantsView{}
 }
 
-// proofs fetches node grants from the Fencer for the reaper and attachment
-// recovery, at most one fetch per node at a time and none while the last answer
-// is fresher than grantsMaxAge, so 110 pods of one node cost one call.
-type proofs struct {
-	fencer Fencer
-	nodes  *nodeTracker
-	now    func() time.Time
+// proofFetchTimeout bounds one fetch of a node's grants, and how long a worker
+// waits for it: a hung fencing back end never holds the reaper's workers for
+// longer than this.
+const proofFetchTimeout = 3 * time.Second
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+// proofs fetches node grants from the Fencer for the reaper and attachment
+// recovery: one fetch per node at a time, shared by every worker that asks
+// meanwhile (its error too), and none while the last answer is fresher than
+// grantsMaxAge, so 110 pods of one node cost one call. A worker waits at most
+// timeout; it then goes on with nothing proven.
+type proofs struct {
+	fencer  Fencer
+	nodes   *nodeTracker
+	now     func() time.Time
+	timeout time.Duration
+	flight  singleflight.Group
 }
 
 func newProofs(f Fencer, nodes *nodeTracker, now func() time.Time) *proofs {
-	return &proofs{fencer: f, nodes: nodes, now: now, locks: map[string]*sync.Mutex{}}
+	return &proofs{fencer: f, nodes: nodes, now: now, timeout: proofFetchTimeout}
 }
 
-func (p *proofs) lock(node string) *sync.Mutex {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.locks[node]
-	if l == nil {
-		l = &sync.Mutex{}
-		p.locks[node] = l
-	}
-	return l
-}
+// errProofWait: a worker stopped waiting for a node's grants.
+var errProofWait = errors.New("the fencing back end has not answered")
 
 // grants returns the node's grants no older than grantsMaxAge. Without a Fencer
 // nothing is ever proven.
@@ -89,17 +89,33 @@ func (p *proofs) grants(ctx context.Context, node string) (grantsView, error) {
 	if p == nil || p.fencer == nil {
 		return grantsView{}, nil
 	}
-	l := p.lock(node)
-	l.Lock()
-	defer l.Unlock()
 	if v := p.nodes.grants(node); v.fetched() && p.now().Sub(v.at) < grantsMaxAge {
 		return v, nil
 	}
-	return p.refresh(ctx, node)
+	// The fetch runs on a context of its own, so that a worker that stops
+	// waiting does not fail it for the others.
+	ch := p.flight.DoChan(node, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+		defer cancel()
+		return p.refresh(fctx, node)
+	})
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return grantsView{}, r.Err
+		}
+		return r.Val.(grantsView), nil
+	case <-t.C:
+		return grantsView{}, fmt.Errorf("grants of node %s on %s: %w within %s", node, p.fencer.Driver(), errProofWait, p.timeout)
+	case <-ctx.Done():
+		return grantsView{}, ctx.Err()
+	}
 }
 
-// refresh asks the Fencer now; the caller holds the node's lock or has just
-// fenced the node.
+// refresh asks the Fencer now (grants' shared fetch, or the fence that has
+// just fenced the node).
 func (p *proofs) refresh(ctx context.Context, node string) (grantsView, error) {
 	at := p.now()
 	gs, err := p.fencer.Grants(ctx, node)
