@@ -174,6 +174,9 @@ type Decision struct {
 	// Volume, with ReasonUnprovableVolume, names the volume that stopped the
 	// reap: its name and what it is.
 	Volume string
+	// Basis, with a delete, says what keeps the old pod from writing once it
+	// is force-deleted: what the reap relies on. Its Events carry it.
+	Basis string
 	// RecheckAfter, when positive, is when the answer may change without any
 	// object changing (a debounce, a deadline or a grace period running out).
 	RecheckAfter time.Duration
@@ -228,7 +231,41 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 		d.Kind = DecisionWouldDelete
 	}
 	d.Actions = reapActions(s, d.Node, set)
+	d.Basis = reapBasis(s.Volumes, d.Node.State, reason)
 	return d
+}
+
+// reapBasis says what a reap relies on. On the fast trigger, the proof: the
+// node deleted or tainted out-of-service (an operator's word that the machine
+// is gone), or the datapath's fence of every volume. On the Kubernetes-
+// compatible trigger, which force-deletes where Kubernetes would only have
+// evicted and waited for the kubelet, each driver's own guarantee: Vigil's
+// volumes are granted to a new node only after the old one is fenced; an extra
+// protected provisioner's, by nothing but that driver's detach.
+func reapBasis(vols []VolumeInfo, state NodeState, reason Reason) string {
+	if reason == ReasonProvenFenced {
+		switch state {
+		case NodeDownDeleted:
+			return "the Node object was deleted (confirmed by the API server), which Vigil takes to mean the machine is gone"
+		case NodeDownOutOfService:
+			return "the node carries the out-of-service taint, which Vigil takes to mean the machine is off"
+		}
+		return "every volume of the pod is fenced on the node at the datapath, so its writes are refused"
+	}
+	var parts, others []string
+	for i := range vols {
+		if vols[i].Driver != vigil.DriverName {
+			others = append(others, fmt.Sprintf("%q (driver %s)", vols[i].Name, vols[i].Driver))
+		}
+	}
+	if len(others) < len(vols) {
+		parts = append(parts, "its "+vigil.DriverName+" volumes are granted to another node only after this node is fenced from them")
+	}
+	if len(others) > 0 {
+		parts = append(parts, "Vigil does not fence volume "+strings.Join(others, ", ")+
+			": nothing but that driver's own detach keeps the old node from writing to it")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // trigger checks decision table row 4: terminating past its deadline, or the fast

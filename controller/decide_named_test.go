@@ -271,3 +271,51 @@ func TestDecide_Named(t *testing.T) {
 		})
 	}
 }
+
+// TestDecide_ReapBasis: every reap says what it relies on. On the compatible
+// trigger that is the driver's own guarantee, and for an extra provisioner it
+// says plainly that only that driver's detach stands between the old pod and
+// its volume.
+func TestDecide_ReapBasis(t *testing.T) {
+	vigilVol := []runtime.Object{newPVC("app", "data", "pv-1", nil), newPV("pv-1", vigil.DriverName)}
+	otherVol := []runtime.Object{newPVC("app", "other", "pv-2", nil), newPV("pv-2", otherDriver)}
+	unknown := newNode("node-1", corev1.ConditionUnknown, -time.Minute)
+	fast := func(s *ReaperSettings) { s.FastFencedTrigger = true }
+	extra := func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} }
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		objs   []runtime.Object
+		set    func(*ReaperSettings)
+		proven provenFunc
+		want   string
+	}{
+		{name: "compatible, vigil volume: the fence before any new grant",
+			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown),
+			want: "its driver.vigil.io volumes are granted to another node only after this node is fenced from them"},
+		{name: "compatible, extra provisioner: nothing but the driver's detach",
+			pod: terminating(stsPod(pvcVolume("o", "other")), -time.Second), objs: append(otherVol, unknown), set: extra,
+			want: `Vigil does not fence volume "o" (driver ebs.csi.aws.com): nothing but that driver's own detach keeps the old node from writing to it`},
+		{name: "compatible, both",
+			pod: terminating(stsPod(pvcVolume("d", "data"), pvcVolume("o", "other")), -time.Second), objs: append(append(vigilVol, otherVol...), unknown), set: extra,
+			want: `its driver.vigil.io volumes are granted to another node only after this node is fenced from them; Vigil does not fence volume "o" (driver ebs.csi.aws.com): nothing but that driver's own detach keeps the old node from writing to it`},
+		{name: "fast, proven by the datapath",
+			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown), set: fast, proven: func(string) bool { return true },
+			want: "every volume of the pod is fenced on the node at the datapath, so its writes are refused"},
+		{name: "fast, node deleted: the operator's word",
+			pod: stsPod(pvcVolume("o", "other")), objs: otherVol, set: func(s *ReaperSettings) { fast(s); extra(s) },
+			want: "the Node object was deleted (confirmed by the API server), which Vigil takes to mean the machine is gone"},
+		{name: "fast, out-of-service: the operator's word",
+			pod: stsPod(pvcVolume("o", "other")), objs: append(otherVol, newNode("node-1", corev1.ConditionFalse, -time.Minute, outOfService(-time.Minute))),
+			set:  func(s *ReaperSettings) { fast(s); extra(s) },
+			want: "the node carries the out-of-service taint, which Vigil takes to mean the machine is off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := defaultSetWith(tc.set)
+			d := decide(namedSnapshotSeen(tc.pod, set, tc.proven, 0, tc.objs...), set, t0)
+			if d.Kind != DecisionDelete || d.Basis != tc.want {
+				t.Fatalf("%s/%s relying on %q, want a delete relying on %q", d.Kind, d.Reason, d.Basis, tc.want)
+			}
+		})
+	}
+}

@@ -74,7 +74,7 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 // crash between the steps the next sync finishes the job; a failed attachment
 // delete stops before the pod is touched.
 func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d Decision, policy PodDeletionPolicy) error {
-	why := fmt.Sprintf("node %s is %s; policy %s; trigger %s", pod.Spec.NodeName, d.Node.State, policy, d.Reason)
+	why := reapWhy(pod, d, policy)
 	for _, a := range d.Actions {
 		switch a.Kind {
 		case ActionDeleteVolumeAttachment:
@@ -116,7 +116,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 // reportDryRun emits the "would delete" Events of a dry run, or of a decision
 // not carried out because acting is blocked, and deletes nothing.
 func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
-	why := fmt.Sprintf("node %s is %s; policy %s; trigger %s", pod.Spec.NodeName, d.Node.State, policy, d.Reason)
+	why := reapWhy(pod, d, policy)
 	prefix := "dry run"
 	if blocked != "" {
 		prefix = "not acting (" + blocked + ")"
@@ -145,4 +145,10 @@ func (r *Reaper) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
 	r.emitPod(pod, typ, reason, msg)
 	ref := nodeRef(pod.Spec.NodeName)
 	r.events.emit(ref, ref.UID, typ, reason, msg)
+}
+
+// reapWhy is the reason a reap's Events give: the node's state, the policy, the
+// trigger, and what the reap relies on.
+func reapWhy(pod *corev1.Pod, d Decision, policy PodDeletionPolicy) string {
+	return fmt.Sprintf("node %s is %s; policy %s; trigger %s; relying on: %s", pod.Spec.NodeName, d.Node.State, policy, d.Reason, d.Basis)
 }

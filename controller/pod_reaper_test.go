@@ -202,8 +202,9 @@ func TestReaper_SyncPod_DeletesNodeAttachmentsThenPod(t *testing.T) {
 		"Normal "+EventVolumeAttachmentDeleted, "Normal "+EventVolumeAttachmentDeleted,
 		"Normal "+EventVolumeAttachmentDeleted, "Normal "+EventVolumeAttachmentDeleted,
 		"Normal "+EventPodForceDeleted) // attachments on the pod and the node, the pod's delete on the pod
-	if last := evs[len(evs)-1]; !strings.Contains(last, string(PolicyDeleteStatefulSetPod)) || !strings.Contains(last, string(ReasonPastDeadline)) {
-		t.Errorf("event %q does not name the policy and the reason", last)
+	if last := evs[len(evs)-1]; !strings.Contains(last, string(PolicyDeleteStatefulSetPod)) || !strings.Contains(last, string(ReasonPastDeadline)) ||
+		!strings.Contains(last, "relying on: its driver.vigil.io volumes are granted to another node only after this node is fenced from them") {
+		t.Errorf("event %q does not name the policy, the reason and what the reap relies on", last)
 	}
 	m := f.reaper.metrics
 	if got := testutil.ToFloat64(m.PodsDeleted.WithLabelValues("StatefulSet", string(PolicyDeleteStatefulSetPod))); got != 1 {

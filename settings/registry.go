@@ -72,7 +72,8 @@ var definitions = []Definition{
 		Name: NameNodeDownPodDeletionPolicy, DisplayName: "Pod deletion policy when a node is down",
 		Category: CategoryNodeFailure, Type: TypeEnum, Default: string(PolicyDoNothing),
 		Description: "Which pods Vigil force-deletes from a node that is down, so their controller can start a replacement elsewhere. " +
-			"Only pods that use a volume of a protected provisioner are considered, never DaemonSet, Job or bare pods, " +
+			"Only pods that use a volume of a protected provisioner, and whose every other volume is node-local, are considered " +
+			"(an inline nfs, iscsi or CSI volume, or a claim of another driver, is never proven fenced), never DaemonSet, Job or bare pods, " +
 			"and never a pod annotated `" + vigil.ReapAnnotation + ": \"false\"`.",
 		Choices: []Choice{
 			{string(PolicyDoNothing), "Leave pods alone: Kubernetes' behaviour (StatefulSet pods stay stuck until a person intervenes)."},
@@ -94,17 +95,25 @@ var definitions = []Definition{
 	{
 		Name: NameFastFencedTrigger, DisplayName: "Fast fenced trigger",
 		Category: CategoryNodeFailure, Type: TypeBool, Default: "false",
-		Description: "Reap pods as soon as their node has been down for the grace period **and** every volume they use is proven fenced, instead of waiting for Kubernetes to mark them terminating (about 5 minutes).",
+		Description: "Reap pods as soon as their node has been down for the grace period **and** every volume they use is proven fenced, instead of waiting for Kubernetes to mark them terminating (about 5 minutes). " +
+			"Proven fenced means: the datapath revoked the node's grant of each volume (only `" + vigil.DriverName + "` volumes can be), " +
+			"or Kubernetes says the machine is gone: the Node object was deleted, or it carries the out-of-service taint. " +
+			"Deleting a Node or applying that taint tells Vigil the machine is off; do it only when it is.",
 		Choices: []Choice{
-			{"false", "Kubernetes-compatible: reap only pods that are terminating past their deletion time."},
-			{"true", "Reap after `" + NameNodeDownGracePeriod + "` once every volume of the pod is fenced on the down node."},
+			{"false", "Kubernetes-compatible trigger: force-delete a pod only once it is being deleted (Kubernetes' eviction, or anyone's delete) and its deletion time has passed. " +
+				"That is more than Kubernetes does: it never force-deletes, it waits for the kubelet. " +
+				"For `" + vigil.DriverName + "` volumes it is still safe, because a volume is granted to a new node only after the old node is fenced from it; " +
+				"for volumes of `" + NameExtraProtectedProvisioners + "` it relies on nothing but that driver's own detach."},
+			{"true", "Reap after `" + NameNodeDownGracePeriod + "` once every volume of the pod is proven fenced on the down node. " +
+				"A node whose engine falls silent at the datapath is fenced at once, without waiting for the grace period."},
 		},
 	},
 	{
 		Name: NameNodeDownGracePeriod, DisplayName: "Node-down grace period",
 		Category: CategoryNodeFailure, Type: TypeDuration, Default: "2s",
 		MinDuration: 0, MaxDuration: 10 * time.Minute,
-		Description: "With the fast fenced trigger, how long a node must have been down before its pods are reaped.",
+		Description: "With the fast fenced trigger, how long a node must have been down before its pods are reaped, and before a node that Kubernetes calls down is fenced. " +
+			"A node whose engine falls silent at the datapath is fenced at once; only its reap waits for this.",
 	},
 	{
 		Name: NameNodeNotReadyDebounce, DisplayName: "Ready=False debounce",
@@ -122,8 +131,11 @@ var definitions = []Definition{
 		Name: NameExtraProtectedProvisioners, DisplayName: "Extra protected provisioners",
 		Category: CategoryNodeFailure, Type: TypeStringList, Default: "",
 		ItemDescription: "CSI driver names (at most 63 characters: letters, digits, '-', '_', '.'; beginning and ending with a letter or digit)",
-		Description:     "CSI provisioners whose volumes are protected in addition to `" + vigil.DriverName + "`: pods using them are reaped and their attachments recovered too.",
-		Validate:        validateDriverNames,
+		Description: "CSI provisioners whose volumes are protected in addition to `" + vigil.DriverName + "`: pods using them are reaped and their attachments recovered too. " +
+			"Vigil cannot fence these volumes, so such a pod is never reaped on the fast trigger unless Kubernetes says its node is gone (deleted Node, out-of-service taint). " +
+			"On the Kubernetes-compatible trigger it is force-deleted once its deletion time has passed, and then nothing but that driver's own detach keeps the old node from still writing: " +
+			"list a driver here only if its detach fences the node (or you accept two writers).",
+		Validate: validateDriverNames,
 	},
 	{
 		Name: NameCrashLoopPodDeletion, DisplayName: "Delete crash-looping pods",
