@@ -99,3 +99,19 @@ func TestWriteSessions_SweepForgetsIdleSessions(t *testing.T) {
 		t.Fatalf("reopened session: generation %d (was %d), %v", again, idle, err)
 	}
 }
+
+// BenchmarkWriteSessions_Write is what the session check adds to each bulk
+// write on the server (the table lookup and the session's read lock), with
+// writers on every core.
+func BenchmarkWriteSessions_Write(b *testing.B) {
+	var s writeSessions
+	gen := s.open("vol-0123456789abcdef", "node-a", 3, time.Now())
+	noop := func() error { return nil }
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := s.write("vol-0123456789abcdef", "node-a", 3, gen, noop); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
