@@ -90,6 +90,8 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 			}
 		case ActionForceDeletePod:
 			grace, uid := int64(0), a.UID
+			ownerKey := ownerKeyOf(pod.Namespace, pod.OwnerReferences)
+			pre := r.recoveries.ownerPods(ownerKey)
 			err := r.client.CoreV1().Pods(a.Namespace).Delete(ctx, a.Name,
 				metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -105,7 +107,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 			}
 			r.deleted.add(uid, r.now())
 			r.metrics.PodsDeleted.WithLabelValues(string(owner), string(policy)).Inc()
-			r.recoveries.podReaped(pod.Spec.NodeName, pod, owner, ownerKeyOf(pod.Namespace, pod.OwnerReferences), string(d.Reason), r.now())
+			r.recoveries.podReaped(pod.Spec.NodeName, pod, owner, ownerKey, pre, string(d.Reason), r.now())
 			r.emitPod(pod, corev1.EventTypeNormal, EventPodForceDeleted,
 				fmt.Sprintf("force-deleted pod %s/%s (owner %s): %s", pod.Namespace, pod.Name, owner, why))
 		}

@@ -216,12 +216,19 @@ func ownerOf(refs []metav1.OwnerReference) string {
 	return ""
 }
 
-// podReaped records a force-deleted pod and the pods its owner had then.
-func (rs *recoveries) podReaped(node string, pod *corev1.Pod, owner OwnerKind, ownerKey, trigger string, at time.Time) {
-	var pre []types.UID
-	if rs != nil && rs.owners != nil && ownerKey != "" {
-		pre = rs.owners(ownerKey)
+// ownerPods lists the pods ownerKey's owner has now. The reaper asks it before
+// the delete: asked after, a replacement its owner made at once could already
+// be among them, and would never count as the replacement.
+func (rs *recoveries) ownerPods(ownerKey string) []types.UID {
+	if rs == nil || rs.owners == nil || ownerKey == "" {
+		return nil
 	}
+	return rs.owners(ownerKey)
+}
+
+// podReaped records a force-deleted pod and pre, the pods its owner had just
+// before the delete (ownerPods).
+func (rs *recoveries) podReaped(node string, pod *corev1.Pod, owner OwnerKind, ownerKey string, pre []types.UID, trigger string, at time.Time) {
 	rs.with(node, func(st *recoveryState, s *v1alpha1.NodeRecoveryStatus) {
 		for _, p := range s.Pods {
 			if p.UID == pod.UID {

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +135,7 @@ func TestRecoveries_TimelineFromDetectionToNodeReturn(t *testing.T) {
 	rs.tainted("node-1", at(0.25))
 	pod := newPod("app", "db-0", "node-1", sts)
 	pod.UID = "uid-db-0"
-	rs.podReaped("node-1", pod, OwnerStatefulSet, "app/StatefulSet/db", string(ReasonProvenFenced), at(0.4))
+	rs.podReaped("node-1", pod, OwnerStatefulSet, "app/StatefulSet/db", rs.ownerPods("app/StatefulSet/db"), string(ReasonProvenFenced), at(0.4))
 	rs.attachmentFreed("node-1", "csi-abc", "pv-a", actionLabelDeleteAttachment, at(0.45))
 	rs.flush(ctx)
 	got := client.only(t)
@@ -325,5 +327,40 @@ func TestRecoveryName_LongNodeNames(t *testing.T) {
 	}
 	if got := recoveryName("Node-A", t0); got != "node-a-20261120-120000" {
 		t.Errorf("name %q", got)
+	}
+}
+
+// The owner's pods are taken before the delete: a replacement that its
+// StatefulSet made at once, already in the cache when the delete returns,
+// still counts as the replacement and closes the recovery.
+func TestReaper_Reap_ReplacementSeenBeforeTheDeleteReturns(t *testing.T) {
+	f := newFixture(t, PolicyDeleteStatefulSetPod)
+	statefulSetOnDownNode(f)
+	f.start()
+	f.reaper.recoveries = newRecoveries(newFakeRecoveryClient(), f.reaper.metrics, f.reaper.ownerPodUIDs)
+	f.reaper.recoveries.detected("node-1", "uid-node-1", "ready-unknown", f.now)
+	sts := controllerRef("apps/v1", "StatefulSet", "db", "uid-sts")
+	replacement := newPod("app", "db-0", "node-2", sts)
+	replacement.UID = "uid-db-0-new"
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
+		// The informer sees the StatefulSet's new db-0 before Delete returns.
+		if err := f.reaper.podsByNode.Add(toCachedPod(replacement)); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, nil
+	})
+	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	running := replacement.DeepCopy()
+	running.Status.Phase = corev1.PodRunning
+	f.reaper.recoveries.observePod(toCachedPod(running), ownerKeyOf("app", running.OwnerReferences), f.now.Add(time.Second))
+	st := f.reaper.recoveries.nodes["node-1"]
+	if st == nil || st.obj.Status.Phase != v1alpha1.PhaseRecovered {
+		var got any
+		if st != nil {
+			got = st.obj.Status
+		}
+		t.Fatalf("recovery of node-1 = %+v; want Recovered by the replacement seen before the delete returned", got)
 	}
 }
