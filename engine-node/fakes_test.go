@@ -125,6 +125,9 @@ func (d *fakeDatapath) Release(_ context.Context, id, node string) error {
 	return nil
 }
 
+// Heartbeat acknowledges every heartbeat (Grants: the datapath answers).
+func (d *fakeDatapath) Heartbeat(context.Context, string) error { return nil }
+
 // Attachments lists id's attachment table by node (Grants).
 func (d *fakeDatapath) Attachments(_ context.Context, id string) ([]datapath.Attachment, error) {
 	d.mu.Lock()
