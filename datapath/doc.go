@@ -17,7 +17,12 @@
 // sparse file per volume, created with the volume's full size (truncate) so it
 // takes disk space only where written. A volume file is created and synced
 // before the record naming it is committed; a delete commits first and removes
-// the file after; files no record names are removed at start. The store
+// the file after; files no record names are removed at start. datapath.db
+// records its on-disk format version (meta.go), and Open refuses a newer one
+// than this binary knows, naming the file and both versions, before touching
+// anything (TestStore_Open_NewerFormatRefused; a file written before versions
+// were recorded opens as version 1: TestStore_Open_V1FileFromBeforeVersions).
+// The store
 // touches a data file only through the File interface (file.go), so tests can
 // put a fault-injecting layer under it (datapathtest.Faults).
 //

@@ -8,6 +8,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/vigil-storage/vigil/internal/boltformat"
 )
 
 // bbolt layout (datapath.db in the data directory):
@@ -17,6 +19,13 @@ import (
 //	attachments/<id>/<node> -> attachmentRecord (JSON)
 //	leaving/<node>        -> leaveRecord (JSON)
 //	failed/<id>           -> failureRecord (JSON): the volume's flush failed (failure.go)
+//	meta/formatVersion    -> the on-disk format version, "1" (internal/boltformat)
+//
+// This layout is format version 1. A file from before versions were recorded
+// is version 1 too (it has no failed bucket: no volume of it is failed). A
+// datapath.db of a newer version is refused at Open, naming the file, its
+// version and the highest this binary supports; docs/architecture.md says how
+// a format change is migrated.
 //
 // Every Grant, Fence, Release, Create, Delete and Leave is one bbolt
 // transaction (possibly shared with others, commit.go), synced before the call
@@ -69,8 +78,21 @@ func (a attachmentRecord) use() GrantUse {
 	return a.Use
 }
 
+// formatVersion is the on-disk format this binary writes (see above).
+const formatVersion = 1
+
+// dbFormat is datapath.db's format at path; no migrations yet.
+func dbFormat(path string) boltformat.Format {
+	return boltformat.Format{File: path, Current: formatVersion}
+}
+
+// initBuckets checks the file's format version, before anything else
+// touches it, then creates the buckets a new file lacks.
 func initBuckets(db *bolt.DB) error {
 	return db.Update(func(tx *bolt.Tx) error {
+		if _, err := dbFormat(db.Path()).Check(tx); err != nil {
+			return err
+		}
 		for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments, bucketLeaving, bucketFailed} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)

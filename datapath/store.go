@@ -16,6 +16,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
+
+	"github.com/vigil-storage/vigil/internal/boltformat"
 )
 
 const (
@@ -131,6 +133,9 @@ func Open(dir string, opts Options) (*Store, error) {
 
 func (s *Store) load() error {
 	if err := initBuckets(s.db); err != nil {
+		if errors.Is(err, boltformat.ErrTooNew) || errors.Is(err, boltformat.ErrBadVersion) {
+			return err // names the file already
+		}
 		return fmt.Errorf("datapath.db: %w", err)
 	}
 	loaded, err := loadAll(s.db)

@@ -66,7 +66,10 @@
 // in-progress phase before its first side effect and in its final phase after
 // its last, with volume, epoch, paths, access type and the pod (from
 // podInfoOnMount), and the boot id of the run that wrote it. The journal also
-// keeps the node's boot id. On start (Recover): after a reboot every entry of
+// keeps the node's boot id and its on-disk format version (1; a journal of a
+// newer format is refused at open, naming the file and both versions:
+// TestOpenJournal_NewerFormatRefused, TestOpenJournal_V1FileFromBeforeVersions,
+// internal/boltformat). On start (Recover): after a reboot every entry of
 // an earlier boot is taken down and forgotten, and only then is the new boot
 // id recorded, so a cleanup that failed is retried by the next start
 // (TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart); after a restart,

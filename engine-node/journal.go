@@ -3,6 +3,7 @@ package enginenode
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/vigil-storage/vigil/internal/boltformat"
 )
 
 // Phase is where a stage or publish stands. A record is written in its
@@ -105,6 +108,9 @@ func OpenJournal(stateDir, bootID string) (*Journal, string, error) {
 	}
 	var previous string
 	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := journalFormat(path).Check(tx); err != nil {
+			return err
+		}
 		for _, b := range [][]byte{bucketMeta, bucketStages, bucketPublishes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -117,11 +123,27 @@ func OpenJournal(stateDir, bootID string) (*Journal, string, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, boltformat.ErrTooNew) || errors.Is(err, boltformat.ErrBadVersion) {
+		db.Close()
+		return nil, "", fmt.Errorf("open journal: %w", err)
+	}
 	if err != nil {
 		db.Close()
 		return nil, "", fmt.Errorf("open journal %s: %w", path, err)
 	}
 	return &Journal{db: db, boot: bootID}, previous, nil
+}
+
+// journalFormatVersion is the journal's on-disk format: the buckets meta
+// (bootID, formatVersion), stages (volume id -> StageRecord as JSON) and
+// publishes (target path -> PublishRecord as JSON). A journal from before
+// versions were recorded is version 1 too; a newer one is refused at
+// OpenJournal, naming the file, its version and the highest this binary
+// supports (internal/boltformat).
+const journalFormatVersion = 1
+
+func journalFormat(path string) boltformat.Format {
+	return boltformat.Format{File: path, Current: journalFormatVersion}
 }
 
 // RecordBoot records this run's boot id as the journal's: from now on a start
