@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -18,9 +19,10 @@ import (
 // (failed/<id>), every later read, write and flush of it is refused with
 // ErrVolumeFailed, saying why and what to do, and only ClearFailure (an
 // operator, ClearFailureCommand) ends it.
-// Flushes of one volume run one at a time (volume.syncMu), so a flush that
-// starts after a failed one sees the latch instead of a success that proves
-// nothing (TestStore_Flush_FailureLatches).
+// A sync that starts after a failed one sees the latch instead of a success
+// that proves nothing (TestStore_Flush_FailureLatches), and a sync that ran
+// alongside a failed one, and may have succeeded because the kernel reported
+// the error to the other, waits for it and sees the latch too (volSyncs).
 
 // failureRecord is a volume's latched flush failure.
 type failureRecord struct {
@@ -60,19 +62,69 @@ func (v *volume) failedErr(op string) error {
 		ErrVolumeFailed, op, v.rec.ID, v.rec.Name, f.Since.Format(time.RFC3339), f.Op, f.Error, ClearFailureCommand, v.rec.ID)
 }
 
-// syncVolume makes v's acknowledged writes durable, one sync of the volume
-// at a time, and latches a failure. op names the caller (opFlush, opClose).
+// volSyncs lets a volume's syncs run side by side, as the kernel likes them,
+// yet keeps a failure from going unnoticed: the kernel reports a failed
+// writeback once per open file, so of two syncs running together one may get
+// the error and the other success. A sync that succeeds therefore waits for
+// every sync that began before it ended, and then looks at the latch.
+type volSyncs struct {
+	mu      sync.Mutex
+	ended   *sync.Cond      // broadcast when a sync ends
+	next    uint64          // ticket of the next sync
+	running map[uint64]bool // tickets of the syncs running
+}
+
+// syncVolume makes v's acknowledged writes durable (see volSyncs) and
+// latches a failure. op names the caller (opFlush, opClose).
 func (s *Store) syncVolume(v *volume, op string) error {
-	v.syncMu.Lock()
-	defer v.syncMu.Unlock()
+	q := &v.syncs
+	q.mu.Lock()
+	if q.running == nil {
+		q.running, q.ended = map[uint64]bool{}, sync.NewCond(&q.mu)
+	}
+	ticket := q.next
+	q.next++
+	q.running[ticket] = true
+	q.mu.Unlock()
+
+	err := s.syncOnce(v, op) // a failure is latched before the sync ends
+
+	q.mu.Lock()
+	delete(q.running, ticket)
+	q.ended.Broadcast()
+	for limit := q.next; err == nil && runningBelow(q.running, limit); {
+		q.ended.Wait()
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	v.mu.RLock()
-	failed := v.failed != nil
-	v.mu.RUnlock()
-	if failed {
-		v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.failed != nil {
+		return v.failedErr(op) // a sync alongside this one took the error
+	}
+	return nil
+}
+
+func runningBelow(running map[uint64]bool, limit uint64) bool {
+	for t := range running {
+		if t < limit {
+			return true
+		}
+	}
+	return false
+}
+
+// syncOnce is one sync of v's file: refused at once if v is failed, latched
+// if it fails.
+func (s *Store) syncOnce(v *volume, op string) error {
+	v.mu.RLock()
+	if v.failed != nil {
 		defer v.mu.RUnlock()
 		return v.failedErr(op)
 	}
+	v.mu.RUnlock()
 	err := v.file.Datasync()
 	if err == nil {
 		return nil
@@ -82,7 +134,7 @@ func (s *Store) syncVolume(v *volume, op string) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.deleted {
+	if v.deleted && op != opClose {
 		return fmt.Errorf("%w: %s volume %s: deleted under the flush (%v)", ErrNotFound, op, v.rec.ID, err)
 	}
 	s.latchLocked(v, op, err)

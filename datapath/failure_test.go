@@ -3,6 +3,7 @@ package datapath_test
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -173,4 +174,41 @@ func TestStore_DeleteVolume_ForgetsFailure(t *testing.T) {
 	if failed, err := s.FailedVolumes(); err != nil || len(failed) != 0 {
 		t.Fatalf("FailedVolumes after delete and restart = %+v, %v", failed, err)
 	}
+}
+
+// BenchmarkStore_Flush_Parallel: 4 KiB writes each followed by a flush, from
+// several goroutines on one volume, so the flushes of the volume, which run
+// one at a time since a failed one must latch, contend.
+func BenchmarkStore_Flush_Parallel(b *testing.B) {
+	s, err := datapath.Open(b.TempDir(), datapath.Options{Capacity: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	v, err := s.CreateVolume("pvc-1", 64<<20, datapath.AccessRWO)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := s.Grant(v.ID, "node-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetBytes(4096)
+	b.SetParallelism(2) // 2×GOMAXPROCS writers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 4096)
+		for pb.Next() {
+			off := (next.Add(1) * 4096) % (64 << 20)
+			if err := s.WriteAt(v.ID, "node-1", e, off, buf); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := s.Flush(v.ID, "node-1", e); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -78,8 +78,8 @@ type volume struct {
 	// failed, when set, is the latched failure of a flush: every I/O is
 	// refused (failure.go).
 	failed *failureRecord
-	// syncMu runs the volume's flushes one at a time; taken before mu.
-	syncMu sync.Mutex
+	// syncs tracks the volume's syncs in flight (failure.go).
+	syncs volSyncs
 }
 
 // Open opens (or creates) the store in dir: dir/datapath.db for metadata and
@@ -217,19 +217,14 @@ func (s *Store) Close() error {
 // closeVolume ends v's I/O and flushes it, latching a failure (failure.go)
 // before the database closes. A volume failed before is not flushed again.
 func (s *Store) closeVolume(v *volume) error {
-	v.syncMu.Lock()
-	defer v.syncMu.Unlock()
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.deleted = true // no more I/O
-	if v.failed != nil {
+	failed := v.failed != nil
+	v.mu.Unlock()
+	if failed {
 		return nil
 	}
-	if err := v.file.Datasync(); err != nil {
-		s.latchLocked(v, opClose, err)
-		return v.failedErr(opClose)
-	}
-	return nil
+	return s.syncVolume(v, opClose)
 }
 
 func (s *Store) closeFiles() {
