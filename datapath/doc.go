@@ -35,11 +35,14 @@
 // datapath.db (failed/<id>), and every later read, write and flush of it is
 // refused with ErrVolumeFailed (gRPC DataLoss, reason VOLUME_FAILED), whose
 // message says what failed, when, and that an operator must check the disk and
-// the data and run ClearFailureCommand. Syncs of one volume run one at a time,
-// so one that starts after a failed one sees the mark instead of a success that
-// proves nothing. FailedVolumes lists the failed volumes (the manager turns
+// the data and run ClearFailureCommand. A sync that starts after a failed one
+// sees the mark instead of a success that proves nothing; syncs of one volume
+// may run side by side, but the kernel reports a failed writeback to only one
+// of them, so one that succeeds waits for those that overlapped it and then
+// looks at the mark. FailedVolumes lists the failed volumes (the manager turns
 // them into an Event and a gauge); ClearFailure, for the controller identity
 // only, ends a failure (TestStore_Flush_FailureLatches,
+// TestStore_Flush_OverlappingSyncSeesTheFailure,
 // TestClient_FailedVolume_CrossesTheWire).
 //
 // # Epochs and fencing

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
@@ -104,6 +105,36 @@ func TestStore_Flush_FailureLatches(t *testing.T) {
 	}
 	if failed, err := s.FailedVolumes(); err != nil || len(failed) != 0 {
 		t.Fatalf("FailedVolumes after clearing = %+v, %v; want none", failed, err)
+	}
+}
+
+// TestStore_Flush_OverlappingSyncSeesTheFailure: the kernel reports a failed
+// writeback to one of the syncs running together; a flush whose sync
+// succeeded alongside a failing one does not return before it, and then
+// reports the failure instead of a success that proves nothing.
+func TestStore_Flush_OverlappingSyncSeesTheFailure(t *testing.T) {
+	dir, fs := t.TempDir(), datapathtest.NewFaults()
+	s := openFaulty(t, dir, fs)
+	defer s.Close()
+	v, e := grantedVolume(t, s)
+	path := s.DataFile(v.ID)
+	fs.FailNextSync(path)
+	entered, release := fs.HoldNextSync(path)
+	defer release()
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- s.Flush(v.ID, "node-1", e) }()
+	<-entered // the failing sync has begun
+	go func() { second <- s.Flush(v.ID, "node-1", e) }()
+	select {
+	case err := <-second:
+		t.Fatalf("a flush alongside a failing sync returned before it: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	for name, ch := range map[string]chan error{"failing": first, "overlapping": second} {
+		if err := <-ch; !errors.Is(err, datapath.ErrVolumeFailed) {
+			t.Fatalf("%s flush: %v; want ErrVolumeFailed", name, err)
+		}
 	}
 }
 

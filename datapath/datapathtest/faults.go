@@ -17,13 +17,28 @@ import (
 // take the plain WriteAt path, not pwritev or splice.
 type Faults struct {
 	mu    sync.Mutex
-	fail  map[string]int // path -> syncs still to fail
-	syncs map[string]int // path -> syncs attempted
+	fail  map[string]int   // path -> syncs still to fail
+	syncs map[string]int   // path -> syncs attempted
+	holds map[string]*hold // path -> the next sync to hold
 }
+
+type hold struct{ entered, release chan struct{} }
 
 // NewFaults returns a layer that fails nothing until told.
 func NewFaults() *Faults {
-	return &Faults{fail: map[string]int{}, syncs: map[string]int{}}
+	return &Faults{fail: map[string]int{}, syncs: map[string]int{}, holds: map[string]*hold{}}
+}
+
+// HoldNextSync makes the next sync of the file at path wait, once it has
+// begun (and, after FailNextSync, taken its failure), until release is
+// called; entered is closed when it begins. Syncs that begin meanwhile go
+// on, as syncs running side by side do.
+func (fs *Faults) HoldNextSync(path string) (entered <-chan struct{}, release func()) {
+	h := &hold{entered: make(chan struct{}), release: make(chan struct{})}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.holds[path] = h
+	return h.entered, sync.OnceFunc(func() { close(h.release) })
 }
 
 // Open opens a data file (datapath.OpenFileFunc).
@@ -54,13 +69,20 @@ func (fs *Faults) Syncs(path string) int {
 // sync decides one sync of path: an error to return, or nil to go on.
 func (fs *Faults) sync(path string) error {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	fs.syncs[path]++
+	var err error
 	if fs.fail[path] > 0 {
 		fs.fail[path]--
-		return &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
+		err = &os.PathError{Op: "fdatasync", Path: path, Err: syscall.EIO}
 	}
-	return nil
+	h := fs.holds[path]
+	delete(fs.holds, path)
+	fs.mu.Unlock()
+	if h != nil {
+		close(h.entered)
+		<-h.release
+	}
+	return err
 }
 
 type faultFile struct {
