@@ -45,7 +45,7 @@ type Grant struct {
 	Updated time.Time
 }
 
-// Fenced is one volume fenced by FenceNode.
+// Fenced is one volume fenced by FenceNode or FenceVolumes.
 type Fenced struct {
 	Handle string
 	// Epoch is the volume's new epoch; the fenced node's I/O carries an older one.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"sync"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
@@ -14,6 +16,7 @@ import (
 // satisfies it.
 type Datapath interface {
 	FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error)
+	Fence(ctx context.Context, volumeID, node string) (epoch uint64, err error)
 	NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error)
 	Nodes(ctx context.Context) (datapath.NodesReport, error)
 	FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, error)
@@ -45,6 +48,60 @@ func (f *Fencer) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, 
 		out[i] = fencing.Fenced{Handle: v.VolumeID, Epoch: v.Epoch}
 	}
 	return out, nil
+}
+
+// fenceVolumesParallel bounds the Fence calls FenceVolumes has in flight: a
+// node's volumes are fenced together, but a rack of nodes does not open
+// thousands of calls at once.
+const fenceVolumesParallel = 16
+
+// FenceVolumes fences node on each of handles where it holds a live grant and
+// returns those volumes with their new epochs, sorted by handle; every fence is
+// durable when it returns. Volumes not named keep their grant, whatever their
+// state; a named volume where node holds no live grant, or that the datapath
+// does not have, is left alone, so calling it again is safe. On an error some
+// volumes may be fenced already: Grants tells which.
+func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
+	rows, err := f.dp.NodeGrants(ctx, node)
+	if err != nil {
+		return nil, wrap("grants of node "+node, err)
+	}
+	named := make(map[string]bool, len(handles))
+	for _, h := range handles {
+		named[h] = true
+	}
+	var (
+		mu   sync.Mutex
+		out  []fencing.Fenced
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, fenceVolumesParallel)
+	)
+	for _, a := range rows {
+		if !named[a.VolumeID] || !a.Live() {
+			continue
+		}
+		named[a.VolumeID] = false // once, even if the datapath listed it twice
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(id string) {
+			defer func() { <-sem; wg.Done() }()
+			epoch, err := f.dp.Fence(ctx, id, node)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, datapath.ErrNotFound):
+				// Deleted meanwhile: no node can write it any more.
+			case err != nil:
+				errs = append(errs, wrap(fmt.Sprintf("fence node %s on volume %s", node, id), err))
+			default:
+				out = append(out, fencing.Fenced{Handle: id, Epoch: epoch})
+			}
+		}(a.VolumeID)
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
+	return out, errors.Join(errs...)
 }
 
 // Grants lists node's row on every volume that has one.

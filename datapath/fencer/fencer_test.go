@@ -136,6 +136,7 @@ type fakeDatapath struct {
 func (f *fakeDatapath) FenceNode(context.Context, string) ([]datapath.FencedVolume, error) {
 	return nil, f.err
 }
+func (f *fakeDatapath) Fence(context.Context, string, string) (uint64, error) { return 0, f.err }
 func (f *fakeDatapath) NodeGrants(context.Context, string) ([]datapath.Attachment, error) {
 	return f.rows, f.err
 }
@@ -162,7 +163,8 @@ func TestFencer_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
 		_, e2 := f.Grants(ctx, "n1")
 		_, e3 := f.Connectivity(ctx)
 		_, e4 := f.FailedVolumes(ctx)
-		for _, err := range []error{e1, e2, e3, e4} {
+		_, e5 := f.FenceVolumes(ctx, "n1", []string{"vol-0000000000000001"})
+		for _, err := range []error{e1, e2, e3, e4, e5} {
 			if !errors.Is(err, c.err) || errors.Is(err, fencing.ErrUnavailable) != c.unavailable {
 				t.Errorf("datapath error %v became %v; want it wrapped, ErrUnavailable %v", c.err, err, c.unavailable)
 			}

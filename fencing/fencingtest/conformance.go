@@ -13,10 +13,12 @@ import (
 )
 
 // Fencer is the back end under test: the method set of controller.Fencer,
-// declared again here because the controller's tests import this package.
+// declared again here because the controller's tests import this package, and
+// FenceNode, the whole-node fence an operator's tools may call.
 type Fencer interface {
 	Driver() string
 	FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error)
+	FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error)
 	Grants(ctx context.Context, node string) ([]fencing.Grant, error)
 	Connectivity(ctx context.Context) (fencing.Report, error)
 }
@@ -63,6 +65,8 @@ func RunConformance(t *testing.T, b Backend) {
 		{"FenceNodeRevokesOnlyLiveGrants", testFenceNodeOnlyLive},
 		{"FenceNodeIsIdempotent", testFenceNodeIdempotent},
 		{"ConcurrentFenceNodeFencesEachVolumeOnce", testFenceNodeConcurrent},
+		{"FenceVolumesRevokesOnlyTheNamedLiveGrants", testFenceVolumesOnlyNamed},
+		{"FenceVolumesIsIdempotent", testFenceVolumesIdempotent},
 		{"EpochsOnlyGrow", testEpochsOnlyGrow},
 		{"GrantsReflectGrantsReleasesAndFences", testGrantsReflect},
 		{"ConnectivityListsHeartbeatsAndLiveGrants", testConnectivity},
@@ -249,6 +253,73 @@ func testFenceNodeConcurrent(t *testing.T, f Fencer, c Control) {
 	}
 }
 
+func fenceVolumes(t *testing.T, f Fencer, node string, handles ...string) map[string]uint64 {
+	t.Helper()
+	fs, err := f.FenceVolumes(ctx(t), node, handles)
+	if err != nil {
+		t.Fatalf("FenceVolumes(%s, %v): %v", node, handles, err)
+	}
+	out := make(map[string]uint64, len(fs))
+	for _, v := range fs {
+		if _, dup := out[v.Handle]; dup {
+			t.Fatalf("FenceVolumes(%s) lists volume %s twice: %+v", node, v.Handle, fs)
+		}
+		out[v.Handle] = v.Epoch
+	}
+	return out
+}
+
+// testFenceVolumesOnlyNamed: of the node's volumes, only the named ones where
+// its grant is live are fenced; a live grant not named keeps working, and a
+// named volume the back end does not know is no error.
+func testFenceVolumesOnlyNamed(t *testing.T, f Fencer, c Control) {
+	v1, v2, v3, v4 := newVolume(t, c, "v1"), newVolume(t, c, "v2"), newVolume(t, c, "v3"), newVolume(t, c, "v4")
+	e1, e2 := grant(t, c, v1, "node-a"), grant(t, c, v2, "node-a")
+	grant(t, c, v3, "node-a")
+	if err := c.Release(ctx(t), v3, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	e4 := grant(t, c, v4, "node-b")
+	before := grantsOf(t, f, "node-a")
+
+	fenced := fenceVolumes(t, f, "node-a", v1, v3, v4, "no-such-volume")
+	if got := keys(fenced); fmt.Sprint(got) != fmt.Sprint([]string{v1}) {
+		t.Fatalf("FenceVolumes(node-a, %s %s %s no-such-volume) fenced %v; want exactly the named live grant %s", v1, v3, v4, got, v1)
+	}
+	rows := grantsOf(t, f, "node-a")
+	if g := rows[v1]; g.State != fencing.StateFenced || fenced[v1] <= e1 || g.Epoch != fenced[v1] {
+		t.Fatalf("node-a on %s after FenceVolumes: %+v; want fenced at an epoch above %d", v1, g, e1)
+	}
+	if g := rows[v2]; !g.State.Live() || g.Epoch != e2 {
+		t.Fatalf("node-a on %s, not named: %+v; want its grant untouched (live at %d)", v2, g, e2)
+	}
+	if g := rows[v3]; g != before[v3] {
+		t.Fatalf("the released row changed: %+v, was %+v", g, before[v3])
+	}
+	if g := grantsOf(t, f, "node-b")[v4]; !g.State.Live() || g.Epoch != e4 {
+		t.Fatalf("node-b's grant changed: %+v; want live at %d", g, e4)
+	}
+	if got := fenceVolumes(t, f, "node-a"); len(got) != 0 {
+		t.Fatalf("FenceVolumes with no volume = %v; want nothing", got)
+	}
+}
+
+func testFenceVolumesIdempotent(t *testing.T, f Fencer, c Control) {
+	v := newVolume(t, c, "v")
+	grant(t, c, v, "node-a")
+	if got := fenceVolumes(t, f, "node-a", v, v); len(got) != 1 {
+		t.Fatalf("first FenceVolumes (the volume named twice) = %v; want %s once", got, v)
+	}
+	before := grantsOf(t, f, "node-a")
+	c.Advance(time.Second)
+	if got := fenceVolumes(t, f, "node-a", v); len(got) != 0 {
+		t.Fatalf("second FenceVolumes = %v; want nothing (already fenced)", got)
+	}
+	if after := grantsOf(t, f, "node-a"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("second FenceVolumes changed the rows:\n%v\n%v", before, after)
+	}
+}
+
 func testEpochsOnlyGrow(t *testing.T, f Fencer, c Control) {
 	v := newVolume(t, c, "v")
 	var last uint64
@@ -395,6 +466,9 @@ func testUnavailable(t *testing.T, f Fencer, c Control) {
 	if !errors.Is(err, fencing.ErrUnavailable) || len(fs) != 0 {
 		t.Fatalf("FenceNode while cut off = %v, %v; want nothing and ErrUnavailable", fs, err)
 	}
+	if fs, err := f.FenceVolumes(ctx(t), "node-a", []string{v}); !errors.Is(err, fencing.ErrUnavailable) || len(fs) != 0 {
+		t.Fatalf("FenceVolumes while cut off = %v, %v; want nothing and ErrUnavailable", fs, err)
+	}
 	gs, err := f.Grants(ctx(t), "node-a")
 	if !errors.Is(err, fencing.ErrUnavailable) || len(gs) != 0 {
 		t.Fatalf("Grants while cut off = %v, %v; want nothing and ErrUnavailable", gs, err)
@@ -415,6 +489,9 @@ func testBadNode(t *testing.T, f Fencer, c Control) {
 	for _, bad := range []string{"", "node a", "node\x00a"} {
 		if fs, err := f.FenceNode(ctx(t), bad); err == nil || len(fs) != 0 {
 			t.Errorf("FenceNode(%q) = %v, %v; want an error", bad, fs, err)
+		}
+		if fs, err := f.FenceVolumes(ctx(t), bad, []string{v}); err == nil || len(fs) != 0 {
+			t.Errorf("FenceVolumes(%q) = %v, %v; want an error", bad, fs, err)
 		}
 		if gs, err := f.Grants(ctx(t), bad); err == nil || len(gs) != 0 {
 			t.Errorf("Grants(%q) = %v, %v; want an error", bad, gs, err)

@@ -17,6 +17,7 @@ import (
 // The Fencer methods of Fake, as Calls and FailWith name them.
 const (
 	MethodFenceNode    = "FenceNode"
+	MethodFenceVolumes = "FenceVolumes"
 	MethodGrants       = "Grants"
 	MethodConnectivity = "Connectivity"
 )
@@ -171,6 +172,34 @@ func (f *Fake) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, er
 	for _, h := range f.handlesLocked() {
 		v := f.vols[h]
 		if g, ok := v.rows[node]; ok && g.State.Live() {
+			v.epoch++
+			v.rows[node] = fencing.Grant{Handle: h, Epoch: v.epoch, State: fencing.StateFenced, Updated: f.now}
+			out = append(out, fencing.Fenced{Handle: h, Epoch: v.epoch})
+		}
+	}
+	return out, nil
+}
+
+// FenceVolumes fences node on each of handles where its grant is live, each
+// with a new epoch, sorted by handle; other volumes and unknown handles are
+// left alone.
+func (f *Fake) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
+	if err := f.enter(ctx, MethodFenceVolumes, node); err != nil {
+		return nil, err
+	}
+	if err := validNode(node); err != nil {
+		return nil, err
+	}
+	named := make(map[string]bool, len(handles))
+	for _, h := range handles {
+		named[h] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fencing.Fenced
+	for _, h := range f.handlesLocked() {
+		v := f.vols[h]
+		if g, ok := v.rows[node]; ok && named[h] && g.State.Live() {
 			v.epoch++
 			v.rows[node] = fencing.Grant{Handle: h, Epoch: v.epoch, State: fencing.StateFenced, Updated: f.now}
 			out = append(out, fencing.Fenced{Handle: h, Epoch: v.epoch})
