@@ -129,10 +129,10 @@ func TestReaper_SyncAttachments_WaitPolicyFreesForTheReplacement(t *testing.T) {
 	f := attachFixture(t, AttachmentWait)
 	f.start()
 	ctx := context.Background()
-	if _, err := f.fencer.FenceNode(ctx, "node-1"); err != nil {
+	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0)
+	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
 	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +213,10 @@ func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 		}
 	}
 	f.start()
-	if _, err := f.fencer.FenceNode(ctx, "node-1"); err != nil {
+	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0)
+	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
 	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 		}
 	}
 	f.start()
-	f.reaper.nodes.markFenced("node-1", t0)
+	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
 	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -145,6 +145,12 @@ const (
 	ReasonNotProvenFenced   Reason = "volumes-not-proven-fenced"
 	ReasonPastDeadline      Reason = "terminating-past-deadline"
 	ReasonProvenFenced      Reason = "proven-fenced-after-grace"
+	// ReasonFencedNodeReturned: the node came back after Vigil fenced the
+	// pod's volumes for it; the fence made the pod useless, so it is reaped.
+	ReasonFencedNodeReturned Reason = "fenced-node-returned"
+	// The fence's scope (decideFenceVolumes): why a pod's volumes keep their grant.
+	ReasonVolumeNotProvable    Reason = "volume-not-provable-by-fencing-back-end"
+	ReasonSharesUnfencedVolume Reason = "shares-volume-with-unreaped-pod"
 )
 
 // ActionKind is one API call of the reaper.
@@ -196,6 +202,9 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 	obs := s.NodeObserved
 	obs.Node = s.Node
 	d.Node = nodeVerdict(obs, set.NotReadyDebounce, now)
+	if !d.Node.State.Down() && obs.FencedPods[pod.UID] {
+		return decideReturned(s, d, set)
+	}
 	switch {
 	case d.Node.State == NodeNotReadyDebouncing:
 		d.Reason, d.RecheckAfter = ReasonNodeDebouncing, d.Node.DownAt.Sub(now)
@@ -203,17 +212,9 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 	case !d.Node.State.Down():
 		d.Reason = ReasonNodeReady
 		return d
-	case isOptedOut(pod):
-		d.Reason = ReasonOptedOut
-		return d
-	case !policyCovers(set.Policy, s.Owner):
-		d.Reason = ReasonOwnerNotCovered
-		if !policyCovers(set.Policy, OwnerStatefulSet) && !policyCovers(set.Policy, OwnerDeployment) {
-			d.Reason = ReasonPolicyDoNothing
-		}
-		return d
-	case !usesProtectedVolume(s.Volumes, set.ExtraProtectedProvisioners):
-		d.Reason = ReasonNoProtectedVolume
+	}
+	if why, ok := coverage(pod, s.Owner, s.Volumes, set); !ok {
+		d.Reason = why
 		return d
 	}
 	if v := unprovableVolume(s.Volumes, set.ExtraProtectedProvisioners); v != nil {
@@ -243,6 +244,9 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 // volumes are granted to a new node only after the old one is fenced; an extra
 // protected provisioner's, by nothing but that driver's detach.
 func reapBasis(vols []VolumeInfo, state NodeState, reason Reason) string {
+	if reason == ReasonFencedNodeReturned {
+		return "every volume of the pod was fenced on the node at the datapath so that it be reaped, and its writes stay refused"
+	}
 	if reason == ReasonProvenFenced {
 		switch state {
 		case NodeDownDeleted:
@@ -266,6 +270,53 @@ func reapBasis(vols []VolumeInfo, state NodeState, reason Reason) string {
 			": nothing but that driver's own detach keeps the old node from writing to it")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// decideReturned decides for a pod whose volumes Vigil fenced because it was to
+// be reaped, on a node that is no longer down: the node came back (its engine
+// heartbeats again, its kubelet reports) before the reap. The fence already
+// ended the pod's I/O on those volumes for good, so waiting helps nothing: it
+// is reaped at once, on the same proof as the fast trigger (every volume proven
+// fenced on the node). Only pods the fence committed to are decided here, so a
+// pod scheduled on the node after it came back is never taken for one.
+func decideReturned(s *Snapshot, d Decision, set *ReaperSettings) Decision {
+	if why, ok := coverage(s.Pod, s.Owner, s.Volumes, set); !ok {
+		// Opted out or policy changed since the fence: left to a person.
+		d.Reason = why
+		return d
+	}
+	if v := unprovableVolume(s.Volumes, set.ExtraProtectedProvisioners); v != nil {
+		d.Reason, d.Volume = ReasonUnprovableVolume, describeVolume(v)
+		return d
+	}
+	if !allVolumesFenced(s.Volumes) {
+		d.Kind, d.Reason, d.RecheckAfter = DecisionWait, ReasonNotProvenFenced, fenceRecheck
+		return d
+	}
+	d.Kind, d.Reason = DecisionDelete, ReasonFencedNodeReturned
+	if set.DryRun {
+		d.Kind = DecisionWouldDelete
+	}
+	d.Basis = reapBasis(s.Volumes, d.Node.State, d.Reason)
+	d.Actions = reapActions(s, d.Node, set)
+	return d
+}
+
+// coverage is decision table rows 1 and 2: the policy covers the pod's owner,
+// the pod is not opted out, and it uses a protected volume.
+func coverage(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *ReaperSettings) (Reason, bool) {
+	switch {
+	case isOptedOut(pod):
+		return ReasonOptedOut, false
+	case !policyCovers(set.Policy, owner):
+		if !policyCovers(set.Policy, OwnerStatefulSet) && !policyCovers(set.Policy, OwnerDeployment) {
+			return ReasonPolicyDoNothing, false
+		}
+		return ReasonOwnerNotCovered, false
+	case !usesProtectedVolume(vols, set.ExtraProtectedProvisioners):
+		return ReasonNoProtectedVolume, false
+	}
+	return "", true
 }
 
 // trigger checks decision table row 4: terminating past its deadline, or the fast

@@ -210,7 +210,7 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 		tracker.setIsolated(node, true, t0.Add(-60*time.Second))
 	}
 	if c.vigilFenced() {
-		tracker.markFenced(node, t0.Add(-50*time.Second))
+		tracker.markFenced(node, t0.Add(-50*time.Second), fencePlan{})
 	}
 	obs := tracker.observe(node, nodeObj, t0)
 	proof := proofOf(func(string) bool { return c.fast == fastProven || c.fast == fastNotFenced })

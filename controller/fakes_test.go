@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -12,7 +13,7 @@ import (
 )
 
 // fakeFencer is an in-memory fencing back end for the sync tests: grants per
-// (node, volume handle) with epochs, FenceNode revoking the live ones, a
+// (node, volume handle) with epochs, FenceVolumes revoking the named live ones, a
 // connectivity report the test sets, and an injectable error.
 type fakeFencer struct {
 	mu          sync.Mutex
@@ -22,6 +23,7 @@ type fakeFencer struct {
 	failed      []fencing.FailedVolume
 	err         error
 	fenceCalls  int
+	fenceAsked  [][]string // the handles of each FenceVolumes call, sorted
 	grantsCalls int
 }
 
@@ -54,16 +56,17 @@ func (f *fakeFencer) setReport(r fencing.Report) {
 	f.report = r
 }
 
-func (f *fakeFencer) FenceNode(_ context.Context, node string) ([]fencing.Fenced, error) {
+func (f *fakeFencer) FenceVolumes(_ context.Context, node string, handles []string) ([]fencing.Fenced, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fenceCalls++
+	f.fenceAsked = append(f.fenceAsked, slices.Sorted(slices.Values(handles)))
 	if f.err != nil {
 		return nil, fmt.Errorf("%w: %v", fencing.ErrUnavailable, f.err)
 	}
 	var out []fencing.Fenced
 	for h, g := range f.rows[node] {
-		if !g.State.Live() {
+		if !g.State.Live() || !slices.Contains(handles, h) {
 			continue
 		}
 		f.epochs[h]++
@@ -72,6 +75,18 @@ func (f *fakeFencer) FenceNode(_ context.Context, node string) ([]fencing.Fenced
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
 	return out, nil
+}
+
+// fenceAll fences node on every volume where its grant is live, as a person
+// fencing the whole node would.
+func (f *fakeFencer) fenceAll(ctx context.Context, node string) ([]fencing.Fenced, error) {
+	f.mu.Lock()
+	var all []string
+	for h := range f.rows[node] {
+		all = append(all, h)
+	}
+	f.mu.Unlock()
+	return f.FenceVolumes(ctx, node, all)
 }
 
 func (f *fakeFencer) Grants(_ context.Context, node string) ([]fencing.Grant, error) {

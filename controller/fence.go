@@ -55,14 +55,16 @@ func decideFence(o nodeObservation, v NodeVerdict, set *ReaperSettings, hasFence
 	return fenceDecision{}
 }
 
-// fenceNode carries out a fence decision: every volume granted to the node is
-// fenced at the back end (durable before FenceNode returns), then the Node gets
+// fenceNode carries out a fence decision: the volumes of the pods that will be
+// reaped (planFence; every other live grant of the node is left alone, so no
+// pod is left on a fenced volume without being reaped) are fenced at the back
+// end (durable before FenceVolumes returns), then the Node gets
 // vigil.io/fenced:NoSchedule, and only then is the node marked fenced, which is
 // what lets the reaper's fast trigger and attachment recovery act. In a dry run,
 // or while acting is blocked, it only says what it would do. A failure at
 // any step leaves the node unmarked and returns an error, so the step is retried;
 // every step is idempotent, so a retry or a new leader repeats nothing that
-// matters (FenceNode skips volumes no longer live).
+// matters (FenceVolumes skips volumes no longer live).
 func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *ReaperSettings) error {
 	ref := nodeRef(name)
 	// A blocked manager (a managed setting refused) acts on none of its
@@ -76,8 +78,15 @@ func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, 
 			fmt.Sprintf("%s: would fence node %s at the datapath and taint it %s (%s; verdict %s)", why, name, vigil.FencedTaintKey, d.Reason, v.State))
 		return nil
 	}
+	plan, err := r.planFence(ctx, name, set)
+	if err != nil {
+		r.metrics.Fences.WithLabelValues(outcomeFailed).Inc()
+		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed,
+			fmt.Sprintf("cannot read the grants of node %s to fence it (%s): %v; nothing is proven fenced, so nothing fast happens; retrying", name, d.Reason, err))
+		return fmt.Errorf("fence node %s: %w", name, err)
+	}
 	start := r.now()
-	fenced, err := r.fencer.FenceNode(ctx, name)
+	fenced, err := r.fencer.FenceVolumes(ctx, name, plan.Fence)
 	if err != nil {
 		r.metrics.Fences.WithLabelValues(outcomeFailed).Inc()
 		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed,
@@ -99,17 +108,17 @@ func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, 
 		}
 		r.recoveries.tainted(name, r.now())
 	}
-	r.nodes.markFenced(name, fencedAt)
+	r.nodes.markFenced(name, fencedAt, plan)
 	r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeFenced,
-		fmt.Sprintf("fenced node %s (%s; verdict %s) in %s: %s; tainted %s:%s until its engine has cleaned up",
-			name, d.Reason, v.State, fencedAt.Sub(start).Round(time.Millisecond), describeFenced(fenced),
+		fmt.Sprintf("fenced node %s (%s; verdict %s) in %s: %s%s; tainted %s:%s until its engine has cleaned up",
+			name, d.Reason, v.State, fencedAt.Sub(start).Round(time.Millisecond), describeFenced(fenced), describeHeld(plan.Held),
 			vigil.FencedTaintKey, corev1.TaintEffectNoSchedule))
 	return nil
 }
 
 func describeFenced(fs []fencing.Fenced) string {
 	if len(fs) == 0 {
-		return "no live grant left"
+		return "no volume of a pod to reap left live"
 	}
 	parts := make([]string, 0, len(fs))
 	for _, f := range fs {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vigil-storage/vigil"
 )
@@ -95,10 +96,12 @@ type nodeObservation struct {
 	// SilentSince is when that silence began.
 	Isolated    bool
 	SilentSince time.Time
-	// Fenced: Vigil fenced every volume of the node and tainted it in this
-	// episode, at FencedAt.
-	Fenced   bool
-	FencedAt time.Time
+	// Fenced: Vigil fenced the node (the volumes of the pods it is to reap) and
+	// tainted it in this episode, at FencedAt; FencedPods are those pods. The
+	// episode lasts until the node is no longer down and none of them is left.
+	Fenced     bool
+	FencedAt   time.Time
+	FencedPods map[types.UID]bool
 }
 
 // nodeVerdict judges a node at now. It is pure: the observation carries the

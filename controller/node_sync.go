@@ -91,6 +91,9 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 		r.noteTransition(name, node, v, &set)
 	}
 	key := queueKey{kind: keyNode, name: name}
+	if !v.State.Down() && r.nodes.fenced(name) {
+		r.finishFence(name)
+	}
 	switch {
 	case v.State == NodeNotReadyDebouncing:
 		r.queue.AddAfter(key, v.DownAt.Sub(r.now()))
@@ -103,6 +106,29 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 		r.queue.AddAfter(key, fd.RecheckAfter)
 	}
 	return nil
+}
+
+// finishFence keeps a fence's promise on a node that is no longer down: the
+// pods the fence committed to that are still on the node are queued (the
+// reaper reaps them, decideReturned) and the node is looked at again; once none
+// is left the episode ends, and the next failure is fenced again.
+func (r *Reaper) finishFence(name string) {
+	promised := r.nodes.fencedPods(name)
+	left := 0
+	objs, _ := r.podsByNode.ByIndex(nodeIndex, name)
+	for _, o := range objs {
+		c, ok := o.(*cachedPod)
+		if !ok || !promised[c.UID] || r.deleted.has(c.UID, r.now()) {
+			continue
+		}
+		left++
+		r.queue.Add(queueKey{kind: keyPod, namespace: c.Namespace, name: c.Name})
+	}
+	if left == 0 {
+		r.nodes.endFence(name)
+		return
+	}
+	r.queue.AddAfter(queueKey{kind: keyNode, name: name}, downRecheck)
 }
 
 // noteTransition records a verdict; on a change of its down state it emits an

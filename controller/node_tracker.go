@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // nodeTracker is the manager's memory of each node within one leadership: when
@@ -26,6 +27,8 @@ type nodeRecord struct {
 	isolated      bool
 	silentSince   time.Time
 	fencedAt      time.Time // zero: not fenced by Vigil in this episode
+	fencedPods    map[types.UID]bool    // the pods the fence commits the reaper to; never mutated
+	held          map[string]heldVolume // live grants the fence left alone, by handle
 	deletedAt     time.Time // when a live GET last confirmed the node deleted
 	down          bool
 	downSince     time.Time // the verdict's Since while down
@@ -67,7 +70,7 @@ func (t *nodeTracker) observe(name string, node *corev1.Node, now time.Time) nod
 	return nodeObservation{
 		Node: node, NotReadySince: r.notReadySince,
 		Isolated: r.isolated, SilentSince: r.silentSince,
-		Fenced: !r.fencedAt.IsZero(), FencedAt: r.fencedAt,
+		Fenced: !r.fencedAt.IsZero(), FencedAt: r.fencedAt, FencedPods: r.fencedPods,
 	}
 }
 
@@ -123,14 +126,51 @@ func (t *nodeTracker) isolatedNodes() map[string]bool {
 	return out
 }
 
-// markFenced records that Vigil fenced and tainted the node at at.
-func (t *nodeTracker) markFenced(name string, at time.Time) {
+// markFenced records that Vigil fenced and tainted the node at at, for plan's
+// pods.
+func (t *nodeTracker) markFenced(name string, at time.Time, plan fencePlan) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.get(name)
 	if r.fencedAt.IsZero() {
-		r.fencedAt = at
+		r.fencedAt, r.fencedPods, r.held = at, plan.Reaped, plan.Held
 	}
+}
+
+// endFence ends the node's fence episode: it is no longer down and none of the
+// pods the fence committed to is left on it. The next failure is fenced again.
+func (t *nodeTracker) endFence(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.nodes[name]
+	if r == nil {
+		return
+	}
+	r.fencedAt, r.fencedPods, r.held, r.grants = time.Time{}, nil, nil, grantsView{}
+	if !r.down && r.notReadySince.IsZero() && !r.isolated {
+		delete(t.nodes, name)
+	}
+}
+
+// fencedPods returns the pods the node's fence committed the reaper to.
+func (t *nodeTracker) fencedPods(name string) map[types.UID]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.nodes[name]; r != nil {
+		return r.fencedPods
+	}
+	return nil
+}
+
+// heldVolume says why the fence left the node's grant on handle alone.
+func (t *nodeTracker) heldVolume(name, handle string) (heldVolume, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.nodes[name]; r != nil {
+		h, ok := r.held[handle]
+		return h, ok
+	}
+	return heldVolume{}, false
 }
 
 // fenced reports whether Vigil fenced the node in this episode.
@@ -142,8 +182,8 @@ func (t *nodeTracker) fenced(name string) bool {
 }
 
 // record stores a verdict and reports whether its down state changed. A verdict
-// that is not down ends the episode: the fence mark is dropped, so the next
-// failure is fenced again.
+// that is not down does not end a fence episode: the pods the fence committed
+// to are still to be reaped (endFence ends it once they are gone).
 func (t *nodeTracker) record(name string, v NodeVerdict) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -157,8 +197,7 @@ func (t *nodeTracker) record(name string, v NodeVerdict) (changed bool) {
 	}
 	changed = r.down != down
 	r.down, r.state, r.downSince = down, v.State, v.Since
-	if !down {
-		r.fencedAt = time.Time{}
+	if !down && r.fencedAt.IsZero() {
 		r.grants = grantsView{}
 		if r.notReadySince.IsZero() && !r.isolated {
 			delete(t.nodes, name)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +39,7 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 	if err != nil {
 		return err
 	}
-	if v.State == NodeReady {
+	if v.State == NodeReady && !obs.FencedPods[pod.UID] {
 		return r.syncCrashLoop(ctx, pod, &set)
 	}
 	now := r.now()
@@ -55,17 +56,36 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 	case d.Kind == DecisionDelete || d.Kind == DecisionWouldDelete:
 		r.reportDryRun(pod, d, set.Policy, blocked)
 	default:
-		if d.Node.State.Down() {
+		if d.Node.State.Down() || obs.FencedPods[pod.UID] {
 			why := string(d.Reason)
 			if d.Volume != "" {
 				why += ": " + d.Volume + " is neither node-local nor of a protected provisioner, so nothing proves the node can no longer write to it"
 			}
-			msg := fmt.Sprintf("not force-deleting pod %s/%s on down node %s (%s): %s (policy %s, owner %s)",
-				pod.Namespace, pod.Name, pod.Spec.NodeName, d.Node.State, why, set.Policy, snap.Owner)
+			msg := fmt.Sprintf("not force-deleting pod %s/%s on node %s (%s): %s (policy %s, owner %s)%s",
+				pod.Namespace, pod.Name, pod.Spec.NodeName, d.Node.State, why, set.Policy, snap.Owner, r.whyUnfenced(snap))
 			r.emitPod(pod, corev1.EventTypeNormal, EventPodNotReaped, msg)
 		}
 	}
 	return nil
+}
+
+// whyUnfenced says, for a pod waiting for its fence proof, which of its volumes
+// the fence left alone and why: a pod that will not be reaped uses it, and
+// fencing it would have stranded that pod.
+func (r *Reaper) whyUnfenced(s *Snapshot) string {
+	var parts []string
+	for _, v := range s.Volumes {
+		if v.Fenced {
+			continue
+		}
+		if h, ok := r.nodes.heldVolume(s.Pod.Spec.NodeName, v.Handle); ok {
+			parts = append(parts, fmt.Sprintf("volume %s (PV %s) is not fenced: %s", v.Name, v.PVName, h))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ") + "; so this pod is not proven fenced and is not reaped, which would strand that pod"
 }
 
 // reap executes the actions in order: every VolumeAttachment of the pod on its

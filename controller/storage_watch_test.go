@@ -63,7 +63,7 @@ func TestReaper_PollStorage_MarksIsolationAndQueuesChanges(t *testing.T) {
 	}
 }
 
-// blockingFencer blocks FenceNode until released, to catch work that outlives Run.
+// blockingFencer blocks FenceVolumes until released, to catch work that outlives Run.
 type blockingFencer struct {
 	*fakeFencer
 	entered chan struct{}
@@ -72,10 +72,10 @@ type blockingFencer struct {
 	done    bool
 }
 
-func (b *blockingFencer) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error) {
+func (b *blockingFencer) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
 	close(b.entered)
 	<-b.release
-	out, err := b.fakeFencer.FenceNode(ctx, node)
+	out, err := b.fakeFencer.FenceVolumes(ctx, node, handles)
 	b.mu.Lock()
 	b.done = true
 	b.mu.Unlock()
