@@ -15,12 +15,17 @@
 //     announced a graceful stop, is storage-isolated. When most nodes go silent
 //     at once the problem is taken to be the storage's, and no node is judged
 //     isolated.
-//  2. Fence (fence.go). With fast-fenced-trigger on, a storage-isolated node is
-//     fenced at once and a node Kubernetes calls down is fenced after
-//     node-down-grace-period: FenceNode revokes every live grant (durable when
-//     it returns), then the Node gets vigil.io/fenced:NoSchedule, then the node
-//     is marked fenced. Only then may the fast trigger reap. A back end that does
-//     not answer proves nothing: a Warning Event, and a retry.
+//  2. Fence (fence.go, fence_plan.go). With fast-fenced-trigger on, a
+//     storage-isolated node is fenced at once and a node Kubernetes calls down is
+//     fenced after node-down-grace-period: FenceVolumes revokes the node's live
+//     grants (durable when it returns), then the Node gets
+//     vigil.io/fenced:NoSchedule, then the node is marked fenced. Only then may
+//     the fast trigger reap. A fence never strands a pod: decideFenceVolumes
+//     leaves alone every volume a pod that will not be reaped uses (opted out,
+//     not covered by the policy, a volume the back end cannot prove), closed over
+//     shared volumes, and a pod the fence was for is reaped even when its node
+//     comes back first (decideReturned). A back end that does not answer proves
+//     nothing: a Warning Event, and a retry.
 //  3. Reap (decide.go, pod_reaper.go): the decision table. A pod is reaped only
 //     if every volume it mounts is node-local or a claim of a protected
 //     provisioner; an inline nfs, iscsi, CSI, … volume is never proven, so the
@@ -52,15 +57,14 @@
 //
 // Each reconciler reads a snapshot from shared informers (snapshot.go), calls a
 // pure decide function with the settings and the clock passed in (decideFence,
-// decide, decideAttachment, decideCrashLoop — each tested as a table, decide as
-// a full cross product against an independent oracle), and executes the
-// resulting actions, each with a UID precondition or, for a Node, a patch under
-// the resourceVersion read (node_patch.go), a Kubernetes Event and a Prometheus
-// metric. A decision not
-// carried out (dry run, or acting blocked by a bad managed setting) is an Event
-// saying what would have been done. Informers keep only what the decisions read
-// (transform.go, pod_cache.go), so tens of thousands of pods fit in a small
-// manager.
+// decideFenceVolumes, decide, decideAttachment, decideCrashLoop — each tested
+// as a table, decide as a full cross product against an independent oracle),
+// and executes the resulting actions, each with a UID precondition or, for a
+// Node, a patch under the resourceVersion read (node_patch.go), a Kubernetes
+// Event and a Prometheus metric. A decision not carried out (dry run, or acting
+// blocked by a bad managed setting) is an Event saying what would have been
+// done. Informers keep only what the decisions read (transform.go,
+// pod_cache.go), so tens of thousands of pods fit in a small manager.
 //
 // The package declares the small interfaces it needs and leaves their
 // implementation to others: SettingsReader (*settings.Settings), Fencer (the

@@ -29,7 +29,8 @@ const (
 	EventNodeRecovered = "VigilNodeRecovered"
 	// EventNodeStorageIsolated: the node's engine went silent at the datapath.
 	EventNodeStorageIsolated = "VigilNodeStorageIsolated"
-	// EventNodeFenced: every volume of the node was fenced and the node tainted.
+	// EventNodeFenced: the node was fenced out of the volumes of the pods to reap
+	// (the others keep their grant) and tainted.
 	EventNodeFenced = "VigilFencedNode"
 	// EventWouldFence: dry run; the node would have been fenced.
 	EventWouldFence = "VigilWouldFenceNode"

@@ -26,10 +26,10 @@ type nodeRecord struct {
 	notReadySince time.Time
 	isolated      bool
 	silentSince   time.Time
-	fencedAt      time.Time // zero: not fenced by Vigil in this episode
+	fencedAt      time.Time             // zero: not fenced by Vigil in this episode
 	fencedPods    map[types.UID]bool    // the pods the fence commits the reaper to; never mutated
 	held          map[string]heldVolume // live grants the fence left alone, by handle
-	deletedAt     time.Time // when a live GET last confirmed the node deleted
+	deletedAt     time.Time             // when a live GET last confirmed the node deleted
 	down          bool
 	downSince     time.Time // the verdict's Since while down
 	state         NodeState

@@ -1,6 +1,7 @@
 // Package fencer is the datapath's fencing back end: Fencer wraps a datapath
 // client (datapath/client.Client) and offers the calls the manager's
-// controllers make to fence a dead node, to prove which volumes a node can no
+// controllers make to fence a dead node out of chosen volumes (FenceVolumes;
+// FenceNode fences it out of all of them), to prove which volumes a node can no
 // longer write, and to see which nodes' engines still talk to the storage
 // (the controller declares that interface, controller.Fencer; this package
 // does not import it, and the manager asserts the match where it wires the
