@@ -398,8 +398,11 @@ func TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
 	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") {
-		t.Fatal("node-1 not fenced: the test proves nothing")
+	// The pod will never be reaped on the fast trigger, so its claim is not
+	// fenced either: a fence would strand it.
+	if !f.reaper.nodes.fenced("node-1") || !f.fencer.live("node-1", "handle-pv-a") {
+		t.Fatalf("node-1 fenced %t, the pod's claim live %t; want the node fenced and the claim left live",
+			f.reaper.nodes.fenced("node-1"), f.fencer.live("node-1", "handle-pv-a"))
 	}
 	f.events()
 	f.client.ClearActions()
