@@ -103,10 +103,10 @@ func TestReaper_SyncAttachments_ReplacedAttachmentIsNoError(t *testing.T) {
 	ctx := context.Background()
 	f := attachFixture(t, AttachmentWait)
 	f.start()
-	if _, err := f.fencer.FenceNode(ctx, "node-1"); err != nil {
+	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0)
+	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
 	f.client.PrependReactor("delete", "volumeattachments", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, vaReplaced("va-a1")
 	})
