@@ -48,5 +48,10 @@ func (s *Settings) DatapathConnectivityLossThreshold() time.Duration {
 	return load[time.Duration](s, NameDatapathConnectivityLossThreshold)
 }
 
+// ControlPlaneOutageThreshold is control-plane-outage-threshold, in percent.
+func (s *Settings) ControlPlaneOutageThreshold() int {
+	return load[int](s, NameControlPlaneOutageThreshold)
+}
+
 // DryRun is dry-run.
 func (s *Settings) DryRun() bool { return load[bool](s, NameDryRun) }

@@ -58,6 +58,7 @@ const (
 	NameCrashLoopRestartLimit             = "crash-loop-restart-limit"
 	NameDatapathConnectivityLossThreshold = "datapath-connectivity-loss-threshold"
 	NameDryRun                            = "dry-run"
+	NameControlPlaneOutageThreshold       = "control-plane-outage-threshold"
 )
 
 // The categories, in the order the UI and README show them.
@@ -126,6 +127,14 @@ var definitions = []Definition{
 		Category: CategoryNodeFailure, Type: TypeDuration, Default: "3s",
 		MinDuration: time.Second, MaxDuration: 5 * time.Minute,
 		Description: "How long the datapath may go without a heartbeat from a node before that node counts as having lost connectivity to the storage.",
+	},
+	{
+		Name: NameControlPlaneOutageThreshold, DisplayName: "Control-plane outage threshold",
+		Category: CategoryNodeFailure, Type: TypeInt, Default: "55", MinInt: 1, MaxInt: 100,
+		Description: "The percentage of a zone's nodes (label `topology.kubernetes.io/zone`; unlabelled nodes form one zone) or of the cluster's nodes " +
+			"that, when Kubernetes calls them down or their Lease is stale while their engines still heartbeat to the datapath (and at least 3 of them), " +
+			"means the control plane failed, not the nodes: nothing on them is fenced or reaped on Kubernetes' verdict while it lasts. " +
+			"The same holds when no node of the cluster (or of a zone of at least 3 nodes) is Ready. Like the node lifecycle controller's `--unhealthy-zone-threshold`.",
 	},
 	{
 		Name: NameExtraProtectedProvisioners, DisplayName: "Extra protected provisioners",

@@ -64,6 +64,8 @@ func TestParseValue_Valid(t *testing.T) {
 		{"node-not-ready-debounce", "1500ms", 1500 * time.Millisecond},
 		{"crash-loop-restart-limit", "1000", 1000},
 		{"datapath-connectivity-loss-threshold", "1s", time.Second},
+		{"control-plane-outage-threshold", "1", 1},
+		{"control-plane-outage-threshold", " 100 ", 100},
 	}
 	for _, tc := range tests {
 		got, err := settings.ParseValue(tc.name, tc.value)
@@ -95,6 +97,10 @@ func TestParseValue_Invalid(t *testing.T) {
 		{"datapath-connectivity-loss-threshold", "500ms", []string{"from 1s to 5m"}},
 		{"crash-loop-restart-limit", "0", []string{"from 1 to 1000"}},
 		{"crash-loop-restart-limit", "five", []string{"not a base-10 integer", "from 1 to 1000"}},
+		{"control-plane-outage-threshold", "0", []string{"from 1 to 100"}},
+		{"control-plane-outage-threshold", "101", []string{"from 1 to 100"}},
+		{"control-plane-outage-threshold", "55%", []string{"not a base-10 integer", "from 1 to 100"}},
+		{"control-plane-outage-threshold", "0.55", []string{"not a base-10 integer", "from 1 to 100"}},
 		{"extra-protected-provisioners", "good.csi.io,-bad", []string{`"-bad" is not a valid CSI driver name`}},
 		{"extra-protected-provisioners", "a.io,a.io", []string{"listed twice"}},
 		{"extra-protected-provisioners", strings.Repeat("a", 64), []string{"not a valid CSI driver name"}},

@@ -69,6 +69,9 @@ func TestSettings_Defaults(t *testing.T) {
 	if s.CrashLoopRestartLimit() != 5 || len(s.ExtraProtectedProvisioners()) != 0 {
 		t.Error("crash-loop-restart-limit or extra-protected-provisioners default is wrong")
 	}
+	if got := s.ControlPlaneOutageThreshold(); got != 55 {
+		t.Errorf("ControlPlaneOutageThreshold = %d, want 55", got)
+	}
 	for _, e := range s.List() {
 		if e.Source != settings.SourceDefault || e.Value != e.Default {
 			t.Errorf("%s: %+v, want the default", e.Name, e)
