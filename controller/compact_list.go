@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -121,7 +122,7 @@ func compactInformer(client kubernetes.Interface, example runtime.Object, resync
 }
 
 // useCompactLists registers in f, before anyone asks f for them, informers of
-// nodes, PVCs, PVs, VolumeAttachments and ReplicaSets that list with
+// nodes, PVCs, PVs, VolumeAttachments, ReplicaSets and node Leases that list with
 // listCompact. The factory's own accessors (f.Core().V1().Nodes() and so on)
 // then return these, with the factory's transform, indexes and listers as
 // usual.
@@ -143,6 +144,11 @@ func useCompactLists(f informers.SharedInformerFactory) {
 	})
 	register(&appsv1.ReplicaSet{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
 		return calls(c.AppsV1().ReplicaSets(metav1.NamespaceAll))
+	})
+	// Node Leases only, in their namespace: the control-plane outage rule
+	// reads when each was renewed.
+	register(&coordinationv1.Lease{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
+		return calls(c.CoordinationV1().Leases(corev1.NamespaceNodeLease))
 	})
 }
 

@@ -81,6 +81,7 @@ type Reaper struct {
 	vaIndex    cache.Indexer // VolumeAttachments, indexed by PV and node
 	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
+	outage     *controlPlaneWatch
 	crash      *crashLoops
 	deleted    deletedUIDs     // what this reaper deleted, until its informers catch up
 	failedSeen map[string]bool // handles of failed volumes at the last poll (failed_volumes.go)
@@ -103,6 +104,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 	nodeInf := f.Core().V1().Nodes()
 	pvcInf, pvInf := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
 	vaInf, rsInf := f.Storage().V1().VolumeAttachments(), f.Apps().V1().ReplicaSets()
+	leaseInf := f.Coordination().V1().Leases()
 	podInf, err := podCacheInformer(f)
 	if err != nil {
 		return nil, fmt.Errorf("controller: pod cache: %w", err)
@@ -124,6 +126,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 		vaIndex:    vaInf.Informer().GetIndexer(),
 		pvIndex:    pvInf.Informer().GetIndexer(),
 		nodes:      newNodeTracker(),
+		outage:     newControlPlaneWatch(),
 		crash:      newCrashLoops(),
 		deleted:    newDeletedUIDs(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -137,9 +140,17 @@ func NewReaper(cfg Config) (*Reaper, error) {
 	r.synced = []cache.InformerSynced{
 		podInf.HasSynced, nodeInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
 		pvInf.Informer().HasSynced, vaInf.Informer().HasSynced, rsInf.Informer().HasSynced,
+		leaseInf.Informer().HasSynced,
 	}
 	if err := r.addHandlers(podInf, nodeInf.Informer(), vaInf.Informer()); err != nil {
 		return nil, err
+	}
+	if _, err := leaseInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onLease,
+		UpdateFunc: func(_, obj any) { r.onLease(obj) },
+		DeleteFunc: r.onLeaseDelete,
+	}); err != nil {
+		return nil, fmt.Errorf("controller: node lease handler: %w", err)
 	}
 	return r, nil
 }
@@ -244,6 +255,7 @@ func (r *Reaper) watchSettings(ctx context.Context) {
 				return
 			}
 			r.requeueAfterSettingsChange()
+			r.updateOutage(ctx)
 		}
 	}
 }

@@ -134,6 +134,7 @@ const (
 	ReasonUnscheduled       Reason = "pod-not-scheduled"
 	ReasonNodeReady         Reason = "node-ready"
 	ReasonNodeDebouncing    Reason = "node-not-ready-within-debounce"
+	ReasonOutageHeld        Reason = "node-held-control-plane-outage"
 	ReasonOptedOut          Reason = "opted-out-by-annotation"
 	ReasonPolicyDoNothing   Reason = "policy-do-nothing"
 	ReasonOwnerNotCovered   Reason = "owner-not-covered-by-policy"
@@ -208,6 +209,9 @@ func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 	switch {
 	case d.Node.State == NodeNotReadyDebouncing:
 		d.Reason, d.RecheckAfter = ReasonNodeDebouncing, d.Node.DownAt.Sub(now)
+		return d
+	case d.Node.State == NodeHeldControlPlaneOutage:
+		d.Reason = ReasonOutageHeld
 		return d
 	case !d.Node.State.Down():
 		d.Reason = ReasonNodeReady

@@ -67,6 +67,8 @@ func TestNewMetrics_ExactNames(t *testing.T) {
 		"vigil_events_dropped_total":                   nil,
 		"vigil_attachment_recovery_actions_total":      {"action"},
 		"vigil_volumes_failed":                         nil,
+		"vigil_control_plane_outage":                   nil,
+		"vigil_nodes_held_control_plane_outage":        nil,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("metrics %v, want %v", got, want)

@@ -174,13 +174,14 @@ type fakeSettings struct {
 	crashLoop    bool
 	crashLimit   int
 	connectivity time.Duration
+	outagePct    int
 	dryRun       bool
 	changes      chan settings.Change
 }
 
 func newFakeSettings(policy PodDeletionPolicy) *fakeSettings {
 	return &fakeSettings{policy: policy, attach: AttachmentImmediate, grace: 30 * time.Second, debounce: 15 * time.Second,
-		crashLimit: 5, connectivity: 3 * time.Second, changes: make(chan settings.Change, 8)}
+		crashLimit: 5, connectivity: 3 * time.Second, outagePct: 55, changes: make(chan settings.Change, 8)}
 }
 
 func (f *fakeSettings) NodeDownPodDeletionPolicy() PodDeletionPolicy { return f.policy }
@@ -194,6 +195,7 @@ func (f *fakeSettings) ExtraProtectedProvisioners() []string             { retur
 func (f *fakeSettings) CrashLoopPodDeletion() bool                       { return f.crashLoop }
 func (f *fakeSettings) CrashLoopRestartLimit() int                       { return f.crashLimit }
 func (f *fakeSettings) DatapathConnectivityLossThreshold() time.Duration { return f.connectivity }
+func (f *fakeSettings) ControlPlaneOutageThreshold() int                 { return f.outagePct }
 func (f *fakeSettings) DryRun() bool                                     { return f.dryRun }
 func (f *fakeSettings) Subscribe() (<-chan settings.Change, func())      { return f.changes, func() {} }
 

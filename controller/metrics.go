@@ -30,6 +30,11 @@ type Metrics struct {
 	CrashLoopDeleted *prometheus.CounterVec
 	// DatapathReachable is 1 while the fencing back end answers, 0 when not.
 	DatapathReachable prometheus.Gauge
+	// ControlPlaneOutage is 1 while some zone or the whole cluster is taken to
+	// be cut off from a failed control plane, 0 otherwise.
+	ControlPlaneOutage prometheus.Gauge
+	// NodesHeldOutage is the number of nodes held in a control-plane outage.
+	NodesHeldOutage prometheus.Gauge
 	// EventsQueued is the number of Events waiting to be written.
 	EventsQueued prometheus.Gauge
 	// EventsDropped counts Events never written: the queue was full, the API
@@ -90,6 +95,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: metricDatapathReachable,
 			Help: "1 while the fencing back end (the datapath) answers the manager, 0 when it does not.",
 		}),
+		ControlPlaneOutage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricOutage,
+			Help: "1 while a zone or the whole cluster is down by Kubernetes' verdict while its engines still heartbeat to the datapath (a control-plane outage), 0 otherwise.",
+		}),
+		NodesHeldOutage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricNodesHeldOutage,
+			Help: "Nodes held in a control-plane outage: neither fenced nor reaped on Kubernetes' verdict.",
+		}),
 		EventsQueued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: metricEventsQueued,
 			Help: "Kubernetes Events waiting to be written (their client has a rate limit of its own).",
@@ -105,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown,
 		m.NodesIsolated, m.FenceDuration, m.Fences, m.RecoveryDuration, m.AttachmentActions, m.CrashLoopDeleted,
-		m.DatapathReachable, m.EventsQueued, m.EventsDropped, m.VolumesFailed} {
+		m.DatapathReachable, m.ControlPlaneOutage, m.NodesHeldOutage, m.EventsQueued, m.EventsDropped, m.VolumesFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

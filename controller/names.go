@@ -37,6 +37,11 @@ const (
 	// EventFenceFailed: fencing or tainting failed (the back end unreachable…);
 	// nothing is proven, it is retried.
 	EventFenceFailed = "VigilFenceFailed"
+	// EventControlPlaneOutage: Kubernetes calls the node down while its engine
+	// still heartbeats to the datapath, as it does for enough of its zone's or
+	// the cluster's nodes that the control plane is taken to have failed; the
+	// node is held: nothing on it is fenced or reaped on Kubernetes' verdict.
+	EventControlPlaneOutage = "VigilControlPlaneOutage"
 	// EventCrashLoopDeleted: a crash-looping protected pod was deleted.
 	EventCrashLoopDeleted = "VigilDeletedCrashLoopingPod"
 	// EventCrashLoopNotDeleted: a crash-looping pod left alone (backoff, bound).
@@ -47,6 +52,10 @@ const (
 	// disk failed on the storage; its I/O is refused until an operator clears it.
 	EventVolumeFailed = "VigilVolumeFailed"
 )
+
+// RecoveryReasonControlPlaneOutage is the reason an open NodeRecovery gets
+// while its node is held in a control-plane outage.
+const RecoveryReasonControlPlaneOutage = "control-plane-outage"
 
 // Metric names (the vigil_ prefix comes from vigil.MetricsNamespace).
 const (
@@ -65,6 +74,8 @@ const (
 	metricEventsQueued       = "events_queued"
 	metricEventsDropped      = "events_dropped_total"
 	metricVolumesFailed      = "volumes_failed"
+	metricOutage             = "control_plane_outage"
+	metricNodesHeldOutage    = "nodes_held_control_plane_outage"
 	labelOwnerKind           = "owner_kind"
 	labelPolicy              = "policy"
 	labelDecision            = "decision"

@@ -29,6 +29,12 @@ const (
 	// not down. With the fast trigger on it is fenced at once and becomes
 	// NodeDownStorageIsolated.
 	NodeStorageIsolated
+	// NodeHeldControlPlaneOutage: Kubernetes calls the node down, but its engine
+	// still heartbeats to the datapath and so do enough of its zone's (or the
+	// cluster's) nodes that the control plane, not the node, has failed
+	// (control_plane_outage.go): not down. Nothing is fenced or reaped on
+	// Kubernetes' verdict while it holds.
+	NodeHeldControlPlaneOutage
 	// NodeDownUnknown: Ready=Unknown, the kubelet stopped reporting. Down at once.
 	NodeDownUnknown
 	// NodeDownNotReady: Ready=False for at least the debounce.
@@ -45,14 +51,15 @@ const (
 )
 
 var nodeStateNames = [...]string{
-	NodeReady:               "ready",
-	NodeNotReadyDebouncing:  "not-ready-within-debounce",
-	NodeStorageIsolated:     "storage-isolated-unfenced",
-	NodeDownUnknown:         "ready-unknown",
-	NodeDownNotReady:        "not-ready",
-	NodeDownStorageIsolated: "storage-isolated",
-	NodeDownDeleted:         "deleted",
-	NodeDownOutOfService:    "out-of-service",
+	NodeReady:                  "ready",
+	NodeNotReadyDebouncing:     "not-ready-within-debounce",
+	NodeStorageIsolated:        "storage-isolated-unfenced",
+	NodeHeldControlPlaneOutage: "not-ready-held-control-plane-outage",
+	NodeDownUnknown:            "ready-unknown",
+	NodeDownNotReady:           "not-ready",
+	NodeDownStorageIsolated:    "storage-isolated",
+	NodeDownDeleted:            "deleted",
+	NodeDownOutOfService:       "out-of-service",
 }
 
 func (s NodeState) String() string {
@@ -102,12 +109,29 @@ type nodeObservation struct {
 	Fenced     bool
 	FencedAt   time.Time
 	FencedPods map[types.UID]bool
+	// OutageHeld: the node is held in a control-plane outage (its engine
+	// heartbeats while Kubernetes calls it, and enough of its peers, down).
+	OutageHeld bool
 }
 
 // nodeVerdict judges a node at now. It is pure: the observation carries the
 // manager's own observation times, and the debounce counts from the first time
 // the manager saw the node not Ready, never from a time the node reported.
+//
+// A node held in a control-plane outage that Kubernetes alone calls down
+// (Ready Unknown, or False past the debounce) is NodeHeldControlPlaneOutage,
+// not down. The operator's word (deletion, the out-of-service taint) and
+// Vigil's own evidence (storage isolation, a fence already done) still stand.
 func nodeVerdict(o nodeObservation, debounce time.Duration, now time.Time) NodeVerdict {
+	v := kubernetesNodeVerdict(o, debounce, now)
+	if o.OutageHeld && !o.Fenced && !o.Isolated && (v.State == NodeDownUnknown || v.State == NodeDownNotReady) {
+		return NodeVerdict{State: NodeHeldControlPlaneOutage}
+	}
+	return v
+}
+
+// kubernetesNodeVerdict is nodeVerdict before the control-plane outage rule.
+func kubernetesNodeVerdict(o nodeObservation, debounce time.Duration, now time.Time) NodeVerdict {
 	notReadySince := o.NotReadySince
 	if notReadySince.IsZero() {
 		notReadySince = now

@@ -54,6 +54,7 @@ func (r *Reaper) judge(ctx context.Context, name string, set *ReaperSettings) (*
 	}
 	now := r.now()
 	o := r.nodes.observe(name, node, now)
+	o.OutageHeld = r.outage.held(name)
 	return node, o, nodeVerdict(o, set.NotReadyDebounce, now), nil
 }
 
@@ -72,6 +73,14 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 			r.nodes.forget(name)
 			r.metrics.NodesDown.Set(float64(len(r.nodes.downNodes())))
 			return nil
+		}
+	}
+	if fd := decideFence(o, v, &set, r.fencer != nil, r.now()); fd.Fence && fd.Reason == FenceReasonNodeDown {
+		// The outage holds follow the storage watch's polls; a fence on
+		// Kubernetes' verdict takes them fresh, then judges again.
+		r.updateOutage(ctx)
+		if node, o, v, err = r.judge(ctx, name, &set); err != nil {
+			return err
 		}
 	}
 	r.noteTransition(name, node, v, &set)
@@ -134,6 +143,10 @@ func (r *Reaper) finishFence(name string) {
 // noteTransition records a verdict; on a change of its down state it emits an
 // Event, updates the gauge and opens or advances the node's NodeRecovery.
 func (r *Reaper) noteTransition(name string, node *corev1.Node, v NodeVerdict, set *ReaperSettings) {
+	held := v.State == NodeHeldControlPlaneOutage
+	if held {
+		r.recoveries.heldInOutage(name)
+	}
 	if !r.nodes.record(name, v) {
 		if !v.State.Down() {
 			r.recoveries.nodeUp(name, node, r.now())
@@ -151,6 +164,9 @@ func (r *Reaper) noteTransition(name string, node *corev1.Node, v NodeVerdict, s
 		}
 		r.recoveries.detected(name, uid, v.State.String(), r.now())
 		return
+	}
+	if held {
+		return // the control-plane outage Event said why it is not down
 	}
 	r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventNodeRecovered,
 		fmt.Sprintf("node %s is no longer down (%s)", name, v.State))

@@ -337,6 +337,24 @@ func (rs *recoveries) replacementOf(s *v1alpha1.NodeRecoveryStatus, uid types.UI
 	return -1
 }
 
+// heldInOutage marks the node's open recovery, if any, as held in a
+// control-plane outage: nothing advances it while the hold lasts.
+func (rs *recoveries) heldInOutage(node string) {
+	if rs == nil {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st := rs.nodes[node]
+	if st == nil || st.obj.Status.Phase.Closed() || st.obj.Status.Reason == RecoveryReasonControlPlaneOutage {
+		return
+	}
+	st.obj.Status.Reason = RecoveryReasonControlPlaneOutage
+	st.obj.Status.Message = fmt.Sprintf("node %s is held: the control plane, not the node, is taken to have failed "+
+		"(its engine still heartbeats to the datapath, as do its peers'); nothing is fenced or reaped on Kubernetes' verdict while it lasts", node)
+	st.dirty = true
+}
+
 // checkRecovered marks the recovery Recovered once every reaped pod has a
 // replacement Running, and observes vigil_recovery_duration_seconds once.
 func (rs *recoveries) checkRecovered(st *recoveryState, at time.Time) {

@@ -30,6 +30,7 @@ type SettingsReader interface {
 	CrashLoopPodDeletion() bool
 	CrashLoopRestartLimit() int
 	DatapathConnectivityLossThreshold() time.Duration
+	ControlPlaneOutageThreshold() int
 	DryRun() bool
 	Subscribe() (changes <-chan settings.Change, cancel func())
 }

@@ -109,5 +109,7 @@ func (r *Reaper) pollStorage(ctx context.Context, reachable, warnedSuppressed *b
 		}
 	}
 	r.metrics.NodesIsolated.Set(float64(len(isolated)))
+	r.outage.setHeartbeating(rep, threshold)
+	r.updateOutage(ctx)
 	r.pollFailedVolumes(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,7 @@ import (
 
 // TransformForCache is the informer transform for every object the controllers
 // cache: it keeps only the fields they read and drops the rest (managedFields,
-// labels, containers, images, statuses), so 30,000 pods fit in a small manager.
+// labels but the zone, containers, images, statuses), so 30,000 pods fit in a small manager.
 // It builds a new object rather than editing its argument, and applying it twice
 // gives the same result, as client-go requires of a transform.
 func TransformForCache(obj any) (any, error) {
@@ -46,6 +47,10 @@ func TransformForCache(obj any) (any, error) {
 			},
 			Status: storagev1.VolumeAttachmentStatus{Attached: o.Status.Attached},
 		}, nil
+	case *coordinationv1.Lease:
+		return &coordinationv1.Lease{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta), Spec: coordinationv1.LeaseSpec{
+			RenewTime: o.Spec.RenewTime.DeepCopy(), LeaseDurationSeconds: clonePtrInt32(o.Spec.LeaseDurationSeconds),
+		}}, nil
 	case *appsv1.ReplicaSet:
 		return &appsv1.ReplicaSet{TypeMeta: o.TypeMeta, ObjectMeta: slimMeta(&o.ObjectMeta)}, nil
 	case metav1.Object:
@@ -87,6 +92,14 @@ func clonePtr(s *string) *string {
 	return &c
 }
 
+func clonePtrInt32(p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: slimMeta(&p.ObjectMeta)}
 	if v, ok := p.Annotations[vigil.ReapAnnotation]; ok {
@@ -118,6 +131,10 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 
 func slimNode(n *corev1.Node) *corev1.Node {
 	out := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: slimMeta(&n.ObjectMeta)}
+	// The zone: the control-plane outage rule counts nodes per zone.
+	if z, ok := n.Labels[corev1.LabelTopologyZone]; ok {
+		out.Labels = map[string]string{corev1.LabelTopologyZone: clone(z)}
+	}
 	for _, t := range n.Spec.Taints {
 		if t.Key == vigil.OutOfServiceTaintKey || t.Key == vigil.FencedTaintKey {
 			out.Spec.Taints = append(out.Spec.Taints, t)

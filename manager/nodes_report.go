@@ -147,7 +147,7 @@ func controllerVerdict(v *httpapi.NodeView, st *controller.NodeStatus) {
 	switch {
 	case st.State.Down():
 		v.Verdict, since = httpapi.VerdictDown, st.Since
-	case st.State == controller.NodeNotReadyDebouncing:
+	case st.State == controller.NodeNotReadyDebouncing, st.State == controller.NodeHeldControlPlaneOutage:
 		v.Verdict, since = httpapi.VerdictSuspect, st.NotReadySince
 	case st.State == controller.NodeStorageIsolated:
 		v.Verdict, since = httpapi.VerdictSuspect, st.SilentSince

@@ -206,6 +206,17 @@ func managerCalls(ctx context.Context, t *testing.T, ids identities) []roleCall 
 				_, err := m.CoordinationV1().Leases(vigil.Namespace).Update(ctx, other, dryUpdate)
 				return err
 			}},
+		{who, "list the node Leases", allowed, "", req("list", "coordination.k8s.io", "leases", corev1.NamespaceNodeLease, ""),
+			func() error {
+				_, err := m.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+				return err
+			}},
+		{who, "update a node's Lease", rbacDenied, "", req("update", "coordination.k8s.io", "leases", corev1.NamespaceNodeLease, "node-1"),
+			func() error {
+				nl := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Namespace: corev1.NamespaceNodeLease}}
+				_, err := m.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, nl, dryUpdate)
+				return err
+			}},
 		{who, "delete a Secret", rbacDenied, "", req("delete", "", "secrets", "default", "x"),
 			func() error { return m.CoreV1().Secrets("default").Delete(ctx, "x", dryDelete) }},
 		{who, "patch a Deployment", rbacDenied, "", req("patch", "apps", "deployments", "default", "web"),
