@@ -14,7 +14,11 @@
 //     has sent no heartbeat for datapath-connectivity-loss-threshold, and has not
 //     announced a graceful stop, is storage-isolated. When most nodes go silent
 //     at once the problem is taken to be the storage's, and no node is judged
-//     isolated.
+//     isolated. Conversely (control_plane_outage.go, control_plane_watch.go),
+//     when enough of a zone's or the cluster's nodes are cut off from the API
+//     server (not Ready, or their Lease stale) while their engines heartbeat,
+//     the control plane is taken to have failed: those nodes are held, never
+//     down on Kubernetes' verdict alone.
 //  2. Fence (fence.go, fence_plan.go). With fast-fenced-trigger on, a
 //     storage-isolated node is fenced at once and a node Kubernetes calls down is
 //     fenced after node-down-grace-period: FenceVolumes revokes the node's live
