@@ -61,6 +61,7 @@ func TestLoop(t *testing.T) {
 	}{
 		{"PowerCut", e.testPowerCut},
 		{"Zombie", e.testZombie},
+		{"ControlPlaneOutage", e.testControlPlaneOutage},
 		{"DatapathOnlyCut", e.testDatapathOnlyCut},
 		{"GracefulEngineRestart", e.testGracefulEngineRestart},
 		{"AttachmentPolicies", e.testAttachmentPolicies},
