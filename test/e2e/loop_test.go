@@ -63,6 +63,7 @@ func TestLoop(t *testing.T) {
 		{"Zombie", e.testZombie},
 		{"ControlPlaneOutage", e.testControlPlaneOutage},
 		{"DatapathOnlyCut", e.testDatapathOnlyCut},
+		{"FenceNeverStrands", e.testFenceNeverStrands},
 		{"GracefulEngineRestart", e.testGracefulEngineRestart},
 		{"AttachmentPolicies", e.testAttachmentPolicies},
 		{"CrashLoop", e.testCrashLoop},
