@@ -41,6 +41,10 @@ type osFile struct{ *os.File }
 
 func (f osFile) Datasync() error { return fdatasync(f.File) }
 
+// Allocate reserves the file's first size bytes on disk (fallocate), so that
+// writing them never needs a free block.
+func (f osFile) Allocate(size int64) error { return allocate(f.File, size) }
+
 // rawFile is a File with a descriptor of its own: pwritev and splice write
 // into it directly. A File without one (a test layer) gets plain WriteAt calls.
 type rawFile interface {

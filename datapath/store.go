@@ -32,6 +32,12 @@ type Options struct {
 	// Capacity is the total bytes the store may provision (the sum of volume
 	// sizes). 0 means the size of the file system holding the data directory.
 	Capacity int64
+	// OverProvisioningPercentage is how much of Capacity volume sizes may add
+	// up to: 100 (or 0, the default) reserves each volume's full size on disk
+	// at creation (fallocate), so a write inside a volume never meets a full
+	// disk; above 100 (at most MaxOverProvisioningPercentage) volumes are thin
+	// files and a full disk fails writes with ErrNoSpace.
+	OverProvisioningPercentage int
 	// Now is the clock (default time.Now); tests pass a fake one.
 	Now func() time.Time
 	// Logger receives warnings (default slog.Default()).
@@ -51,6 +57,7 @@ type Store struct {
 	now      func() time.Time
 	log      *slog.Logger
 	capacity int64
+	overPct  int // OverProvisioningPercentage; 100: volumes reserved on disk
 	open     OpenFileFunc
 
 	mu     sync.RWMutex // guards vols, names; held for writing by Create and Delete
@@ -89,6 +96,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: data directory: empty path", ErrInvalidArgument)
 	}
+	if p := opts.OverProvisioningPercentage; p != 0 && (p < 100 || p > MaxOverProvisioningPercentage) {
+		return nil, fmt.Errorf("%w: over-provisioning percentage %d: want 100 (every volume reserved on disk) to %d (thin volumes, up to %d times the capacity)",
+			ErrInvalidArgument, p, MaxOverProvisioningPercentage, MaxOverProvisioningPercentage/100)
+	}
 	if opts.Capacity < 0 {
 		return nil, fmt.Errorf("%w: capacity %d bytes: must be 0 (the file system's size) or positive", ErrInvalidArgument, opts.Capacity)
 	}
@@ -102,7 +113,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
-	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity, open: opts.OpenFile,
+	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity, overPct: max(opts.OverProvisioningPercentage, 100), open: opts.OpenFile,
 		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex()}
 	if s.now == nil {
 		s.now = time.Now
@@ -278,7 +289,8 @@ func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, 
 		return r.volume(), nil
 	}
 	if avail := s.availableLocked(); size > avail {
-		return Volume{}, fmt.Errorf("%w: volume %q needs %d bytes, %d of the capacity %d are available", ErrNoSpace, name, size, avail, s.capacity)
+		return Volume{}, fmt.Errorf("%w: volume %q needs %d bytes, %d can still be promised (capacity %d, over-provisioning %d%%, free on disk %d)",
+			ErrNoSpace, name, size, avail, s.capacity, s.overPct, s.freeOnDisk())
 	}
 	rec := volumeRecord{ID: newID(), Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}
 	f, err := s.createFile(rec.ID, size)
@@ -303,7 +315,7 @@ func (s *Store) createFile(id string, size int64) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = f.Truncate(size)
+	err = s.reserve(f, size)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -408,12 +420,56 @@ func (s *Store) Capacity() (int64, error) {
 	return s.availableLocked(), nil
 }
 
+// availableLocked is what can still be promised: the capacity (times the
+// over-provisioning) less the volumes' sizes, and, where volumes are reserved
+// on disk, no more than the file system has free now.
 func (s *Store) availableLocked() int64 {
 	var used int64
 	for _, v := range s.vols {
 		used += v.rec.Size
 	}
-	return max(s.capacity-used, 0)
+	total := s.capacity/100*int64(s.overPct) + s.capacity%100*int64(s.overPct)/100
+	avail := max(total-used, 0)
+	if s.overPct == 100 {
+		if free := s.freeOnDisk(); free >= 0 {
+			avail = min(avail, free)
+		}
+	}
+	return avail
+}
+
+// freeOnDisk is what the data directory's file system has free for this
+// process (Bavail), or -1 when it cannot be read.
+func (s *Store) freeOnDisk() int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.dir, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+// MaxOverProvisioningPercentage bounds OverProvisioningPercentage.
+const MaxOverProvisioningPercentage = 1000
+
+// allocator is a File that can reserve its blocks (fallocate).
+type allocator interface {
+	Allocate(size int64) error
+}
+
+// reserve gives a new data file its size: its blocks reserved on disk, so that
+// no write inside it can meet a full file system, or a thin file when the
+// store over-provisions (or the File cannot reserve, a test layer).
+func (s *Store) reserve(f File, size int64) error {
+	a, ok := f.(allocator)
+	if s.overPct > 100 || !ok {
+		return f.Truncate(size)
+	}
+	err := a.Allocate(size)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("the file system under %s cannot reserve a volume's blocks (fallocate: %v): "+
+			"put the data directory on ext4 or XFS, or allow thin volumes with an over-provisioning percentage above 100", s.dir, err)
+	}
+	return err
 }
 
 // DataFile returns the path of the volume's sparse data file (whether or not

@@ -69,3 +69,24 @@ func pwritev(f File, iov [][]byte, off int64) error {
 	}
 	return werr
 }
+
+// allocate reserves the file's first size bytes on disk and makes it that
+// long (fallocate, mode 0).
+func allocate(f *os.File, size int64) error {
+	c, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		for {
+			serr = unix.Fallocate(int(fd), 0, 0, size)
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}

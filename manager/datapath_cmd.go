@@ -39,6 +39,10 @@ func datapathCommand() *cli.Command {
 					Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
 				&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
 					Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
+				&cli.IntFlag{Name: "over-provisioning-percentage", Value: 100, EnvVars: []string{"VIGIL_DATAPATH_OVER_PROVISIONING_PERCENTAGE"},
+					Usage: "how much of --capacity the volumes' sizes may add up to: 100 reserves each volume's whole size on disk when it is created (fallocate), " +
+						"so a write inside a volume never meets a full disk, and refuses a volume the disk has no room for; 101 to 1000 makes volumes thin, " +
+						"and a full disk then fails writes"},
 				&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
 					Usage: "how long calls in progress may take to finish at shutdown"},
 			}, datapathServeAuthFlags()...),
@@ -163,7 +167,8 @@ func datapathServe(c *cli.Context) error {
 	if grace < 0 {
 		return fmt.Errorf("--shutdown-grace %s: must not be negative", grace)
 	}
-	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity")})
+	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity"),
+		OverProvisioningPercentage: c.Int("over-provisioning-percentage")})
 	if err != nil {
 		return err
 	}

@@ -209,6 +209,8 @@ current-context: c
 		{"one token twice", serve("--token-file", writeFile(t, "d", "controller same-token-0123456789\nnode node-1 same-token-0123456789\n")), "line 2: the token of line 1 again"},
 		{"too many fields", serve("--token-file", writeFile(t, "f", "controller a-token-0123456789 extra\n")), "line 1: 2 fields after \"controller\""},
 		{"negative capacity", serve("--token-file", good, "--capacity", "-1"), "capacity -1"},
+		{"over-provisioning below 100", serve("--token-file", good, "--over-provisioning-percentage", "50"), "over-provisioning percentage 50: want 100"},
+		{"over-provisioning above 1000", serve("--token-file", good, "--over-provisioning-percentage", "1001"), "to 1000"},
 		{"bad listen address", serve("--token-file", good, "--listen", "nowhere"), `--listen "nowhere"`},
 		{"plaintext off loopback", serve("--token-file", good, "--listen", "0.0.0.0:9600"), "--insecure"},
 		{"certificate without key", serve("--token-file", good, "--tls-cert-file", certs.Cert), "--tls-private-key-file"},
