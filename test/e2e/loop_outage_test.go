@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,7 +35,7 @@ func (e *loopEnv) testControlPlaneOutage(t *testing.T) {
 	nodes := []string{"node-1", "node-2", "node-3"}
 	apps := make([]*outageApp, len(nodes))
 	for i, n := range nodes {
-		apps[i] = &outageApp{app: e.newLoopApp(t, fmt.Sprintf("cp%d", i+1), n)}
+		apps[i] = &outageApp{app: e.newLoopAppWith(t, fmt.Sprintf("cp%d", i+1), n, tolerateUnreachable)}
 	}
 	for _, a := range apps {
 		a.pod = e.waitAppPod(t, a.app, "", "", 60*time.Second)
@@ -97,6 +98,34 @@ func (e *loopEnv) testControlPlaneOutage(t *testing.T) {
 	t.Log(tl.table("Control-plane outage: every node cut off from the API server only → held, nothing fenced or reaped"))
 }
 
+// tolerateUnreachable gives the pods Kubernetes' default tolerations of an
+// unreachable or not-ready node (300 s), where the sandbox's admission gives
+// 10 s: when the nodes come back one by one, the node lifecycle controller
+// leaves its full-disruption mode at the first Ready node and taints the
+// others, still Unknown until their kubelets report, and with 10 s its own
+// taint eviction could delete a pod that Vigil left alone.
+func tolerateUnreachable(sts *appsv1.StatefulSet) {
+	secs := int64(300)
+	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
+		sts.Spec.Template.Spec.Tolerations = append(sts.Spec.Template.Spec.Tolerations, corev1.Toleration{
+			Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs})
+	}
+}
+
+// podEvents is the Events of a pod, one line each, to tell who deleted it.
+func (e *loopEnv) podEvents(name string) string {
+	evs, err := e.s.Client().CoreV1().Events(loopNS).List(context.Background(),
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, ev := range evs.Items {
+		fmt.Fprintf(&b, "\n  %s %s %s (%s): %s", ev.LastTimestamp.Format("15:04:05"), ev.InvolvedObject.UID, ev.Reason, ev.Source.Component, ev.Message)
+	}
+	return b.String()
+}
+
 // waitAllReady waits until every node's Ready condition is status.
 func (e *loopEnv) waitAllReady(t *testing.T, nodes []string, status corev1.ConditionStatus, timeout time.Duration) {
 	t.Helper()
@@ -124,7 +153,8 @@ func (e *loopEnv) checkNothingChanged(t *testing.T, apps []*outageApp, when stri
 		case err != nil:
 			t.Errorf("%s: pod %s: %v", when, a.pod.Name, err)
 		case pod.UID != a.pod.UID || pod.DeletionTimestamp != nil:
-			t.Errorf("%s: pod %s uid %s deleting %v, want the same pod %s, not deleted", when, pod.Name, pod.UID, pod.DeletionTimestamp, a.pod.UID)
+			t.Errorf("%s: pod %s uid %s deleting %v, want the same pod %s, not deleted; its Events:%s",
+				when, pod.Name, pod.UID, pod.DeletionTimestamp, a.pod.UID, e.podEvents(pod.Name))
 		}
 		if g := e.grants(t, a.app.handle)[a.node]; !g.Live() || g.Epoch != a.epoch {
 			t.Errorf("%s: datapath row of %s on %s is %+v, want a live grant at epoch %d", when, a.app.pv, a.node, g, a.epoch)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,6 +191,13 @@ type loopApp struct {
 // newLoopApp provisions the claim and starts the StatefulSet, preferring node.
 func (e *loopEnv) newLoopApp(t *testing.T, name, node string) loopApp {
 	t.Helper()
+	return e.newLoopAppWith(t, name, node, nil)
+}
+
+// newLoopAppWith is newLoopApp with a change to the StatefulSet (nil: none)
+// before it is created.
+func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*appsv1.StatefulSet)) loopApp {
+	t.Helper()
 	ctx := context.Background()
 	c := e.s.Client()
 	a := loopApp{name: name, claim: name + "-data"}
@@ -203,7 +211,11 @@ func (e *loopEnv) newLoopApp(t *testing.T, name, node string) loopApp {
 	grace := int64(30)
 	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
 		TerminationGracePeriodSeconds: &grace}
-	_, err = c.AppsV1().StatefulSets(loopNS).Create(ctx, w.StatefulSet(1), metav1.CreateOptions{})
+	sts := w.StatefulSet(1)
+	if change != nil {
+		change(sts)
+	}
+	_, err = c.AppsV1().StatefulSets(loopNS).Create(ctx, sts, metav1.CreateOptions{})
 	must(t, err)
 	return a
 }
