@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -114,6 +115,8 @@ func (h *Harness) runTransient(ctx context.Context, f Fault, r *CycleResult) err
 		err = h.restartProcess(ctx, "", sandbox.StackDatapath, f.Down)
 	case APIServerRestart:
 		err = h.sb.RestartAPIServer(ctx, 2*time.Minute)
+	case ClusterAPIServerCut:
+		err = h.cutAllFor(f.Target, f.Cut)
 	default:
 		err = fmt.Errorf("fault %s has no transient form", f.Kind)
 	}
@@ -171,6 +174,25 @@ func (h *Harness) cutFor(node string, target sandbox.PartitionTarget, d time.Dur
 	err := h.sb.Heal(node)
 	h.setCut(node, "")
 	return err
+}
+
+// cutAllFor partitions every node from target for d, then heals them all.
+func (h *Harness) cutAllFor(target sandbox.PartitionTarget, d time.Duration) error {
+	var errs []error
+	nodes := make([]string, sandboxNodes)
+	for i := range nodes {
+		nodes[i] = sandbox.NodeName(i)
+	}
+	for _, n := range nodes {
+		h.setCut(n, target)
+		errs = append(errs, h.sb.Partition(n, target))
+	}
+	time.Sleep(d)
+	for _, n := range nodes {
+		errs = append(errs, h.sb.Heal(n))
+		h.setCut(n, "")
+	}
+	return errors.Join(errs...)
 }
 
 func (h *Harness) setCut(node string, target sandbox.PartitionTarget) {

@@ -27,7 +27,9 @@
 // allowed); a long partition from the API server only (a zombie), the datapath
 // only, or both; flapping; SIGKILL of the leading manager at the node's first
 // fence or first reap; SIGKILL of a node's engine; SIGKILL and restart of the
-// datapath; a restart of the API server (Fault, Draw). It injects the fault,
+// datapath; a restart of the API server; every node cut off from the API
+// server only, past Kubernetes' Unknown and the grace (a control-plane outage:
+// no failover, nothing fenced) (Fault, Draw). It injects the fault,
 // waits for what the fault expects (Expect), and checks after every cycle:
 //
 //   - 0 lost acknowledged writes: every ledger entry of every writer a volume

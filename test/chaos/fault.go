@@ -49,11 +49,16 @@ const (
 	DatapathRestart Kind = "datapath-restart"
 	// APIServerRestart: a restart (SIGTERM, start) of kube-apiserver.
 	APIServerRestart Kind = "apiserver-restart"
+	// ClusterAPIServerCut: every node cut off from the API server only (a load
+	// balancer failing for the kubelets), for longer than Kubernetes takes to
+	// call them Unknown plus the grace, while every engine still reaches the
+	// datapath: a control-plane outage; nothing may fail over or be fenced.
+	ClusterAPIServerCut Kind = "cluster-apiserver-cut"
 )
 
 // AllKinds is every kind, in the order of the report.
 var AllKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
-	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart}
+	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut}
 
 // needsLoop: the kinds whose recovery needs the manager to fence, reap and free
 // attachments by itself (the closed loop); without it their covered pods never
@@ -223,6 +228,9 @@ func Draw(cycle int, seed uint64, kinds []Kind, env Env) (Fault, error) {
 	case DatapathRestart:
 		f.Down = between(500*time.Millisecond, 2*time.Second)
 	case APIServerRestart:
+	case ClusterAPIServerCut:
+		f.Target = sandbox.PartitionAPIServer
+		f.Cut = env.Thresholds.NodeMonitorGrace + between(5*time.Second, 10*time.Second)
 	case PowerCut, ManagerKillFence, ManagerKillReap:
 		f.Node, f.Down, f.Expect = pick(env.PodNodes), between(0, 10*time.Second), Failover
 	case PartitionAPIServer, PartitionDatapath, PartitionAll:
