@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/client-go/rest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -43,7 +44,10 @@ type fakeAPIServer struct {
 	// restarting would.
 	down atomic.Bool
 	// noCRD: the NodeRecovery CRD is not installed (discovery does not list it).
-	noCRD bool
+	noCRD atomic.Bool
+	// discoveryForbidden: this many discovery requests of vigil.io get 403
+	// first, as from an API server whose authorizer is not ready yet.
+	discoveryForbidden atomic.Int32
 }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +56,13 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/apis/vigil.io/v1alpha1" {
-		if f.noCRD {
+		if f.discoveryForbidden.Add(-1) >= 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Forbidden","code":403,"message":"forbidden: not ready"}`)
+			return
+		}
+		if f.noCRD.Load() {
 			http.Error(w, "404 page not found", http.StatusNotFound)
 			return
 		}
@@ -370,9 +380,10 @@ func TestCheckLeaseNamespace_MissingNamespaceIsAClearError(t *testing.T) {
 // names the file to apply and the flag that runs without records; with that
 // flag it runs, and the UI's recoveries say they are off.
 func TestRun_MissingCRD(t *testing.T) {
-	api := &fakeAPIServer{noCRD: true, objects: map[string][]byte{
+	api := &fakeAPIServer{objects: map[string][]byte{
 		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),
 	}}
+	api.noCRD.Store(true)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -394,6 +405,29 @@ func TestRun_MissingCRD(t *testing.T) {
 	}
 	if code := get(t, base+"/v1/recoveries"); code != http.StatusServiceUnavailable {
 		t.Errorf("/v1/recoveries with --recoveries=false = %d, want 503", code)
+	}
+}
+
+// Only the API server's answer that the CRD is absent stops the start; a 403
+// or an unreachable API server is asked again, and reported as what it is.
+func TestRecoveryClient_TransientErrorsAreAskedAgain(t *testing.T) {
+	api := &fakeAPIServer{objects: map[string][]byte{}}
+	api.discoveryForbidden.Store(3)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	cfg := &rest.Config{Host: srv.URL}
+	if _, err := recoveryClient(context.Background(), cfg, 20*time.Second); err != nil {
+		t.Fatalf("after three 403s, then the CRD served: %v", err)
+	}
+	api.discoveryForbidden.Store(1000)
+	_, err := recoveryClient(context.Background(), cfg, time.Second)
+	if err == nil || errors.Is(err, errNoRecoveryCRD) || !strings.Contains(err.Error(), "cannot tell") || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("403 throughout = %v; want 'cannot tell' with the API server's answer, not 'not installed'", err)
+	}
+	api.discoveryForbidden.Store(0)
+	api.noCRD.Store(true)
+	if _, err := recoveryClient(context.Background(), cfg, 20*time.Second); !errors.Is(err, errNoRecoveryCRD) {
+		t.Fatalf("CRD absent = %v; want errNoRecoveryCRD at once", err)
 	}
 }
 

@@ -109,7 +109,7 @@ func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring,
 		slog.Warn("vigil-manager: " + noFencerWarning)
 	}
 	if o.recoveries {
-		rc, err := recoveryClient(cfg)
+		rc, err := recoveryClient(ctx, cfg, recoveryCheckTimeout)
 		if err != nil {
 			return w, err
 		}
@@ -121,27 +121,47 @@ func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring,
 // recoveryClient returns a NodeRecovery client, or one clear error when the API
 // server does not serve the CRD: a manager that ran on would log a watch error
 // every few seconds and write no record.
-func recoveryClient(cfg *rest.Config) (*v1alpha1.Client, error) {
+//
+// Only the API server's own answer that the group or the resource is absent
+// means the CRD is not installed. Any other failure (the API server
+// restarting, its authorizer not ready yet: 403) is asked again for up to
+// timeout, then reported as what it is.
+func recoveryClient(ctx context.Context, cfg *rest.Config, timeout time.Duration) (*v1alpha1.Client, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("discovery client: %w", err)
 	}
-	res, err := dc.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
-	served := false
-	if err == nil {
-		for _, r := range res.APIResources {
-			served = served || r.Name == v1alpha1.Resource
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		res, err := dc.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+		switch {
+		case err == nil && servesRecoveries(res):
+			return v1alpha1.NewForConfig(cfg)
+		case err == nil || apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("%w: install it with `kubectl apply -f %s`, or run with --%s=false to keep no recovery records",
+				errNoRecoveryCRD, recoveryCRDFile, flagRecoveries)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cannot tell whether the API server serves noderecoveries.%s (asked for %s): %w",
+				v1alpha1.SchemeGroupVersion, timeout, err)
+		case <-time.After(wait):
 		}
 	}
-	if !served {
-		why := "it is not installed"
-		if err != nil {
-			why = err.Error()
+}
+
+// recoveryCheckTimeout bounds how long the start waits to learn whether the
+// NodeRecovery CRD is served.
+const recoveryCheckTimeout = 60 * time.Second
+
+func servesRecoveries(res *metav1.APIResourceList) bool {
+	for _, r := range res.APIResources {
+		if r.Name == v1alpha1.Resource {
+			return true
 		}
-		return nil, fmt.Errorf("%w (%s): install it with `kubectl apply -f %s`, or run with --%s=false to keep no recovery records",
-			errNoRecoveryCRD, why, recoveryCRDFile, flagRecoveries)
 	}
-	return v1alpha1.NewForConfig(cfg)
+	return false
 }
 
 // checkNoOtherLeader refuses --leader-elect=false while another manager holds
