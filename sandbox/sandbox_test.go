@@ -277,11 +277,13 @@ func TestStartDetached_InheritedDescriptorNotPassedOn(t *testing.T) {
 	defer syscall.Close(fd)
 	closeInheritedOnExec = sync.OnceFunc(closeInheritedOnExecBody)
 	out := filepath.Join(dir, "fds")
-	pid, _, err := startDetached("", []string{"sh", "-c", "ls -l /proc/$$/fd > " + out}, nil, filepath.Join(dir, "log"))
+	// It lingers a little after listing: startDetached reads the start time of
+	// what it started, and a process already gone counts as one that failed.
+	pid, _, err := startDetached("", []string{"sh", "-c", "ls -l /proc/$$/fd > " + out + "; sleep 0.3"}, nil, filepath.Join(dir, "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 300; i++ {
 		if _, err := procStartTime(pid); err != nil {
 			break
 		}
