@@ -119,8 +119,29 @@ func setControl(sel, value string) chromedp.Action {
 		e.dispatchEvent(new Event("input", {bubbles: true})); e.dispatchEvent(new Event("change", {bubbles: true})); return true; })()`, sel, value), nil)
 }
 
+// textOf reads the visible text of sel into out. It reads it in the page, in one step, once the element is there and
+// rendered: the live pages re-render their rows as Events arrive, and a node
+// looked up first and read afterwards may be gone by then ("No node with given
+// id found").
 func textOf(sel string, out *string) chromedp.Action {
-	return chromedp.Text(sel, out, chromedp.ByQuery, chromedp.NodeVisible)
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e && e.getClientRects().length ? e.innerText : null })()`, sel)
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		for {
+			var v *string
+			if err := chromedp.Evaluate(js, &v).Do(ctx); err != nil {
+				return fmt.Errorf("text of %s: %w", sel, err)
+			}
+			if v != nil {
+				*out = *v
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("text of %s: no visible element: %w", sel, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
 }
 
 // The settings page in a real browser against the real binary: policies changed
