@@ -192,8 +192,9 @@ type Decision struct {
 // fenceRecheck is how often a pod waiting only for a fence proof is looked at again.
 const fenceRecheck = 2 * time.Second
 
-// decide applies DESIGN.md's decision table to one pod. It is pure: the clock
-// and the settings are parameters.
+// decide applies the decision table (docs/architecture.md, "The decision, in
+// one table") to one pod. It is pure: the clock and the settings are
+// parameters.
 func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
 	pod := s.Pod
 	if pod.Spec.NodeName == "" {

@@ -86,8 +86,8 @@ func (c tableCase) String() string {
 // vigilFenced: Vigil fenced the node in the case's episode.
 func (c tableCase) vigilFenced() bool { return c.fast == fastProven || c.fast == fastUnproven }
 
-// oracle says whether the pod is force-deleted, written plainly from DESIGN.md's
-// table, independent of decide. Every down state in the table test began at
+// oracle says whether the pod is force-deleted, written plainly from the decision
+// table of docs/architecture.md, independent of decide. Every down state in the table test began at
 // least 45 s before now, past the 30 s grace.
 func oracle(c tableCase) (reap bool, rowOK [5]bool) {
 	coversSTS := c.policy == PolicyDeleteStatefulSetPod || c.policy == PolicyDeleteBoth

@@ -14,8 +14,8 @@ type NodeState uint8
 
 // Node states, from healthy to down. Only the states for which Down reports true
 // let the controllers act; only those for which Fenced reports true count, by
-// themselves, as proof that nothing on the node can still write (DESIGN.md,
-// decision table row 4). A node Vigil fenced itself is proven per volume, from
+// themselves, as proof that nothing on the node can still write (the decision
+// table of docs/architecture.md, row 4). A node Vigil fenced itself is proven per volume, from
 // the fencing back end's attachment table.
 const (
 	// NodeReady: Ready=True (or not reported yet) and, where the storage is

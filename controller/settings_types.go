@@ -9,7 +9,7 @@ import (
 // PodDeletionPolicy is the value of node-down-pod-deletion-policy.
 type PodDeletionPolicy = settings.PodDeletionPolicy
 
-// The four values of node-down-pod-deletion-policy (DESIGN.md, contracts table).
+// The four values of node-down-pod-deletion-policy (docs/architecture.md, Contracts).
 const (
 	PolicyDoNothing            = settings.PolicyDoNothing
 	PolicyDeleteStatefulSetPod = settings.PolicyDeleteStatefulSetPod

@@ -109,7 +109,7 @@ func checkDockerfile(text string, bins []string, goVersion string) []error {
 	return errs
 }
 
-// TestDockerfile_Build_OnlyMakeBuildBinaries (issue 12 item 5): no container
+// TestDockerfile_Build_OnlyMakeBuildBinaries: no container
 // engine runs here, so the Dockerfile is kept honest by reading it.
 func TestDockerfile_Build_OnlyMakeBuildBinaries(t *testing.T) {
 	gomod := readFile(t, "go.mod")
