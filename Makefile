@@ -11,7 +11,7 @@ BINARIES  := $(notdir $(wildcard cmd/*))
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/)
 # Cycles of `make chaos` (`make test` runs a short chaos run of 5).
 CHAOS_CYCLES ?= 100
-# Size of `make bench-scale` (issue 13: 500 nodes, 20,000 pods, 5,000 protected).
+# Size of `make bench-scale` (500 nodes, 20,000 pods, 5,000 protected).
 SCALE_RACKS ?= 10
 SCALE_RACK_SIZE ?= 50
 SCALE_PODS ?= 20000

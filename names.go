@@ -1,7 +1,7 @@
 // Package vigil holds every externally visible name of Vigil in one place: the CSI
 // driver name, taint keys, annotations, label keys, the metric prefix, the field
 // manager and the version. Packages refer to these constants instead of repeating
-// string literals, so a contract in DESIGN.md is changed in exactly one spot.
+// string literals, so a contract (docs/architecture.md, Contracts) is changed in exactly one spot.
 package vigil
 
 // Version is the build version, set by `make build` through

@@ -82,7 +82,7 @@ func TestKustomization_Build_RootIsBase(t *testing.T) {
 	}
 }
 
-// TestBase_Build_Components names what the base must install (issue 12, item 1).
+// TestBase_Build_Components names what the base must install.
 func TestBase_Build_Components(t *testing.T) {
 	objs := build(t, "base")
 	for _, want := range []struct{ kind, name string }{

@@ -64,7 +64,7 @@ func mustRead(t *testing.T, path, want, why string) {
 	}
 }
 
-// TestNodeServer_Stage_AfterFenceMountsFresh is the story of issue 10 item 1
+// TestNodeServer_Stage_AfterFenceMountsFresh is the story of a fenced node that returns
 // on real mounts, with two NodeServers (own node names and state dirs) and the
 // production gate on each. node-a writes and is fenced; node-b is granted,
 // sees node-a's data and changes it; node-b is fenced while still mounted (a

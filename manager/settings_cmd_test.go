@@ -289,7 +289,7 @@ func TestSettingsCmd_UnknownSubcommand(t *testing.T) {
 	}
 }
 
-// TestSettingsCmd_SettingsInputFromOutside reproduces issue 10 item 6 as a new
+// TestSettingsCmd_SettingsInputFromOutside reproduces inputs as a new
 // user tried it: an emptied overlay file, an unknown name in capitals and a
 // 10 KB value.
 func TestSettingsCmd_SettingsInputFromOutside(t *testing.T) {

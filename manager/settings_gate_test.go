@@ -105,7 +105,7 @@ func (f *fakeAPIServer) objectsUnder(prefix string) []string {
 // TestRun_BadManagedValueAtStartupBlocksUntilFixed: vigil-manager run started
 // with a managed dry-run that has a typo is not ready (/readyz names the file and
 // the value), records a Warning Event on its Lease, and becomes ready once the
-// file is fixed (issue 10 item 4).
+// file is fixed.
 func TestRun_BadManagedValueAtStartupBlocksUntilFixed(t *testing.T) {
 	api := &fakeAPIServer{objects: map[string][]byte{
 		"/api/v1/namespaces/vigil-system": []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vigil-system"}}`),

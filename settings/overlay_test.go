@@ -237,7 +237,7 @@ func (s *syncBuffer) String() string {
 
 // TestSettings_Overlay_EmptiedFileIsReported: a good managed file emptied while
 // running is refused like any bad content: a problem, a log line, the counter
-// (issue 10 item 6; an empty content used to equal the initial "last rejected").
+// (an empty content used to equal the initial "last rejected").
 func TestSettings_Overlay_EmptiedFileIsReported(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "node-down-grace-period")

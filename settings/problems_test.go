@@ -41,7 +41,7 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// TestSettings_ActBlocked_BadManagedValueAtStartup is issue 10 item 4: a managed
+// TestSettings_ActBlocked_BadManagedValueAtStartup is the case where a managed
 // dry-run with a typo at startup must not silently become the store's false and
 // let Vigil act. The value in force is the store's, but acting is blocked with
 // an error naming the file, the value and what is allowed, until the file is

@@ -27,7 +27,7 @@ func (a *afterWriteStore) Update(ctx context.Context, fn settings.UpdateFunc) er
 // TestSettings_Set_NewerWriteOfAnotherWriterWins: another writer changes the
 // setting after Set (or Reset) wrote it and before it returned, and the watch has
 // already applied that newer value. Set must not put its own, older value back in
-// force (issue 10 item 4: it did, and the live view then disagreed with the store
+// force (it did, and the live view then disagreed with the store
 // until the next change).
 func TestSettings_Set_NewerWriteOfAnotherWriterWins(t *testing.T) {
 	tests := []struct {
@@ -132,7 +132,7 @@ func (r *startupRaceStore) List(ctx context.Context) (map[string]string, error) 
 
 // TestNew_StartupReadNeverOverwritesNewerWatchedValue: a value written while New
 // reads the store is in force afterwards, not the older value the read returned
-// (issue 10 item 4: the read was applied after the watch had already applied the
+// (the read was applied after the watch had already applied the
 // newer value).
 func TestNew_StartupReadNeverOverwritesNewerWatchedValue(t *testing.T) {
 	ctx := context.Background()

@@ -17,7 +17,7 @@ var ErrBadConfig = errors.New("bad chaos config")
 // Kind is a kind of fault a cycle injects.
 type Kind string
 
-// The fault kinds of issue 13.
+// The fault kinds a chaos cycle draws from.
 const (
 	// PowerCut: the node's kwok, engine, kubelet stand-in and writers get SIGKILL;
 	// the node starts again once its pods run elsewhere.

@@ -38,7 +38,7 @@ const (
 	fieldManager = "vigil-e2e"
 )
 
-// TestDeploy_ApplyServerDryRun is issue 12's `kubectl apply --dry-run=server
+// TestDeploy_ApplyServerDryRun is the `kubectl apply --dry-run=server
 // -k deploy/`, done in Go: kustomize builds deploy/, the namespace and the CRDs
 // are applied for real, every other object with a server-side dry run (the
 // API server validates, defaults and admits each one, CEL of the admission

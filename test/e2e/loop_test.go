@@ -52,7 +52,7 @@ type loopEnv struct {
 	rc    *v1alpha1.Client
 }
 
-// TestLoop is issue 9's end-to-end proof, one sandbox for all of its cases, run
+// TestLoop is the end-to-end proof, one sandbox for all of its cases, run
 // in order (each leaves every node healthy and untainted for the next).
 func TestLoop(t *testing.T) {
 	e := upLoop(t)

@@ -12,7 +12,7 @@ import (
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
-// Issue 12's proof that deploy/'s roles and the code agree: every sandbox
+// The proof that deploy/'s roles and the code agree: every sandbox
 // that runs Vigil's components under their identities of deploy/ (the shared
 // one, TestLoop's, TestStack's) records their requests in the API server's
 // audit log; each is collected before its sandbox goes, and after the last

@@ -27,7 +27,7 @@ func (c Config) Nodes() int { return c.Racks * c.RackSize }
 // Smoke is the run without SCALE_*: small enough for any machine.
 var Smoke = Config{Racks: 2, RackSize: 10, Pods: 200, Protected: 50}
 
-// Bench is `make bench-scale`'s run (issue 13): 500 nodes, 20,000 pods, 5,000 protected.
+// Bench is `make bench-scale`'s run: 500 nodes, 20,000 pods, 5,000 protected.
 var Bench = Config{Racks: 10, RackSize: 50, Pods: 20000, Protected: 5000}
 
 // maxPodsPerNode is what a node of the sandbox accepts (the kubelet's default 110).
