@@ -89,19 +89,12 @@ func (e *loopEnv) newOptedOutApp(t *testing.T, name, node string) loopApp {
 	t.Helper()
 	ctx := context.Background()
 	c := e.s.Client()
-	a := loopApp{name: name, claim: name + "-data"}
-	must(t, sandbox.CreateClaim(ctx, c, loopNS, a.claim, e.stk.StorageClass, "256Mi"))
-	must(t, sandbox.WaitPVCsBound(ctx, c, loopNS, []string{a.claim}, 60*time.Second))
-	pvc, err := c.CoreV1().PersistentVolumeClaims(loopNS).Get(ctx, a.claim, metav1.GetOptions{})
-	must(t, err)
-	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	must(t, err)
-	a.pv, a.handle = pv.Name, pv.Spec.CSI.VolumeHandle
+	a := e.newAppClaim(t, name)
 	grace := int64(1)
 	ss := sandbox.Workload{Namespace: loopNS, Name: name, Nodes: []string{node}, Claims: []string{a.claim},
 		TerminationGracePeriodSeconds: &grace}.StatefulSet(1)
 	ss.Spec.Template.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
-	_, err = c.AppsV1().StatefulSets(loopNS).Create(ctx, ss, metav1.CreateOptions{})
+	_, err := c.AppsV1().StatefulSets(loopNS).Create(ctx, ss, metav1.CreateOptions{})
 	must(t, err)
 	return a
 }

@@ -200,6 +200,24 @@ func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*a
 	t.Helper()
 	ctx := context.Background()
 	c := e.s.Client()
+	a := e.newAppClaim(t, name)
+	grace := int64(30)
+	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
+		TerminationGracePeriodSeconds: &grace}
+	sts := w.StatefulSet(1)
+	if change != nil {
+		change(sts)
+	}
+	_, err := c.AppsV1().StatefulSets(loopNS).Create(ctx, sts, metav1.CreateOptions{})
+	must(t, err)
+	return a
+}
+
+// newAppClaim creates app name's claim and waits until it is bound.
+func (e *loopEnv) newAppClaim(t *testing.T, name string) loopApp {
+	t.Helper()
+	ctx := context.Background()
+	c := e.s.Client()
 	a := loopApp{name: name, claim: name + "-data"}
 	must(t, sandbox.CreateClaim(ctx, c, loopNS, a.claim, e.stk.StorageClass, "256Mi"))
 	must(t, sandbox.WaitPVCsBound(ctx, c, loopNS, []string{a.claim}, 60*time.Second))
@@ -208,15 +226,6 @@ func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*a
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	must(t, err)
 	a.pv, a.handle = pv.Name, pv.Spec.CSI.VolumeHandle
-	grace := int64(30)
-	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
-		TerminationGracePeriodSeconds: &grace}
-	sts := w.StatefulSet(1)
-	if change != nil {
-		change(sts)
-	}
-	_, err = c.AppsV1().StatefulSets(loopNS).Create(ctx, sts, metav1.CreateOptions{})
-	must(t, err)
 	return a
 }
 
