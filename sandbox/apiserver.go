@@ -44,7 +44,7 @@ func (s *Sandbox) RestartAPIServer(ctx context.Context, timeout time.Duration) e
 			return fmt.Errorf("restart API server (pid %d): %w", pid, err)
 		}
 		p := &proc{ProcessSpec: ProcessSpec{Name: BinKubeAPIServer}, PID: pid, StartTime: start}
-		if err := terminate(p, 15*time.Second); err != nil {
+		if _, err := terminate(p, 15*time.Second); err != nil {
 			return fmt.Errorf("restart API server: %w", err)
 		}
 		log := filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "logs", BinKubeAPIServer+".log")
@@ -92,22 +92,6 @@ func procCommand(pid int, binDir string) (args, env []string, dir string, err er
 	}
 	args[0] = exe
 	return args, env, dir, nil
-}
-
-// terminate sends SIGTERM to p and waits for it to exit, SIGKILL after grace.
-func terminate(p *proc, grace time.Duration) error {
-	if !p.alive() {
-		return nil
-	}
-	_ = syscall.Kill(p.PID, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for p.alive() {
-		if time.Now().After(deadline) {
-			return killAll([]*proc{p}, 5*time.Second)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
 }
 
 // startWith starts args with exactly env in dir, in a session of its own,

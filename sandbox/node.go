@@ -108,7 +108,7 @@ func bootNode(st *state, n *nodeState) error {
 		}
 		args = append(args, "--config", conf)
 	}
-	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: "kwok", Args: args}, Log: filepath.Join(dir, "kwok.log")}
+	n.Kwok = &proc{ProcessSpec: ProcessSpec{Name: NodeKwok, Args: args}, Log: filepath.Join(dir, "kwok.log")}
 	for _, p := range n.procs() {
 		if err := startProc(n, p, env); err != nil {
 			return err

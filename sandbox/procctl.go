@@ -1,13 +1,38 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
+
+// NodeKwok is the name of every node's kwok process (a rack's, in a scale
+// sandbox).
+const NodeKwok = "kwok"
+
+// ProcessInfo names a process a sandbox node runs and says what it does.
+type ProcessInfo struct {
+	Name  string
+	Usage string
+}
+
+// NodeProcesses are the processes the sandbox itself registers on a node, for
+// help texts; a test or a user may register more (AddProcess, RunOnNode), and
+// Status lists what a given sandbox runs.
+var NodeProcesses = []ProcessInfo{
+	{NodeKwok, "the node's kubelet as Kubernetes sees it (Node status, lease, pods' phases); " +
+		"killed, the node goes NotReady while its engine still serves its volumes"},
+	{StackEngine, "vigil-engine-node (--stack): the CSI node service, the FUSE disks behind the node's mounts, " +
+		"the heartbeat to the datapath; killed, I/O on the node's volumes stalls or fails until it is back, and the datapath stops hearing from the node"},
+	{StackKubelet, "the kubelet stand-in (--stack): stages and publishes the volumes of the node's pods " +
+		"through the engine's CSI socket and reports them in volumesInUse"},
+	{StackHeartbeat, "a rack's heartbeats to the datapath for every node of the rack (--stack with --racks)"},
+}
 
 // findProc returns the process named name: a registered or one-off process of
 // node, or, with node "", a host process of the stack. The error of an unknown
@@ -60,24 +85,127 @@ func (s *Sandbox) StartProcess(node, name string) error {
 		if err != nil {
 			return err
 		}
-		if n != nil && slices.Contains(n.Once, p) {
-			return fmt.Errorf("%w: %s on %s is a one-off process (RunOnNode): run it again instead", ErrUnknownProcess, name, node)
+		if err := restartable(n, p); err != nil {
+			return err
 		}
 		if p.alive() {
 			return nil
 		}
-		if n == nil {
-			p.PID, p.StartTime, err = startDetached("", p.Args, p.Env, p.Log)
-			if err != nil {
-				return fmt.Errorf("restart host process %s: %w", name, err)
-			}
-			return nil
-		}
-		if !n.Powered {
-			return fmt.Errorf("%w: node %s is powered off; its processes start with it (Start)", ErrNodeOff, node)
-		}
-		return startProc(n, p, nodeEnv(st, n))
+		return startAgain(st, n, p)
 	})
+}
+
+// restartable refuses, before anything is done, a process StartProcess and
+// RestartProcess cannot start again: a one-off process, or one of a
+// powered-off node.
+func restartable(n *nodeState, p *proc) error {
+	if n == nil {
+		return nil
+	}
+	if slices.Contains(n.Once, p) {
+		return fmt.Errorf("%w: %s on %s is a one-off process (RunOnNode): run it again instead", ErrUnknownProcess, p.Name, n.Name)
+	}
+	if !n.Powered {
+		return fmt.Errorf("%w: node %s is powered off; its processes start with it (Start)", ErrNodeOff, n.Name)
+	}
+	return nil
+}
+
+// startAgain starts a registered process that is not running with its spec:
+// a host process (n nil) or one of node n with the node's current environment.
+func startAgain(st *state, n *nodeState, p *proc) error {
+	if n != nil {
+		return startProc(n, p, nodeEnv(st, n))
+	}
+	var err error
+	p.PID, p.StartTime, err = startDetached("", p.Args, p.Env, p.Log)
+	if err != nil {
+		return fmt.Errorf("restart host process %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// DefaultStopTimeout is how long RestartProcess waits for a process to exit
+// after SIGTERM before it SIGKILLs it: Kubernetes' default
+// terminationGracePeriodSeconds.
+const DefaultStopTimeout = 30 * time.Second
+
+// Restarted is what RestartProcess did.
+type Restarted struct {
+	// OldPID is the process that was stopped; 0 if it was not running.
+	OldPID int
+	// Stopped is the time from SIGTERM until it was gone.
+	Stopped time.Duration
+	// Killed: it outlived the timeout and was SIGKILLed.
+	Killed bool
+	// NewPID is the process started again.
+	NewPID int
+}
+
+// RestartProcess stops a registered process of node (node "": a host process
+// of the stack) and starts it again with the same spec, as a DaemonSet's
+// rolling update replaces its pod: SIGTERM to the process, up to timeout for
+// it to exit, SIGKILL to its process group if it has not (and to whatever it
+// left in its group if it has), then the same command line with the node's
+// environment. A process that is not running is only started. A one-off
+// process, a process of a powered-off node, an unknown name or a timeout that
+// is not positive are refused before anything is signalled. The sandbox's
+// state stays locked meanwhile, so no other change interleaves.
+func (s *Sandbox) RestartProcess(node, name string, timeout time.Duration) (Restarted, error) {
+	var r Restarted
+	if timeout <= 0 {
+		return r, fmt.Errorf("%w: stop timeout %s: want more than 0 (default %s)", ErrInvalidConfig, timeout, DefaultStopTimeout)
+	}
+	err := s.withState(func(st *state) error {
+		n, p, err := st.findProc(node, name)
+		if err != nil {
+			return err
+		}
+		if err := restartable(n, p); err != nil {
+			return err
+		}
+		if p.alive() {
+			r.OldPID = p.PID
+			t0 := time.Now()
+			if r.Killed, err = terminate(p, timeout); err != nil {
+				return err
+			}
+			r.Stopped = time.Since(t0)
+		}
+		if err := startAgain(st, n, p); err != nil {
+			return err
+		}
+		r.NewPID = p.PID
+		return nil
+	})
+	return r, err
+}
+
+// terminate sends SIGTERM to p alone, as a container runtime signals a
+// container's first process, waits up to grace for it to exit, then SIGKILLs
+// its process group: all of it if p did not exit, what p left in it if it
+// did (a container's stop leaves nothing behind). It reports whether p had to
+// be killed; a process that is not running is left alone.
+func terminate(p *proc, grace time.Duration) (killed bool, err error) {
+	if !p.alive() {
+		return false, nil
+	}
+	pid := p.PID
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return false, fmt.Errorf("stop %s (pid %d): %w", p.Name, pid, err)
+	}
+	deadline := time.Now().Add(grace)
+	for p.alive() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed = p.alive()
+	if err := killAll([]*proc{p}, 5*time.Second); err != nil {
+		return killed, err
+	}
+	if !killed {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	return killed, nil
 }
 
 // RunOnNode starts spec once on node, inside its network namespace, with the

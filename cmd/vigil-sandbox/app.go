@@ -199,12 +199,14 @@ func nodeCommand() *cli.Command {
 	}
 	return &cli.Command{
 		Name:  "node",
-		Usage: "power a node (a rack, in a scale sandbox) off or on, cut or restore its network",
+		Usage: "power a node (a rack, in a scale sandbox) off or on, cut or restore its network, kill or restart one of its processes",
 		Subcommands: []*cli.Command{
 			op("stop", "power cut: SIGKILL the node's kwok and every process of the node at once", (*sandbox.Sandbox).Stop),
 			op("start", "boot the node again (new boot id)", (*sandbox.Sandbox).Start),
 			partitionCommand(),
 			op("heal", "remove every cut of the node", (*sandbox.Sandbox).Heal),
+			killCommand(),
+			restartCommand(),
 		},
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/vigil-storage/vigil/internal/cliflags"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
@@ -143,6 +145,62 @@ func TestApp_Heartbeat_BadFlags(t *testing.T) {
 		err := run(append([]string{"heartbeat"}, args...)...)
 		if !errors.Is(err, heartbeat.ErrBadConfig) {
 			t.Errorf("heartbeat %q = %v, want heartbeat.ErrBadConfig", args, err)
+		}
+	}
+}
+
+func TestApp_NodeProcess_BadArgs(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"kill", "node-1"}, "needs --process NAME: one of kwok, engine, kubelet, heartbeat"},
+		{[]string{"restart", "node-1"}, "needs --process NAME: one of kwok, engine, kubelet, heartbeat"},
+		{[]string{"kill", "--process", "engine"}, "one node name and --process NAME"},
+		{[]string{"restart", "node-1", "node-2", "--process", "engine"}, "one node name and --process NAME"},
+		{[]string{"kill", "node-1", "--process"}, "process"}, // the flag's value is missing
+		{[]string{"restart", "node-1", "--process", "engine", "--timeout", "0s"}, "--timeout 0s: want a duration above 0"},
+		{[]string{"restart", "node-1", "--process", "engine", "--timeout", "-1s"}, "want a duration above 0"},
+		{[]string{"restart", "node-1", "--process", "engine", "--timeout", "soon"}, "timeout"},
+		{[]string{"kill", "node-1", "--process", "engine", "--timeout", "1s"}, "timeout"}, // kill has no timeout
+	} {
+		dir := filepath.Join(t.TempDir(), "sandbox")
+		err := run(append([]string{"--workdir", dir, "node"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.mention) {
+			t.Errorf("node %q = %v, want an error naming %q", c.args, err, c.mention)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node %q touched the work directory: %v", c.args, err)
+		}
+	}
+}
+
+func TestApp_NodeProcess_NotUp(t *testing.T) {
+	for _, cmd := range []string{"kill", "restart"} {
+		err := run("--workdir", t.TempDir(), "node", cmd, "node-1", "--process", "engine")
+		if !errors.Is(err, sandbox.ErrNotUp) {
+			t.Errorf("node %s without a sandbox = %v, want ErrNotUp", cmd, err)
+		}
+	}
+}
+
+// TestApp_NodeProcess_Help: the help of kill and restart names every process
+// the sandbox registers on a node and says what it does.
+func TestApp_NodeProcess_Help(t *testing.T) {
+	for _, cmd := range []*cli.Command{killCommand(), restartCommand()} {
+		for _, p := range sandbox.NodeProcesses {
+			if !strings.Contains(cmd.Description, p.Name+" ") || !strings.Contains(cmd.Description, p.Usage) {
+				t.Errorf("help of node %s lacks %s: %s", cmd.Name, p.Name, p.Usage)
+			}
+		}
+	}
+	want := []string{sandbox.NodeKwok, sandbox.StackEngine, sandbox.StackKubelet, sandbox.StackHeartbeat}
+	if len(sandbox.NodeProcesses) != len(want) {
+		t.Errorf("NodeProcesses = %+v, want one entry for each of %q", sandbox.NodeProcesses, want)
+	}
+	for i, name := range want {
+		if i < len(sandbox.NodeProcesses) && (sandbox.NodeProcesses[i].Name != name || sandbox.NodeProcesses[i].Usage == "") {
+			t.Errorf("NodeProcesses[%d] = %+v, want %s with what it does", i, sandbox.NodeProcesses[i], name)
 		}
 	}
 }
