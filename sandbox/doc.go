@@ -68,6 +68,9 @@
 //   - KillProcess(node, name) SIGKILLs one process of a node (its engine, say) or,
 //     with node "", one host process of the stack (the datapath); StartProcess
 //     starts it again, as a supervisor restarts a crashed container.
+//     RestartProcess rolls it as a DaemonSet update does: SIGTERM, a bounded
+//     wait, SIGKILL of its process group, then the same spec again. Both are
+//     `vigil-sandbox node kill|restart NODE --process NAME`.
 //   - RunOnNode(node, spec) runs a one-off process on a node (a pod's writer):
 //     a power cut kills it and no boot starts it again.
 //   - RestartAPIServer restarts kube-apiserver (SIGTERM, then the same command
