@@ -204,3 +204,20 @@ func TestApp_NodeProcess_Help(t *testing.T) {
 		}
 	}
 }
+
+func TestApp_Powerfs_BadArgs(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"powerfs", dir},
+		{"powerfs", "--backing", dir},
+		{"powerfs", "--backing", dir, dir, dir},
+	} {
+		if err := run(args...); !errors.Is(err, errPowerfsUsage) {
+			t.Errorf("%v = %v, want errPowerfsUsage", args, err)
+		}
+	}
+	err := run("powerfs", "--backing", filepath.Join(dir, "missing"), dir)
+	if err == nil || !strings.Contains(err.Error(), "backing directory") {
+		t.Errorf("powerfs over a missing backing directory = %v, want an error naming it", err)
+	}
+}
