@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/internal/powerfs/powerfstest"
 )
 
 // childEnv, when set to a data directory, turns the test binary into a
@@ -24,15 +25,24 @@ import (
 const childEnv = "VIGIL_DATAPATH_CRASH_CHILD"
 
 // crashTokens is the child server's tokens file: the controller and the
-// engines of the four nodes the rounds grant to, each with its own token.
+// engines of the crashNodes nodes the rounds grant to, each with its own token.
 const crashTokens = `controller crash-controller-token
 node node-1 crash-node-1-token-x
 node node-2 crash-node-2-token-x
 node node-3 crash-node-3-token-x
 node node-4 crash-node-4-token-x
+node node-5 crash-node-5-token-x
+node node-6 crash-node-6-token-x
+node node-7 crash-node-7-token-x
+node node-8 crash-node-8-token-x
 `
 
+// crashNodes is how many nodes crashTokens knows: a crash test runs at most
+// that many rounds.
+const crashNodes = 8
+
 func TestMain(m *testing.M) {
+	powerfstest.RunIfChild()
 	if dir := os.Getenv(childEnv); dir != "" {
 		os.Exit(runChild(dir))
 	}
@@ -40,7 +50,11 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(dir string) int {
-	store, err := datapath.Open(dir, datapath.Options{Capacity: 1 << 30})
+	opts := datapath.Options{Capacity: 1 << 30}
+	if os.Getenv(breakFlushEnv) == "1" {
+		opts.OpenFile = openNoDatasync
+	}
+	store, err := datapath.Open(dir, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -113,8 +127,17 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 		t.Skip("starts child processes")
 	}
 	dir := t.TempDir()
+	crashRounds(t, 4, func() *child { return startChild(t, dir) }, func(ch *child) { ch.kill(t) })
+}
+
+// crashRounds is the body of the crash tests: rounds times, it fences the
+// last round's node, grants the volume to a new node, writes with flushes
+// until cut kills the server mid-stream, starts it again and checks what
+// was acknowledged. start runs a server on the same data as every time
+// before; cut kills it (and whatever else the crash takes down).
+func crashRounds(t *testing.T, rounds int, start func() *child, cut func(*child)) {
 	ctx := context.Background()
-	ch := startChild(t, dir)
+	ch := start()
 	c := dialCrash(t, ch.addr)
 	vol, err := c.ctl.CreateVolume(ctx, "crash", 16<<20, datapath.AccessRWO)
 	if err != nil {
@@ -124,7 +147,7 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 	var maxEpoch uint64
 	zombie := ""
 	var zombieEpoch uint64
-	for round := 1; round <= 4; round++ {
+	for round := 1; round <= rounds; round++ {
 		node := fmt.Sprintf("node-%d", round)
 		if zombie != "" {
 			e, err := c.ctl.Fence(ctx, vol.ID, zombie)
@@ -138,11 +161,11 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 			t.Fatalf("round %d: Grant(%s) = %d, %v; want > %d", round, node, epoch, err, maxEpoch)
 		}
 		maxEpoch = epoch
-		stopped := writeUntilKilled(t, c, vol.ID, node, epoch, int64(round), flushed, ch)
-		t.Logf("round %d: %d writes acknowledged before SIGKILL", round, stopped)
+		stopped := writeUntilKilled(t, c, vol.ID, node, epoch, int64(round), flushed, func() { cut(ch) })
+		t.Logf("round %d: %d writes acknowledged before the crash", round, stopped)
 		_ = c.Close()
 
-		ch = startChild(t, dir)
+		ch = start()
 		c = dialCrash(t, ch.addr)
 		checkAfterRestart(t, c, vol, node, epoch, flushed)
 		if zombie != "" {
@@ -153,6 +176,7 @@ func TestServer_Crash_SIGKILLLosesNoFlushedWrite(t *testing.T) {
 		}
 		zombie, zombieEpoch = node, epoch
 	}
+	_ = c.Close()
 }
 
 // crashClients are the test's connections to one child: the controller's and
@@ -181,7 +205,7 @@ func dialCrash(t *testing.T, addr string) *crashClients {
 		return c
 	}
 	out := &crashClients{ctl: dial("crash-controller-token"), nodes: map[string]*client.Client{}}
-	for i := 1; i <= 4; i++ {
+	for i := 1; i <= crashNodes; i++ {
 		n := fmt.Sprintf("node-%d", i)
 		out.nodes[n] = dial(fmt.Sprintf("crash-%s-token-x", n))
 	}
@@ -195,9 +219,10 @@ const minFlushedBeforeKill = 16
 
 // writeUntilKilled writes 4 KiB blocks stamped with (round, sequence),
 // flushing every 8 writes and recording what each successful flush covered.
-// Once minFlushedBeforeKill flushes were acknowledged it kills the child
-// without stopping the writer first, and returns the writes acknowledged.
-func writeUntilKilled(t *testing.T, c *crashClients, id, node string, epoch uint64, round int64, flushed []int64, ch *child) int {
+// Once minFlushedBeforeKill flushes were acknowledged it calls kill (which
+// kills the child) without stopping the writer first, and returns the writes
+// acknowledged.
+func writeUntilKilled(t *testing.T, c *crashClients, id, node string, epoch uint64, round int64, flushed []int64, kill func()) int {
 	ctx := context.Background()
 	var done atomic.Bool
 	acked := make(chan int, 1)
@@ -242,7 +267,7 @@ func writeUntilKilled(t *testing.T, c *crashClients, id, node string, epoch uint
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("round %d: %d flushes not acknowledged within 2 minutes", round, minFlushedBeforeKill)
 	}
-	ch.kill(t) // mid-stream: the writer is still going
+	kill() // mid-stream: the writer is still going
 	done.Store(true)
 	n := <-acked
 	if n < 8*minFlushedBeforeKill {
@@ -286,7 +311,7 @@ func checkAfterRestart(t *testing.T, c *crashClients, vol datapath.Volume, node 
 		}
 	}
 	if lost > 0 {
-		t.Fatalf("%d of %d flushed blocks lost or rolled back after SIGKILL", lost, checked)
+		t.Fatalf("%d of %d flushed blocks lost or rolled back by the crash", lost, checked)
 	}
 	if checked == 0 {
 		t.Fatal("no flushed block to check: the round tested nothing")
