@@ -104,12 +104,6 @@ func (s *pending) truncate(size int64) {
 // extend makes the file at least size bytes (fallocate without KEEP_SIZE).
 func (s *pending) extend(size int64) { s.size = max(s.size, size) }
 
-// dirty reports whether anything is pending against a backing file of
-// backingSize bytes.
-func (s *pending) dirty(backingSize int64) bool {
-	return len(s.pages) > 0 || s.keep != backingSize || s.size != backingSize
-}
-
 // apply writes what is pending into the backing file fd, whose size is
 // backingSize: cut it to keep, write the pages, give it the size. The caller
 // syncs fd afterwards.
