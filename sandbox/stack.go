@@ -65,6 +65,10 @@ type StackConfig struct {
 	// Auth is how callers prove who they are to the datapath; default
 	// StackAuthTokenReview. The datapath serves TLS either way.
 	Auth StackAuth
+	// DatapathPowerLoss puts the datapath's data directory on the power-loss
+	// layer (StackPowerFS), so that CutDatapathPower loses what the datapath
+	// had not fsynced, as a power cut of its machine would. Test tooling.
+	DatapathPowerLoss bool
 }
 
 // Stack is a running Vigil volume stack: where its parts listen. It is also
@@ -95,6 +99,10 @@ type Stack struct {
 	StorageClass string `json:"storageClass"`
 	// Dir holds the stack's files and the logs of its host processes.
 	Dir string `json:"dir"`
+	// DatapathSynced, when the datapath runs on the power-loss layer
+	// (StackConfig.DatapathPowerLoss), is the layer's backing directory: what
+	// the datapath has fsynced. Empty otherwise.
+	DatapathSynced string `json:"datapathSynced,omitempty"`
 }
 
 // NodeCSIEndpoint is the CSI socket of the engine of a node whose directory
@@ -185,6 +193,9 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
 		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "manager.token"), CSITokenFile: filepath.Join(dir, "csi-controller.token"),
 		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir, Auth: cfg.Auth}
+	if cfg.DatapathPowerLoss {
+		stk.DatapathSynced = filepath.Join(dir, datapathSyncedDir)
+	}
 	if err := os.MkdirAll(filepath.Join(stk.Dir, "datapath"), 0o700); err != nil {
 		return nil, fmt.Errorf("create stack dir: %w", err)
 	}
@@ -278,6 +289,9 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
 	sock := filepath.Join(stk.Dir, "csi.sock")
 	kubeconfig := stk.ControllerKubeconfig
+	if err := s.startPowerFS(ctx, cfg, stk); err != nil {
+		return err
+	}
 	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{mgr, "datapath", "serve",
 		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, security...)})
 	if err != nil {

@@ -52,7 +52,13 @@ func TestChaos(t *testing.T) {
 	t0 := time.Now()
 	setupCtx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
-	h, err := Setup(setupCtx, workDir, bin, t.Logf)
+	// The power-loss layer goes under the datapath only when its power cut
+	// may be drawn: every other kind runs on the data directory as before.
+	wanted, err := ParseKinds(cfg.Faults, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Setup(setupCtx, workDir, bin, slices.Contains(wanted, DatapathPowerCut), t.Logf)
 	if h != nil {
 		t.Cleanup(h.Teardown)
 	}

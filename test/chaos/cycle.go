@@ -113,6 +113,8 @@ func (h *Harness) runTransient(ctx context.Context, f Fault, r *CycleResult) err
 		err = h.restartProcess(ctx, f.Node, sandbox.StackEngine, f.Down)
 	case DatapathRestart:
 		err = h.restartProcess(ctx, "", sandbox.StackDatapath, f.Down)
+	case DatapathPowerCut:
+		err = h.powerCutDatapath(ctx, f.Down)
 	case APIServerRestart:
 		err = h.sb.RestartAPIServer(ctx, 2*time.Minute)
 	case ClusterAPIServerCut:
@@ -224,6 +226,25 @@ func (h *Harness) restartProcess(ctx context.Context, node, name string, down ti
 	if name != sandbox.StackDatapath {
 		return nil
 	}
+	return h.awaitDatapath(ctx)
+}
+
+// powerCutDatapath cuts the power of the datapath's machine (the datapath
+// and the power-loss layer under its data), keeps it off for down, brings it
+// back and waits until the datapath answers.
+func (h *Harness) powerCutDatapath(ctx context.Context, down time.Duration) error {
+	if err := h.sb.CutDatapathPower(); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	if err := h.sb.RestoreDatapathPower(ctx); err != nil {
+		return err
+	}
+	return h.awaitDatapath(ctx)
+}
+
+// awaitDatapath waits until the datapath answers again after a restart.
+func (h *Harness) awaitDatapath(ctx context.Context) error {
 	return sandbox.Poll(ctx, 30*time.Second, "datapath answering again", func(ctx context.Context) (bool, string, error) {
 		_, err := h.dp.ListVolumes(ctx)
 		return err == nil, fmt.Sprint(err), nil

@@ -27,7 +27,11 @@
 // allowed); a long partition from the API server only (a zombie), the datapath
 // only, or both; flapping; SIGKILL of the leading manager at the node's first
 // fence or first reap; SIGKILL of a node's engine; SIGKILL and restart of the
-// datapath; a restart of the API server; every node cut off from the API
+// datapath (its host's page cache survives: this proves nothing about fsync);
+// a power cut of the datapath's machine (datapath-power-cut: the datapath and
+// the power-loss layer under its data directory, internal/powerfs, SIGKILLed
+// at once, so what it had not fsynced is lost; Setup puts the layer there
+// only when CHAOS_FAULTS can draw this kind); a restart of the API server; every node cut off from the API
 // server only, past Kubernetes' Unknown and the grace (a control-plane outage:
 // no failover, nothing fenced) (Fault, Draw). It injects the fault,
 // waits for what the fault expects (Expect), and checks after every cycle:

@@ -46,7 +46,12 @@ const (
 	// DaemonSet would).
 	EngineKill Kind = "engine-kill"
 	// DatapathRestart: SIGKILL of the datapath, started again shortly after.
+	// The host's page cache survives it, so it proves nothing about fsync.
 	DatapathRestart Kind = "datapath-restart"
+	// DatapathPowerCut: a power cut of the datapath's machine: SIGKILL of the
+	// datapath and of the power-loss layer under its data directory at once,
+	// so what it had not fsynced is gone; both start again shortly after.
+	DatapathPowerCut Kind = "datapath-power-cut"
 	// APIServerRestart: a restart (SIGTERM, start) of kube-apiserver.
 	APIServerRestart Kind = "apiserver-restart"
 	// ClusterAPIServerCut: every node cut off from the API server only (a load
@@ -58,7 +63,7 @@ const (
 
 // AllKinds is every kind, in the order of the report.
 var AllKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
-	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut}
+	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut, DatapathPowerCut}
 
 // needsLoop: the kinds whose recovery needs the manager to fence, reap and free
 // attachments by itself (the closed loop); without it their covered pods never
@@ -225,7 +230,7 @@ func Draw(cycle int, seed uint64, kinds []Kind, env Env) (Fault, error) {
 		if env.Loop {
 			f.Expect = Either // a restart slower than the threshold is a crash the manager acts on
 		}
-	case DatapathRestart:
+	case DatapathRestart, DatapathPowerCut:
 		f.Down = between(500*time.Millisecond, 2*time.Second)
 	case APIServerRestart:
 	case ClusterAPIServerCut:

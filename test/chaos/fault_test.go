@@ -24,8 +24,8 @@ func TestParseKinds_AutoFollowsTheLoop(t *testing.T) {
 			t.Errorf("auto without the loop draws %s, which needs it", k)
 		}
 	}
-	if !slices.Contains(without, ShortPartition) || !slices.Contains(without, DatapathRestart) || len(without) != 6 {
-		t.Errorf("auto without the loop = %v, want the 6 kinds that need no manager action", without)
+	if !slices.Contains(without, ShortPartition) || !slices.Contains(without, DatapathRestart) || len(without) != 7 {
+		t.Errorf("auto without the loop = %v, want the 7 kinds that need no manager action", without)
 	}
 	with, _ := ParseKinds("auto", true)
 	all, _ := ParseKinds("all", false)
@@ -95,7 +95,7 @@ func TestDraw_Rules(t *testing.T) {
 				f.Cut < testEnv.Thresholds.NodeMonitorGrace+5*time.Second || f.Cut > testEnv.Thresholds.NodeMonitorGrace+10*time.Second {
 				t.Errorf("%s: want every node cut from the API server only for 5 to 10 s past the node-monitor grace, no failover", f)
 			}
-		case DatapathRestart, APIServerRestart:
+		case DatapathRestart, DatapathPowerCut, APIServerRestart:
 			if f.Node != "" {
 				t.Errorf("%s: names a node", f)
 			}

@@ -66,7 +66,10 @@ type claimInfo struct {
 // Setup brings the run's world up: sandbox and stack under workDir, settings,
 // two managers, the workload, one writer per pod. On error the caller's
 // cleanup (Teardown, then sandbox.DownWorkDir) removes what was made.
-func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...any)) (*Harness, error) {
+//
+// With powerLoss the datapath's data directory lives on the power-loss layer
+// (sandbox.StackConfig.DatapathPowerLoss), which DatapathPowerCut needs.
+func Setup(ctx context.Context, workDir, vigilBin string, powerLoss bool, logf func(string, ...any)) (*Harness, error) {
 	h := &Harness{Logf: logf, dir: filepath.Join(workDir, "chaos"), bin: vigilBin, hist: newHistory(), mem: newMemory(),
 		writers: map[types.UID]*writer{}, claims: map[string]claimInfo{}, cut: map[string]sandbox.PartitionTarget{},
 		off: map[string]bool{}}
@@ -77,7 +80,7 @@ func Setup(ctx context.Context, workDir, vigilBin string, logf func(string, ...a
 		return nil, fmt.Errorf("sandbox up: %w", err)
 	}
 	h.sb = sb
-	if h.stk, err = sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin}); err != nil {
+	if h.stk, err = sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin, DatapathPowerLoss: powerLoss}); err != nil {
 		return h, fmt.Errorf("start stack: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(h.dir, "ledger"), 0o755); err != nil {
