@@ -65,7 +65,9 @@
 // returns, no write from the fenced node is in flight and none can land later,
 // and a restart never forgets the fence (TestStore_Fence_NoWriteLandsAfterFence,
 // the SIGKILL crash test, which kills the server only after it acknowledged
-// flushed writes and fails if a round checked none). Flush checks the epoch
+// flushed writes and fails if a round checked none; and the power-cut test,
+// which runs the server on internal/powerfs and cuts it with the layer, so
+// that what was not fsynced is gone: TestServer_PowerCut_LosesNoFlushedWrite). Flush checks the epoch
 // under the lock and syncs outside it: a flush writes nothing new, so a fence
 // need not wait for the disk.
 //

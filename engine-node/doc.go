@@ -69,7 +69,10 @@
 // keeps the node's boot id and its on-disk format version (1; a journal of a
 // newer format is refused at open, naming the file and both versions:
 // TestOpenJournal_NewerFormatRefused, TestOpenJournal_V1FileFromBeforeVersions,
-// internal/boltformat). On start (Recover): after a reboot every entry of
+// internal/boltformat). A record written is fsynced before the call returns,
+// so it survives a power cut, not only a kill of the process
+// (TestJournal_PowerCut_KeepsAcknowledgedRecords, on internal/powerfs). On
+// start (Recover): after a reboot every entry of
 // an earlier boot is taken down and forgotten, and only then is the new boot
 // id recorded, so a cleanup that failed is retried by the next start
 // (TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart); after a restart,

@@ -4,9 +4,18 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vigil-storage/vigil/internal/powerfs/powerfstest"
 	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
 // TestMain prints, after the tests, how many were skipped for a missing
-// prerequisite (testenv: in CI those fail instead).
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// prerequisite (testenv: in CI those fail instead). The test binary is also
+// the power-loss layer and the journal writer of the power-cut test when
+// started as one.
+func TestMain(m *testing.M) {
+	powerfstest.RunIfChild()
+	if dir := os.Getenv(journalChildEnv); dir != "" {
+		os.Exit(runJournalChild(dir))
+	}
+	os.Exit(testenv.Main(m))
+}
