@@ -76,18 +76,28 @@ type DialConfig struct {
 type DialFunc func(ctx context.Context, cfg DialConfig) (DatapathClient, error)
 
 // App is the vigil-engine-node command line application.
-func App(dial DialFunc) *cli.App {
+//
+// It runs the engine in the calling process, which it leaves alone: the
+// binary's main uses ProcessApp instead.
+func App(dial DialFunc) *cli.App { return newApp(dial, nil) }
+
+// ProcessApp is App for the engine's own process, the binary's main: `run`
+// first guards writeback (GuardWriteback: it may execute the program again,
+// and locks its memory), as --writeback-guard says.
+func ProcessApp(dial DialFunc) *cli.App { return newApp(dial, GuardWriteback) }
+
+func newApp(dial DialFunc, guard func() WritebackGuard) *cli.App {
 	return &cli.App{
 		Name:            "vigil-engine-node",
 		Usage:           "Vigil's per-node agent: the CSI node service, heartbeats to the datapath and the node journal",
 		Version:         vigil.Version,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main prints the error once
 		HideHelpCommand: true,
-		Commands:        []*cli.Command{runCommand(dial)},
+		Commands:        []*cli.Command{runCommand(dial, guard)},
 	}
 }
 
-func runCommand(dial DialFunc) *cli.Command {
+func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "serve the CSI node service for this node until SIGTERM or SIGINT",
@@ -132,14 +142,19 @@ func runCommand(dial DialFunc) *cli.Command {
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
 				Usage: "host:port for /metrics and /healthz; empty disables"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "writeback-guard", Value: WritebackGuardWarn, EnvVars: []string{"VIGIL_WRITEBACK_GUARD"},
+				Usage: "keep writeback under memory pressure from deadlocking the engine that serves it: become an I/O flusher\n" +
+					"(PR_SET_IO_FLUSHER, needs CAP_SYS_RESOURCE) and lock memory (mlockall, needs CAP_IPC_LOCK).\n" +
+					"warn: on failure log one Warning naming what is missing and serve; require: refuse to start; off"},
 		},
-		Action: func(c *cli.Context) error { return run(c, dial) },
+		Action: func(c *cli.Context) error { return run(c, dial, guard) },
 	}
 }
 
 // runOptions are the checked flags.
 type runOptions struct {
 	node, kubeconfig, stateDir, endpoint, bootID, metricsAddr string
+	writebackGuard                                            string
 	datapath                                                  DialConfig
 	heartbeat, ioTimeout, cleanup, leave                      time.Duration
 	log                                                       *slog.Logger
@@ -154,7 +169,7 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 			CAFile: c.String("datapath-ca-file"), Insecure: c.Bool("datapath-insecure")},
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
-		leave: c.Duration("graceful-leave")}
+		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -166,6 +181,9 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	if o.leave < 0 || o.leave > datapath.MaxLeave {
 		return o, fmt.Errorf("--graceful-leave %s: want 0 (announce nothing) up to %s", o.leave, datapath.MaxLeave)
+	}
+	if err := checkWritebackGuard(o.writebackGuard); err != nil {
+		return o, err
 	}
 	if o.stateDir == "" {
 		return o, errors.New("--state-dir is empty: want a directory that survives restarts")
@@ -193,9 +211,12 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	return o, nil
 }
 
-func run(c *cli.Context, dial DialFunc) error {
+func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 	o, err := checkRunFlags(c)
 	if err != nil {
+		return err
+	}
+	if err := guardWriteback(o.writebackGuard, guard, o.log); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)

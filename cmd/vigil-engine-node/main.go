@@ -32,7 +32,7 @@ func clientOptions(cfg enginenode.DialConfig) []client.Option {
 }
 
 func main() {
-	if err := cliflags.Run(enginenode.App(dial), os.Args); err != nil {
+	if err := cliflags.Run(enginenode.ProcessApp(dial), os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "vigil-engine-node:", err)
 		os.Exit(1)
 	}
