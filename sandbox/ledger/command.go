@@ -12,7 +12,7 @@ import (
 // Command is the hidden `writer` subcommand of bin/vigil-sandbox: Run until
 // SIGTERM or SIGINT. The chaos suite starts it on a pod's node (RunOnNode):
 //
-//	vigil-sandbox writer --dir TARGET-PATH --pod-uid UID --ledger FILE
+//	vigil-sandbox writer --dir TARGET-PATH --pod-uid UID --ledger FILE [--own-mount-namespace]
 //
 // --node defaults to VIGIL_NODE, which the sandbox sets for a node's processes.
 func Command() *cli.Command {
@@ -28,10 +28,21 @@ func Command() *cli.Command {
 			&cli.DurationFlag{Name: "interval", Usage: "time between records (default 100ms)"},
 			&cli.BoolFlag{Name: "require-mount", Value: true,
 				Usage: "open the records file only while --dir is a mount point (as a container sees its volume)"},
+			&cli.BoolFlag{Name: "own-mount-namespace",
+				Usage: "run in a mount namespace of its own with a private bind of --dir made at start, as a container: " +
+					"mounts changed on the host at --dir later are not seen, a dead mount stays an error (needs CAP_SYS_ADMIN)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("%w: writer takes no arguments, got %q", ErrBadConfig, c.Args().Slice())
+			}
+			if c.Bool("own-mount-namespace") {
+				if c.String("dir") == "" {
+					return fmt.Errorf("%w: --own-mount-namespace needs --dir", ErrBadConfig)
+				}
+				if err := EnterOwnMountNamespace(c.String("dir")); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()

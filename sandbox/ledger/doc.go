@@ -15,10 +15,19 @@
 //
 // The writer (Run, the hidden `vigil-sandbox writer` subcommand) never stops on
 // an I/O error: a write or fsync that fails is not acknowledged; it closes the
-// file and opens it again after a pause (an engine restart breaks open files on
-// the old mount, new opens work once the volume is served again), and the next
-// record takes the next sequence number. A failed record may or may not be on
-// the volume; only acknowledged ones must be.
+// file and opens it again after a pause (an engine restart breaks open files
+// on the old mount; in the host's namespace new opens work once the volume is
+// served again), and the next record takes the next sequence number. A failed
+// record may or may not be on the volume; only acknowledged ones must be.
+//
+// A writer runs in its node's mount namespace, the host's, unless started with
+// --own-mount-namespace (EnterOwnMountNamespace): then, as a container, it has
+// a mount namespace of its own, every mount private, with its volume's
+// directory bound into it when it starts. A mount the host changes at that
+// directory later (a dead FUSE mount replaced by a new one after an engine
+// restart) is not seen: the writer keeps its file open and opens it again, by
+// path, on the mount it started with, so a dead mount stays an error as it
+// does for a container's process (TestWriter_OwnMountNamespace).
 //
 // ReadRecords parses a records file, skipping torn or garbled lines (the tail
 // of a write cut by a power cut); Verify checks a ledger against the records
