@@ -66,7 +66,8 @@ func checkFile(t *testing.T, when, path string, want []byte) {
 // TestLayer_Cut_KeepsSyncedDropsUnsynced writes through the layer, some of it
 // fsynced and some not, cuts the power (SIGKILL of the layer), mounts a new
 // layer on the same backing directory and checks that exactly the fsynced
-// state is there: contents, truncations and fallocated sizes.
+// state is there: contents, truncations (truncate(2) and O_TRUNC), fallocated
+// sizes, and what a file opened O_SYNC wrote.
 func TestLayer_Cut_KeepsSyncedDropsUnsynced(t *testing.T) {
 	powerfstest.Require(t)
 	backing, mnt := t.TempDir(), t.TempDir()
@@ -93,6 +94,19 @@ func TestLayer_Cut_KeepsSyncedDropsUnsynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Close()
+	e, g := filepath.Join(mnt, "e"), filepath.Join(mnt, "g")
+	writeFile(t, e, 0, []byte("synced before O_TRUNC"), true)
+	if err := os.WriteFile(e, []byte("after O_TRUNC, not synced"), 0o600); err != nil { // O_TRUNC
+		t.Fatal(err)
+	}
+	f, err = os.OpenFile(g, os.O_RDWR|os.O_CREATE|os.O_SYNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("O_SYNC: synced by the write"), 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
 
 	checkFile(t, "before the cut", a, append(append(append([]byte{}, bs...), as[4096:]...), cs...))
 	checkFile(t, "before the cut", b, []byte("not synced"))
@@ -106,6 +120,8 @@ func TestLayer_Cut_KeepsSyncedDropsUnsynced(t *testing.T) {
 	checkFile(t, "after the cut", a, as)
 	checkFile(t, "after the cut", b, nil) // the name was created at once; its data was not synced
 	checkFile(t, "after the cut", c, ds)
+	checkFile(t, "after the cut", e, []byte("synced before O_TRUNC"))
+	checkFile(t, "after the cut", g, []byte("O_SYNC: synced by the write"))
 	if fi, err := os.Stat(d); err != nil || fi.Size() != 1<<20 {
 		t.Fatalf("after the cut: fallocated and synced file: %v, %v; want 1 MiB", fi, err)
 	}
