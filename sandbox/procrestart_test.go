@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,6 +54,11 @@ func TestSandbox_RestartProcess_IgnoresSIGTERM(t *testing.T) {
 	s, _ := procFixture(t)
 	must(t, s.AddProcess("node-1", ProcessSpec{Name: "stubborn", Args: []string{"sh", "-c", "trap '' TERM; exec sleep 1000"}}))
 	before := pidOf(t, s, "node-1", "stubborn")
+	// The shell ignores SIGTERM only once its trap ran; it has when it exec'd sleep.
+	waitFor(t, 5*time.Second, "the stubborn shell to set its trap and exec sleep", func() bool {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", before))
+		return err == nil && strings.TrimSpace(string(comm)) == "sleep"
+	})
 	r, err := s.RestartProcess("node-1", "stubborn", 300*time.Millisecond)
 	must(t, err)
 	if !r.Killed || r.Stopped < 300*time.Millisecond || r.OldPID != before || !gone(before) || r.NewPID == 0 {
