@@ -134,7 +134,9 @@
 // and is inherited by threads created later and kept across execve, while a
 // Go program has threads before main runs: the engine sets it on its own
 // thread and executes itself again from there, same PID, so every thread of
-// the engine that serves has it (TestEngineProcess_WritebackGuard_IOFlusher).
+// the engine that serves has it (TestEngineProcess_WritebackGuard_IOFlusher;
+// TestGuardWriteback_ExecutesItselfOnce follows the execve without the
+// capability).
 // MCL_ONFAULT locks pages as they are touched instead of populating every
 // mapping the Go runtime reserved: an idle engine's resident memory stays
 // about 48 MB instead of 205 MB (TestEngineProcess_WritebackGuard_LocksMemory

@@ -14,6 +14,9 @@ import (
 // started as one.
 func TestMain(m *testing.M) {
 	powerfstest.RunIfChild()
+	if os.Getenv(guardHelperEnv) != "" {
+		guardHelper() // TestGuardWriteback_ExecutesItselfOnce
+	}
 	if dir := os.Getenv(journalChildEnv); dir != "" {
 		os.Exit(runJournalChild(dir))
 	}

@@ -82,17 +82,21 @@ func GuardWriteback() WritebackGuard {
 	return g
 }
 
+// setIOFlusher is prctl(PR_SET_IO_FLUSHER, v) on the calling thread; a test
+// without CAP_SYS_RESOURCE replaces it to follow the execve that comes next.
+var setIOFlusher = func(v uintptr) error { return unix.Prctl(unix.PR_SET_IO_FLUSHER, v, 0, 0, 0) }
+
 // becomeIOFlusher sets PR_SET_IO_FLUSHER on this thread and executes the
 // program again from it; it returns only on failure, saying why.
 func becomeIOFlusher() string {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
+	if err := setIOFlusher(1); err != nil {
 		return fmt.Sprintf("PR_SET_IO_FLUSHER: %v (needs CAP_SYS_RESOURCE)", err)
 	}
 	err := syscall.Exec("/proc/self/exe", os.Args, append(os.Environ(), ioFlusherExecEnv+"=1"))
 	// One thread of many flagged helps nothing and surprises: take it back.
-	_ = unix.Prctl(unix.PR_SET_IO_FLUSHER, 0, 0, 0, 0)
+	_ = setIOFlusher(0)
 	return fmt.Sprintf("PR_SET_IO_FLUSHER: execute the engine again so that every thread has it: %v", err)
 }
 

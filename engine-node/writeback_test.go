@@ -3,8 +3,11 @@ package enginenode
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,5 +78,40 @@ func TestGuardWriteback_Modes(t *testing.T) {
 				t.Errorf("logged the guard on: %v, want %v:\n%s", got, c.wantInfo, logs.String())
 			}
 		})
+	}
+}
+
+// guardHelperEnv makes the test binary a process that runs GuardWriteback
+// with a PR_SET_IO_FLUSHER that always succeeds (so the execve that follows
+// happens even without CAP_SYS_RESOURCE), counting its images in
+// guardRunsEnv, and prints what it got.
+const (
+	guardHelperEnv = "VIGIL_ENGINE_TEST_GUARD_HELPER"
+	guardRunsEnv   = "VIGIL_ENGINE_TEST_GUARD_RUNS"
+)
+
+func guardHelper() {
+	runs := len(os.Getenv(guardRunsEnv)) + 1
+	_ = os.Setenv(guardRunsEnv, strings.Repeat("x", runs))
+	setIOFlusher = func(uintptr) error { return nil }
+	g := GuardWriteback()
+	fmt.Printf("pid=%d runs=%d marker=%q io-flusher=%v missing=%q\n", os.Getpid(), runs, os.Getenv(ioFlusherExecEnv), g.IOFlusher, strings.Join(g.Missing, "; "))
+	os.Exit(0)
+}
+
+// TestGuardWriteback_ExecutesItselfOnce follows the execve of the I/O
+// flusher step: the same process (PID) runs a second image, once, which
+// checks the state it inherited (here: not set, since the helper's prctl
+// did nothing, so it says it was lost) and hides the marker from children.
+func TestGuardWriteback_ExecutesItselfOnce(t *testing.T) {
+	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
+	cmd.Env = append(os.Environ(), guardHelperEnv+"=1", "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("guard helper: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("pid=%d runs=2 marker=\"\" io-flusher=false", cmd.Process.Pid)
+	if !strings.Contains(string(out), want) || !strings.Contains(string(out), "lost across execve") {
+		t.Errorf("guard helper printed %q, want %q (one execve, same process) and the state reported lost", out, want)
 	}
 }
