@@ -14,10 +14,20 @@
 // A data directory holds datapath.db (go.etcd.io/bbolt: volume records, the
 // name index, the attachment table, the graceful stops nodes announced and
 // the failed volumes, see meta.go) and volumes/<id>.img, one
-// sparse file per volume, created with the volume's full size (truncate) so it
-// takes disk space only where written. A volume file is created and synced
-// before the record naming it is committed; a delete commits first and removes
-// the file after; files no record names are removed at start. datapath.db
+// file per volume, its full size reserved on disk at creation (fallocate), or
+// a thin file when the store over-provisions. A volume file is created and
+// synced (file and directory) before the record naming it is committed; a
+// delete commits first and removes the file after; files no record names are
+// removed at start. None of this slow work holds the store-wide lock that
+// every I/O takes for reading: creates and deletes take it only to reserve a
+// name, an id and capacity, and to publish or forget the volume, so a volume
+// is visible only once durable, a create of a name waits for a create or
+// delete of it in flight, and I/O goes on while 50 volumes are provisioned
+// (provision.go; TestStore_CreateVolume_IOGoesOnWhileTheFileIsMade,
+// TestStore_DeleteVolume_CreateOfTheNameWaits,
+// TestStore_CreateVolume_InFlightCountsAgainstCapacity; a crash at each step
+// leaves a directory that opens cleanly: TestStore_Provisioning_CrashAtEachStep;
+// BenchmarkStore_IOWhileProvisioning measures the stall). datapath.db
 // records its on-disk format version (meta.go), and Open refuses a newer one
 // than this binary knows, naming the file and both versions, before touching
 // anything (TestStore_Open_NewerFormatRefused; a file written before versions

@@ -169,7 +169,7 @@ func (s *Store) FailedVolumes() ([]FailedVolume, error) {
 	out := []FailedVolume{}
 	for _, v := range s.vols {
 		v.mu.RLock()
-		if f := v.failed; f != nil {
+		if f := v.failed; f != nil && !v.deleted {
 			out = append(out, FailedVolume{VolumeID: v.rec.ID, Name: v.rec.Name, Since: f.Since, Op: f.Op, Error: f.Error})
 		}
 		v.mu.RUnlock()

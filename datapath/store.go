@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,10 +58,14 @@ type Store struct {
 	overPct  int // OverProvisioningPercentage; 100: volumes reserved on disk
 	open     OpenFileFunc
 
-	mu     sync.RWMutex // guards vols, names; held for writing by Create and Delete
+	// mu guards vols, names, closed and prov. Every I/O holds it for
+	// reading (lookup), so it is held for writing only briefly: never across
+	// a file operation or a commit (provision.go).
+	mu     sync.RWMutex
 	vols   map[string]*volume
 	names  map[string]string
 	closed bool
+	prov   provisioning // creates and deletes in flight (provision.go)
 	act    activity
 	index  nodeIndex // node -> its volumes and live grants (nodes.go)
 	leaves leaves    // graceful stops announced with Leave (leave.go)
@@ -114,7 +116,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
 	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity, overPct: max(opts.OverProvisioningPercentage, 100), open: opts.OpenFile,
-		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex()}
+		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex(), prov: newProvisioning()}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -264,123 +266,6 @@ func (s *Store) lookup(id string) (*volume, error) {
 	return v, nil
 }
 
-// CreateVolume creates a volume, idempotently by name (see client.CreateVolume).
-func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, error) {
-	if err := validName(name); err != nil {
-		return Volume{}, err
-	}
-	if err := validSize(size); err != nil {
-		return Volume{}, err
-	}
-	if err := mode.Validate(); err != nil {
-		return Volume{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return Volume{}, errClosed
-	}
-	if id, ok := s.names[name]; ok {
-		r := s.vols[id].rec
-		if r.Size != size || r.Access != mode {
-			return Volume{}, fmt.Errorf("%w: volume %q is %s with %d bytes and mode %s; asked for %d bytes and mode %s",
-				ErrAlreadyExists, name, r.ID, r.Size, r.Access, size, mode)
-		}
-		return r.volume(), nil
-	}
-	if avail := s.availableLocked(); size > avail {
-		return Volume{}, fmt.Errorf("%w: volume %q needs %d bytes, %d can still be promised (capacity %d, over-provisioning %d%%, free on disk %d)",
-			ErrNoSpace, name, size, avail, s.capacity, s.overPct, s.freeOnDisk())
-	}
-	rec := volumeRecord{ID: newID(), Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}
-	f, err := s.createFile(rec.ID, size)
-	if err != nil {
-		return Volume{}, fmt.Errorf("create volume %q: %w", name, fileErr(err))
-	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return putVolume(tx, rec) }); err != nil {
-		_ = f.Close()
-		_ = os.Remove(s.imgPath(rec.ID))
-		return Volume{}, fmt.Errorf("create volume %q: %w", name, err)
-	}
-	s.vols[rec.ID] = &volume{rec: rec, attach: map[string]attachmentRecord{}, file: f}
-	s.names[name] = rec.ID
-	return rec.volume(), nil
-}
-
-// createFile makes the sparse data file and makes its existence durable before
-// the metadata names it.
-func (s *Store) createFile(id string, size int64) (File, error) {
-	path := s.imgPath(id)
-	f, err := s.open(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	err = s.reserve(f, size)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		_ = f.Close()
-		_ = os.Remove(path)
-		return nil, err
-	}
-	return f, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return idPrefix + hex.EncodeToString(b[:])
-}
-
-// DeleteVolume deletes a volume and its data file. Unknown ids are not an error;
-// a volume with a live grant is refused with ErrInUse.
-func (s *Store) DeleteVolume(id string) error {
-	v, err := s.lookup(id)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.deleted {
-		return nil
-	}
-	for node, a := range v.attach {
-		if a.State == StateGranted {
-			return fmt.Errorf("%w: delete volume %s: node %s holds a live grant (epoch %d); fence or release it first", ErrInUse, id, node, a.Epoch)
-		}
-	}
-	if err := s.db.Update(func(tx *bolt.Tx) error { return deleteVolume(tx, v.rec) }); err != nil {
-		return fmt.Errorf("delete volume %s: %w", id, err)
-	}
-	v.deleted = true
-	delete(s.vols, id)
-	delete(s.names, v.rec.Name)
-	s.index.drop(id, v.attach)
-	_ = v.file.Close()
-	if err := os.Remove(s.imgPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("datapath: data file of deleted volume not removed; it goes at next start", "volume", id, "err", err)
-	}
-	return nil
-}
-
 // GetVolume returns one volume.
 func (s *Store) GetVolume(id string) (Volume, error) {
 	v, err := s.lookup(id)
@@ -395,16 +280,26 @@ func (s *Store) GetVolume(id string) (Volume, error) {
 	return v.rec.volume(), nil
 }
 
-// ListVolumes returns every volume sorted by name.
+// ListVolumes returns every volume sorted by name. A volume whose delete is
+// committed is left out, as GetVolume leaves it out.
 func (s *Store) ListVolumes() ([]Volume, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	if s.closed {
+		s.mu.RUnlock()
 		return nil, errClosed
 	}
-	out := make([]Volume, 0, len(s.vols))
+	vols := make([]*volume, 0, len(s.vols))
 	for _, v := range s.vols {
-		out = append(out, v.rec.volume())
+		vols = append(vols, v)
+	}
+	s.mu.RUnlock()
+	out := make([]Volume, 0, len(vols))
+	for _, v := range vols {
+		v.mu.RLock()
+		if !v.deleted {
+			out = append(out, v.rec.volume())
+		}
+		v.mu.RUnlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -421,10 +316,11 @@ func (s *Store) Capacity() (int64, error) {
 }
 
 // availableLocked is what can still be promised: the capacity (times the
-// over-provisioning) less the volumes' sizes, and, where volumes are reserved
-// on disk, no more than the file system has free now.
+// over-provisioning) less the sizes of the volumes and of the creates in
+// flight, and, where volumes are reserved on disk, no more than the file
+// system has free now less what creates in flight have yet to reserve.
 func (s *Store) availableLocked() int64 {
-	var used int64
+	used := s.prov.promised
 	for _, v := range s.vols {
 		used += v.rec.Size
 	}
@@ -432,7 +328,7 @@ func (s *Store) availableLocked() int64 {
 	avail := max(total-used, 0)
 	if s.overPct == 100 {
 		if free := s.freeOnDisk(); free >= 0 {
-			avail = min(avail, free)
+			avail = min(avail, max(free-s.prov.unreserved, 0))
 		}
 	}
 	return avail
