@@ -41,7 +41,8 @@ type bulkResult struct {
 // one reader goroutine hands responses to the waiting callers by id.
 type bulkConn struct {
 	c       net.Conn
-	token   string // the token its hello carried
+	batch   *batchConn // under c when c is TLS: a request's records in few socket writes
+	token   string     // the token its hello carried
 	wmu     sync.Mutex
 	hdr     []byte
 	mu      sync.Mutex
@@ -60,8 +61,10 @@ func dialBulk(ctx context.Context, addr, token string, tlsCfg *tls.Config) (*bul
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
+	var batch *batchConn
 	if tlsCfg != nil {
-		tc := tls.Client(c, tlsCfg)
+		batch = &batchConn{Conn: c}
+		tc := tls.Client(batch, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = c.Close()
 			// A certificate the CA does not vouch for is final; anything else
@@ -92,7 +95,7 @@ func dialBulk(ctx context.Context, addr, token string, tlsCfg *tls.Config) (*bul
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	b := &bulkConn{c: c, token: token, pending: map[uint64]chan bulkResult{}}
+	b := &bulkConn{c: c, batch: batch, token: token, pending: map[uint64]chan bulkResult{}}
 	go b.readLoop(br)
 	return b, nil
 }
@@ -211,8 +214,7 @@ func (b *bulkConn) do(ctx context.Context, r wire.BulkRequest, volumeID, node st
 	_ = b.c.SetWriteDeadline(dl)
 	r.DataLen = len(p)
 	b.hdr = wire.AppendBulkRequest(b.hdr[:0], r, volumeID, node)
-	bufs := net.Buffers{b.hdr, p}
-	_, err := bufs.WriteTo(b.c)
+	err := b.send(p)
 	b.wmu.Unlock()
 	if err != nil {
 		// A request may be half sent: the connection is unusable.
@@ -240,6 +242,26 @@ func (b *bulkConn) do(ctx context.Context, r wire.BulkRequest, volumeID, node st
 		b.fail(fmt.Errorf("request %d unanswered: %w", r.ID, ctx.Err()))
 		return 0, ctx.Err()
 	}
+}
+
+// send writes the request header in b.hdr and the payload p (b.wmu is held):
+// in plaintext with one writev; over TLS gathered under the records'
+// batchConn, so header and payload leave in a few large socket writes.
+func (b *bulkConn) send(p []byte) error {
+	if b.batch == nil {
+		bufs := net.Buffers{b.hdr, p}
+		_, err := bufs.WriteTo(b.c)
+		return err
+	}
+	b.batch.hold()
+	_, err := b.c.Write(b.hdr)
+	if err == nil && len(p) > 0 {
+		_, err = b.c.Write(p)
+	}
+	if ferr := b.batch.flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // openSession opens a new write session generation for (volumeID, node,
