@@ -22,7 +22,7 @@ FUZZTIME  ?= 2000x
 IMAGE     ?= vigil-storage/vigil:$(VERSION)
 CONTAINER_ENGINE ?= docker
 
-.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale bench-fio
 
 all: build
 
@@ -101,6 +101,9 @@ bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(UNIT_PKGS)
+
+bench-fio: ## fio's 4 KiB random writes on a staged Vigil volume (ext4, loop, FUSE, datapath) and on a local file of the same disk, plaintext and TLS (needs root and fio; about 2 min)
+	$(GO) test -run '^$$' -bench Fio_RandomWrite4KiB -benchtime 1x ./engine-node/
 
 clean:
 	rm -rf $(BIN)
