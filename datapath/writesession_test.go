@@ -134,7 +134,7 @@ func BenchmarkStore_WriteAt_Session(b *testing.B) {
 	gen := sessions.open(v.ID, "node-a", epoch, time.Now())
 	for _, size := range []int{4 << 10, 1 << 20} {
 		for _, session := range []bool{false, true} {
-			name := fmt.Sprintf("%dKiB,session=%v", size>>10, session)
+			name := fmt.Sprintf("size=%dKiB/session=%v", size>>10, session)
 			b.Run(name, func(b *testing.B) {
 				p := make([]byte, size)
 				var next atomic.Int64
