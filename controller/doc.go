@@ -29,7 +29,11 @@
 //     not covered by the policy, a volume the back end cannot prove), closed over
 //     shared volumes, and a pod the fence was for is reaped even when its node
 //     comes back first (decideReturned). A back end that does not answer proves
-//     nothing: a Warning Event, and a retry.
+//     nothing: a Warning Event, and a retry. While a fenced node stays
+//     storage-isolated, a live grant given after the fence (a stage that raced
+//     it) is fenced too on the next look at the node (fence_renew.go,
+//     decideRefence), unless a report read just before shows its engine
+//     heartbeating.
 //  3. Reap (decide.go, pod_reaper.go): the decision table. A pod is reaped only
 //     if every volume it mounts is node-local or a claim of a protected
 //     provisioner; an inline nfs, iscsi, CSI, … volume is never proven, so the
@@ -61,7 +65,7 @@
 //
 // Each reconciler reads a snapshot from shared informers (snapshot.go), calls a
 // pure decide function with the settings and the clock passed in (decideFence,
-// decideFenceVolumes, decide, decideAttachment, decideCrashLoop — each tested
+// decideFenceVolumes, decideRefence, decide, decideAttachment, decideCrashLoop — each tested
 // as a table, decide as a full cross product against an independent oracle),
 // and executes the resulting actions, each with a UID precondition or, for a
 // Node, a patch under the resourceVersion read (node_patch.go), a Kubernetes

@@ -32,6 +32,10 @@ const (
 	// EventNodeFenced: the node was fenced out of the volumes of the pods to reap
 	// (the others keep their grant) and tainted.
 	EventNodeFenced = "VigilFencedNode"
+	// EventNodeRefenced: a node still storage-isolated and fenced held live
+	// grants given after its fence (a stage that raced it); they were fenced
+	// too.
+	EventNodeRefenced = "VigilRefencedNode"
 	// EventWouldFence: dry run; the node would have been fenced.
 	EventWouldFence = "VigilWouldFenceNode"
 	// EventFenceFailed: fencing or tainting failed (the back end unreachable…);

@@ -98,6 +98,8 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 			return err
 		}
 		r.noteTransition(name, node, v, &set)
+	} else if err := r.refence(ctx, name, o, &set); err != nil {
+		return err
 	}
 	key := queueKey{kind: keyNode, name: name}
 	if !v.State.Down() && r.nodes.fenced(name) {
