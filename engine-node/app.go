@@ -216,6 +216,9 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 	if err != nil {
 		return err
 	}
+	// First, before any descriptor is opened: the guard may execute the
+	// program again, which closes every close-on-exec descriptor (all those
+	// Go opens) and forgets every goroutine.
 	if err := guardWriteback(o.writebackGuard, guard, o.log); err != nil {
 		return err
 	}
