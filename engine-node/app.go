@@ -93,7 +93,7 @@ func newApp(dial DialFunc, guard func() WritebackGuard) *cli.App {
 		Version:         vigil.Version,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main prints the error once
 		HideHelpCommand: true,
-		Commands:        []*cli.Command{runCommand(dial, guard)},
+		Commands:        []*cli.Command{runCommand(dial, guard), keeperCommand()},
 	}
 }
 

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
-	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,12 +21,21 @@ const FileName = "disk"
 // code looks for it to find mounts a killed process left behind.
 const FsName = "vigil-disk"
 
+// FsType is the filesystem type of a Disk's mount.
+const FsType = "fuse.vigil"
+
 // DefaultMaxWrite is the largest single FUSE read or write request asked for.
 const DefaultMaxWrite = 1 << 20
 
-// ErrInvalidSize is returned by Mount for a disk size that is not a positive
-// multiple of 512 bytes.
-var ErrInvalidSize = errors.New("invalid disk size")
+// Sentinel errors.
+var (
+	// ErrInvalidSize is returned by Mount for a disk size that is not a
+	// positive multiple of 512 bytes.
+	ErrInvalidSize = errors.New("invalid disk size")
+	// ErrInvalidMeta is returned by Adopt for metadata no Disk could have
+	// written, or a descriptor that is not /dev/fuse.
+	ErrInvalidMeta = errors.New("invalid disk metadata")
+)
 
 // Backend stores the disk's bytes. ReadAt returns exactly n bytes (zeros where
 // nothing was written); WriteAt stores p at off; Flush makes prior writes durable.
@@ -40,23 +48,72 @@ type Backend interface {
 
 // Options tunes a Disk. The zero value is usable.
 type Options struct {
-	// MaxWrite bounds one FUSE request; DefaultMaxWrite when zero.
+	// MaxWrite bounds one FUSE request; DefaultMaxWrite when zero. Adopt
+	// takes it from the Meta instead: the kernel negotiated it once.
 	MaxWrite int
 	// OnError, when set, is told about every backend failure (op is "read",
 	// "write" or "flush") before the kernel gets EIO.
 	OnError func(op string, off int64, err error)
-	// Debug logs every FUSE request.
-	Debug bool
+	// Log receives the few events worth a line (a refused RESEND, a
+	// connection that ended); nil: slog.Default().
+	Log *slog.Logger
 }
 
-// Disk is a mounted one-file FUSE filesystem.
+// Meta is what another process needs to serve a connection a Disk
+// initialized: the kernel sends INIT once per connection, so what it
+// negotiated must travel with the descriptor (see Adopt).
+type Meta struct {
+	// Dir is the mount point.
+	Dir string `json:"dir"`
+	// Size of the disk in bytes.
+	Size int64 `json:"size"`
+	// MaxWrite is the negotiated largest request.
+	MaxWrite int `json:"maxWrite"`
+	// Minor is the negotiated protocol minor version (major 7).
+	Minor uint32 `json:"minor"`
+	// Flags are the negotiated capabilities.
+	Flags uint64 `json:"flags"`
+	// KernelResend tells that the kernel offered FUSE_NOTIFY_RESEND.
+	KernelResend bool `json:"kernelResend"`
+}
+
+func (m Meta) validate() error {
+	switch {
+	case !filepath.IsAbs(m.Dir):
+		return fmt.Errorf("dir %q: want an absolute path: %w", m.Dir, ErrInvalidMeta)
+	case m.Size <= 0 || m.Size%512 != 0:
+		return fmt.Errorf("size %d: want a positive multiple of 512: %w", m.Size, ErrInvalidMeta)
+	case m.MaxWrite < 4096 || m.MaxWrite > 16<<20:
+		return fmt.Errorf("maxWrite %d: want 4096 to %d: %w", m.MaxWrite, 16<<20, ErrInvalidMeta)
+	case m.Minor < minMinor:
+		return fmt.Errorf("protocol minor %d: want %d or newer: %w", m.Minor, minMinor, ErrInvalidMeta)
+	}
+	return nil
+}
+
+// Disk serves a one-file FUSE filesystem over one /dev/fuse connection.
+//
+// It answers the kernel's requests itself, not through go-fuse's server
+// (whose wire structs it uses): a server that adopts a connection another
+// process initialized must never wait for an INIT, which the kernel sends
+// only once. Node ids are fixed (root 1, the disk 2) and file handles carry
+// nothing, so the next server understands whatever the kernel holds.
 type Disk struct {
-	dir    string
-	server *fuse.Server
+	meta    Meta
+	fd      int
+	backend Backend
+	o       Options
+	log     *slog.Logger
+	bufs    sync.Pool
+
+	stopping  atomic.Bool
+	readDone  chan struct{}
+	inflight  sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // Mount mounts a Disk of size bytes at dir (which must exist and be empty) and
-// serves it until Unmount. It needs CAP_SYS_ADMIN and /dev/fuse.
+// serves it until Unmount or Stop. It needs CAP_SYS_ADMIN and /dev/fuse.
 func Mount(dir string, size int64, b Backend, o Options) (*Disk, error) {
 	if size <= 0 || size%512 != 0 {
 		return nil, fmt.Errorf("mount disk at %s: size %d: %w (want a positive multiple of 512)", dir, size, ErrInvalidSize)
@@ -64,138 +121,199 @@ func Mount(dir string, size int64, b Backend, o Options) (*Disk, error) {
 	if o.MaxWrite == 0 {
 		o.MaxWrite = DefaultMaxWrite
 	}
-	file := &diskFile{size: size, backend: b, onError: o.OnError}
-	root := &fs.Inode{}
-	timeout := time.Hour // the tree never changes: cache entries and attributes
-	// go-fuse opens /dev/fuse without O_CLOEXEC. A child (mkfs, blkid) that
-	// inherited it would keep the connection alive after this process dies,
-	// and when that child waits on the disk, nothing ever ends the wait. No
-	// fork may happen between the open and setting FD_CLOEXEC.
-	syscall.ForkLock.Lock()
-	defer syscall.ForkLock.Unlock()
-	server, err := fs.Mount(dir, root, &fs.Options{
-		EntryTimeout: &timeout,
-		AttrTimeout:  &timeout,
-		MountOptions: fuse.MountOptions{
-			FsName:            FsName,
-			Name:              "vigil",
-			DirectMountStrict: true,
-			MaxWrite:          o.MaxWrite,
-			Debug:             o.Debug,
-			DisableXAttrs:     true,
-			// Asynchronous direct I/O lets the loop device keep several
-			// requests in flight instead of one at a time.
-			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
-		},
-		OnAdd: func(ctx context.Context) {
-			ch := root.NewPersistentInode(ctx, file, fs.StableAttr{Mode: syscall.S_IFREG, Ino: 2})
-			root.AddChild(FileName, ch, false)
-		},
-	})
-	cerr := closeOnExec("/dev/fuse")
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("mount disk at %s: %w", dir, err)
 	}
-	d := &Disk{dir: dir, server: server}
-	if cerr != nil {
-		return nil, errors.Join(fmt.Errorf("mount disk at %s: %w", dir, cerr), d.Unmount())
+	// O_CLOEXEC: a child (mkfs, blkid) that inherited the descriptor would
+	// keep the connection alive after this process dies, and when that child
+	// waits on the disk, nothing would ever end the wait. The descriptor is
+	// handed on deliberately (a keeper), never by inheritance.
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mount disk at %s: open /dev/fuse: %w", dir, err)
+	}
+	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,max_read=%d", fd, o.MaxWrite)
+	if err := unix.Mount(FsName, abs, FsType, unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mount disk at %s: %w", dir, err)
+	}
+	meta, err := handshake(fd, o.MaxWrite)
+	if err != nil {
+		unix.Close(fd) // the connection dies with its last descriptor
+		_ = unix.Unmount(abs, unix.MNT_DETACH)
+		return nil, fmt.Errorf("mount disk at %s: %w", dir, err)
+	}
+	meta.Dir, meta.Size = abs, size
+	d := start(fd, meta, b, o)
+	if err := d.refusePoll(); err != nil {
+		d.stopping.Store(true)
+		return nil, errors.Join(fmt.Errorf("mount disk at %s: %w", dir, err), d.Unmount())
 	}
 	return d, nil
 }
 
+// refusePoll makes the kernel ask this server about poll(2) once and learn
+// that it is not supported, which it remembers for the connection. Without
+// it, Go's os.OpenFile of the disk file in this process (loopdev.Attach, a
+// test) registers the file with the runtime's poller, whose epoll_ctl waits
+// for this server's answer outside the scheduler's knowledge: a garbage
+// collection stopping the world then waits for it forever.
+func (d *Disk) refusePoll() error {
+	fd, err := unix.Open(d.Path(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", d.Path(), err)
+	}
+	defer unix.Close(fd)
+	_, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	if err != nil {
+		return fmt.Errorf("poll %s: %w", d.Path(), err)
+	}
+	return nil
+}
+
+// Adopt serves an initialized connection that another process (a previous
+// engine) mounted and served: fd is a descriptor of it (a duplicate the
+// caller no longer uses) and meta what that Disk reported. Once serving, it
+// asks the kernel to send again every request the previous server read but
+// never answered (FUSE_NOTIFY_RESEND, Linux 6.9); on an older kernel that
+// cannot, such a request never completes, which is logged.
+func Adopt(fd int, meta Meta, b Backend, o Options) (*Disk, error) {
+	if err := meta.validate(); err != nil {
+		return nil, fmt.Errorf("adopt disk: %w", err)
+	}
+	if err := checkFuseDevice(fd); err != nil {
+		return nil, fmt.Errorf("adopt disk at %s: %w", meta.Dir, err)
+	}
+	// Blocking reads (the previous server may have made the shared file
+	// description non-blocking), and not inherited by children.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return nil, fmt.Errorf("adopt disk at %s: %w", meta.Dir, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("adopt disk at %s: set close-on-exec: %w", meta.Dir, err)
+	}
+	o.MaxWrite = meta.MaxWrite
+	d := start(fd, meta, b, o)
+	if err := notify(fd, notifyResend); err != nil {
+		d.log.Warn("the kernel refused FUSE_NOTIFY_RESEND (needs Linux 6.9): a request the previous server read "+
+			"but did not answer never completes", "dir", meta.Dir, "err", err)
+	}
+	return d, nil
+}
+
+// checkFuseDevice refuses a descriptor that is not open on /dev/fuse.
+func checkFuseDevice(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("descriptor %d: %w: %w", fd, err, ErrInvalidMeta)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 10 || unix.Minor(st.Rdev) != 229 {
+		return fmt.Errorf("descriptor %d is not /dev/fuse (character device 10:229): %w", fd, ErrInvalidMeta)
+	}
+	return nil
+}
+
+func start(fd int, meta Meta, b Backend, o Options) *Disk {
+	d := &Disk{meta: meta, fd: fd, backend: b, o: o, log: o.Log, readDone: make(chan struct{})}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	size := bufferSize(meta.MaxWrite)
+	d.bufs.New = func() any { b := make([]byte, size); return &b }
+	go d.readLoop()
+	return d
+}
+
 // Path is the disk file's path, for attaching a loop device.
-func (d *Disk) Path() string { return filepath.Join(d.dir, FileName) }
+func (d *Disk) Path() string { return filepath.Join(d.meta.Dir, FileName) }
 
 // Dir is the mount point.
-func (d *Disk) Dir() string { return d.dir }
+func (d *Disk) Dir() string { return d.meta.Dir }
+
+// Meta is what Adopt needs to serve this connection in another process.
+func (d *Disk) Meta() Meta { return d.meta }
+
+// Fd is the connection's /dev/fuse descriptor, to hand to a keeper (it is
+// close-on-exec; passing it over a unix socket duplicates it).
+func (d *Disk) Fd() int { return d.fd }
+
+// Stop stops serving without unmounting: it reads no new request, waits
+// until every request read is answered, and closes its descriptor. The
+// connection lives on while another process holds a descriptor of it, and a
+// successor can Adopt it; otherwise the kernel aborts it.
+func (d *Disk) Stop() {
+	d.stopping.Store(true)
+	<-d.readDone
+	d.inflight.Wait()
+	d.close()
+}
 
 // Unmount unmounts the filesystem and waits for the server to stop. It fails with
 // EBUSY while the file is open (a loop device still attached).
 func (d *Disk) Unmount() error {
-	if err := d.server.Unmount(); err != nil {
-		return fmt.Errorf("unmount disk at %s: %w", d.dir, err)
+	if err := unix.Unmount(d.meta.Dir, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("unmount disk at %s: %w", d.meta.Dir, err)
 	}
-	d.server.Wait()
+	// Unmounting aborts the connection even while a keeper still holds a
+	// descriptor, so the reader ends with ENODEV.
+	<-d.readDone
+	d.inflight.Wait()
+	d.close()
 	return nil
 }
 
-// diskFile is the one regular file.
-type diskFile struct {
-	fs.Inode
-	size    int64
-	backend Backend
-	onError func(op string, off int64, err error)
+func (d *Disk) close() { d.closeOnce.Do(func() { unix.Close(d.fd) }) }
+
+// pollMillis bounds how long the reader waits before it looks at Stop again.
+const pollMillis = 100
+
+// readLoop reads requests one at a time and answers each on its own
+// goroutine, so the loop device's requests run in parallel.
+func (d *Disk) readLoop() {
+	defer close(d.readDone)
+	for !d.stopping.Load() {
+		pfd := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, pollMillis)
+		if errors.Is(err, unix.EINTR) || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			d.log.Error("FUSE disk: poll failed; serving stops", "dir", d.meta.Dir, "err", err)
+			return
+		}
+		buf := d.bufs.Get().(*[]byte)
+		n, err = unix.Read(d.fd, *buf)
+		switch {
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ENOENT):
+			d.bufs.Put(buf) // nothing taken (ENOENT: a request interrupted meanwhile)
+			continue
+		case errors.Is(err, unix.ENODEV): // unmounted or aborted
+			d.bufs.Put(buf)
+			return
+		case err != nil:
+			d.bufs.Put(buf)
+			d.log.Error("FUSE disk: read failed; serving stops", "dir", d.meta.Dir, "err", err)
+			return
+		}
+		d.inflight.Add(1)
+		go func(req []byte) {
+			defer d.inflight.Done()
+			defer d.bufs.Put(buf)
+			d.handle(req)
+		}((*buf)[:n])
+	}
 }
 
-var (
-	_ fs.NodeOpener    = (*diskFile)(nil)
-	_ fs.NodeReader    = (*diskFile)(nil)
-	_ fs.NodeWriter    = (*diskFile)(nil)
-	_ fs.NodeFsyncer   = (*diskFile)(nil)
-	_ fs.NodeGetattrer = (*diskFile)(nil)
-	_ fs.NodeSetattrer = (*diskFile)(nil)
-)
-
-// Open bypasses the kernel's page cache for the file: the loop device and the
-// filesystem on it cache already, and a cached write would hide a refused one.
-func (f *diskFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, fs.OK
-}
-
-func (f *diskFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o600
-	out.Size = uint64(f.size)
-	out.Blocks = uint64(f.size / 512)
-	out.Blksize = 4096
-	out.Nlink = 1
-	return fs.OK
-}
-
-// Setattr accepts mode, owner and time changes as no-ops and refuses resizing.
-func (f *diskFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if sz, ok := in.GetSize(); ok && int64(sz) != f.size {
-		return syscall.EPERM
-	}
-	return f.Getattr(ctx, fh, out)
-}
-
-func (f *diskFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if off >= f.size {
-		return fuse.ReadResultData(nil), fs.OK
-	}
-	n := int(min(int64(len(dest)), f.size-off))
-	data, err := f.backend.ReadAt(ctx, off, n)
-	if err != nil {
-		return nil, f.fail("read", off, err)
-	}
-	if len(data) != n {
-		return nil, f.fail("read", off, fmt.Errorf("short read: %d of %d bytes", len(data), n))
-	}
-	return fuse.ReadResultData(data), fs.OK
-}
-
-func (f *diskFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	if off < 0 || off+int64(len(data)) > f.size {
-		return 0, syscall.ENOSPC
-	}
-	if err := f.backend.WriteAt(ctx, off, data); err != nil {
-		return 0, f.fail("write", off, err)
-	}
-	return uint32(len(data)), fs.OK
-}
-
-func (f *diskFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
-	if err := f.backend.Flush(ctx); err != nil {
-		return f.fail("flush", 0, err)
-	}
-	return fs.OK
-}
-
-func (f *diskFile) fail(op string, off int64, err error) syscall.Errno {
-	if f.onError != nil {
-		f.onError(op, off, err)
+func (d *Disk) fail(op string, off int64, err error) syscall.Errno {
+	if d.o.OnError != nil {
+		d.o.OnError(op, off, err)
 	}
 	return syscall.EIO
+}
+
+func (d *Disk) replyFailed(opcode uint32, err error) {
+	d.log.Warn("FUSE disk: could not answer a request", "dir", d.meta.Dir, "opcode", opcode, "err", err)
 }
 
 // Usable reports why FUSE disks cannot be mounted here, or nil when they can:
@@ -209,26 +327,4 @@ func Usable() error {
 		return fmt.Errorf("fusedisk needs /dev/fuse: %w", err)
 	}
 	return f.Close()
-}
-
-// closeOnExec sets FD_CLOEXEC on every descriptor of this process open on dev.
-func closeOnExec(dev string) error {
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err != nil || target != dev {
-			continue
-		}
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-			return fmt.Errorf("set close-on-exec on %s (fd %d): %w", dev, fd, err)
-		}
-	}
-	return nil
 }
