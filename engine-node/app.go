@@ -28,6 +28,7 @@ import (
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	vcsi "github.com/vigil-storage/vigil/datapath/csi"
+	"github.com/vigil-storage/vigil/engine-node/fdkeeper"
 )
 
 // Defaults of `vigil-engine-node run`.
@@ -133,8 +134,14 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 			&cli.DurationFlag{Name: "graceful-leave", Value: DefaultGracefulLeave, EnvVars: []string{"VIGIL_GRACEFUL_LEAVE"},
 				Usage: "on SIGTERM or SIGINT, tell the datapath this engine stops on purpose and may be silent this long\n" +
 					"(a rolling update), so the manager does not fail the node over; the next heartbeat ends it. 0 announces\n" +
-					"nothing; at most " + datapath.MaxLeave.String() + ". A crash (SIGKILL) announces nothing: the node's FUSE disks die with\n" +
-					"the engine, its I/O is broken, and a failover is what it needs"},
+					"nothing; at most " + datapath.MaxLeave.String() + ". A crash (SIGKILL) announces nothing: an engine not back within the\n" +
+					"manager's connectivity threshold gets its node failed over (with --fd-keeper-socket the pods' I/O only\n" +
+					"stalls until the next engine serves it; without, it is broken)"},
+			&cli.StringFlag{Name: "fd-keeper-socket", Value: DefaultKeeperSocket, EnvVars: []string{"VIGIL_FD_KEEPER_SOCKET"}, TakesFile: true,
+				Usage: "socket of the node's fd keeper (vigil-engine-node fd-keeper), which holds each staged volume's FUSE\n" +
+					"connection so that an engine restart (SIGTERM or SIGKILL) only stalls the pods' I/O: the next engine\n" +
+					"serves the same connections on. Empty: no keeper; a restart then breaks open files on the volumes.\n" +
+					"A keeper that cannot be reached costs the volumes that survival, not their stage (a Warning is logged)"},
 			&cli.DurationFlag{Name: "io-timeout", Value: 30 * time.Second,
 				Usage: "bound on one datapath request made for the kernel: a request the datapath does not answer (restarting,\n" +
 					"unreachable) is sent again until then, so a datapath restart shorter than this stalls I/O but fails none;\n" +
@@ -154,7 +161,7 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 // runOptions are the checked flags.
 type runOptions struct {
 	node, kubeconfig, stateDir, endpoint, bootID, metricsAddr string
-	writebackGuard                                            string
+	writebackGuard, keeperSocket                              string
 	datapath                                                  DialConfig
 	heartbeat, ioTimeout, cleanup, leave                      time.Duration
 	log                                                       *slog.Logger
@@ -169,7 +176,8 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 			CAFile: c.String("datapath-ca-file"), Insecure: c.Bool("datapath-insecure")},
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
-		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard")}
+		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard"),
+		keeperSocket: c.String("fd-keeper-socket")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -241,11 +249,17 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 	if cleaner != nil {
 		cfg.Gate = cleaner
 	}
+	if o.keeperSocket != "" {
+		cfg.Keeper = fdkeeper.Client{Path: o.keeperSocket}
+	}
 	node, err := NewNodeServer(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
+	// Runs first: every disk answers what it read and leaves its
+	// connection to the keeper for the next engine.
+	defer node.StopServing()
 	if cleaner != nil {
 		cleaner.Server = node
 		go cleaner.Run(ctx, o.cleanup)

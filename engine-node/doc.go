@@ -76,13 +76,32 @@
 // an earlier boot is taken down and forgotten, and only then is the new boot
 // id recorded, so a cleanup that failed is retried by the next start
 // (TestNodeServer_Recover_FailedRebootCleanupRetriedNextStart); after a restart,
-// operations cut short are rolled back, staged volumes are served again (the
-// FUSE disk dies with the process, so the dead layers are taken down and built
-// anew with the recorded epoch, and published targets are bound again), and
+// operations cut short are rolled back, staged volumes are served again, and
 // FUSE disks or loop devices under the state directory that no entry explains
-// are removed. Because the FUSE server lives in this process, a restart breaks
-// open files on the old mounts (applications see EIO, as on a failed disk);
-// new opens through the target path work again once the volume is served.
+// are removed.
+//
+// A FUSE connection lives as long as any process holds its /dev/fuse
+// descriptor, and the node's fd keeper (`vigil-engine-node fd-keeper`,
+// package fdkeeper, --fd-keeper-socket) holds one per staged volume: the
+// engine deposits it right after mounting the disk, with the negotiated
+// connection and the epoch, and drops it after unmounting the disk. After a
+// restart, a staged volume whose connection the keeper holds at the journaled
+// epoch, and whose FUSE mount, loop device and staging mount are all still
+// there, is adopted (fusedisk.Adopt with a fresh datapath backend at that
+// epoch): nothing is torn down or rebuilt, the kernel's requests queued
+// meanwhile are answered, those the dead engine had read but not answered are
+// sent again (FUSE_NOTIFY_RESEND), and the pods' open files only stall for the
+// restart (TestApp_Run_RestartKeepsVolumesServed: real engine processes, a
+// real datapath, a writer in a mount namespace of its own, across a SIGKILL
+// and a SIGTERM). Otherwise the volume takes the rebuild path: the dead layers
+// are taken down and built anew with the recorded epoch, and published
+// targets are bound again; open files on the old mounts then see EIO, as on a
+// failed disk, while new opens through the target path work again. Every
+// restart without a keeper (--fd-keeper-socket empty or unreachable) takes
+// that path. On a kernel older than 6.9, which cannot resend, a request in
+// flight at a SIGKILL never completes (a SIGTERM drains first); the engine
+// logs it when it adopts. Connections the keeper holds for volumes no longer
+// staged are dropped.
 //
 // # Cleanup after a reap, and the gate
 //
@@ -112,10 +131,15 @@
 // datapath's Leave for --graceful-leave (default 1m, at most 2m), so its
 // silence until the new engine's first heartbeat causes no failover; that
 // heartbeat ends the announcement. A crashed engine (SIGKILL, OOM kill, a
-// panic) announces nothing and does cause a failover, and should: the FUSE
-// server of every staged volume lived in the engine process, so the node's
-// I/O is broken until a new engine serves the volumes again (see "The journal
-// and restarts"). Proven by TestApp_Run_SIGTERMAnnouncesLeaveSIGKILLDoesNot
+// panic) announces nothing and, when no engine is back within the
+// threshold, causes a failover, as it should. On SIGTERM the engine stops
+// reading each disk's /dev/fuse once the requests it read are answered
+// (NodeServer.StopServing) and exits; the fd keeper holds the connections and
+// the next engine adopts them (see "The journal and restarts"); after a
+// SIGKILL the same holds, the requests the dead engine read being sent again.
+// Without a keeper the FUSE server of every staged volume dies with the
+// engine, and the node's I/O is broken until a new engine serves the volumes
+// again. Proven by TestApp_Run_SIGTERMAnnouncesLeaveSIGKILLDoesNot
 // (real engine processes and a real datapath) and
 // TestServeWithHeartbeats_LeavesOnlyWhenToldToStop.
 //

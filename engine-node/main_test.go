@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(guardHelperEnv) != "" {
 		guardHelper() // TestGuardWriteback_ExecutesItselfOnce
 	}
+	if path := os.Getenv(writerEnv); path != "" {
+		os.Exit(runWriterChild(path)) // TestApp_Run_RestartKeepsVolumesServed
+	}
 	if dir := os.Getenv(journalChildEnv); dir != "" {
 		os.Exit(runJournalChild(dir))
 	}

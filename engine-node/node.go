@@ -36,6 +36,9 @@ type Config struct {
 	IOTimeout time.Duration
 	// Gate, if set, may refuse stages (see Gate).
 	Gate Gate
+	// Keeper, if set, holds each staged volume's FUSE connection across
+	// restarts (see FDKeeper); nil: a restart builds every stack again.
+	Keeper FDKeeper
 	// Metrics; nil creates unregistered ones.
 	Metrics *Metrics
 	// Log; nil logs to slog.Default().

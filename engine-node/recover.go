@@ -68,7 +68,7 @@ func (n *NodeServer) Recover(ctx context.Context, rebooted bool) error {
 		}
 		errs = append(errs, n.count(err))
 	}
-	errs = append(errs, n.sweep())
+	errs = append(errs, n.dropUnkept(), n.sweep())
 	if rebooted {
 		errs = append(errs, n.recordBootWhenClean())
 	}
@@ -125,11 +125,22 @@ func (n *NodeServer) forgetPublish(p PublishRecord) error {
 	return n.journal.DeletePublish(p.TargetPath)
 }
 
-// reserve rebuilds the stack of a staged volume and binds its targets again.
+// reserve serves a staged volume again: it adopts the connection the fd
+// keeper held through the restart when the stack is intact (adopt), and
+// otherwise rebuilds the stack; then it binds its targets again.
 func (n *NodeServer) reserve(ctx context.Context, rec StageRecord) error {
 	pubs, err := n.journal.PublishesOf(rec.VolumeID)
 	if err != nil {
 		return err
+	}
+	if n.adopt(rec) {
+		if err := n.rebindMissing(rec, pubs); err != nil {
+			return n.count(err)
+		}
+		n.metrics.cleanups.WithLabelValues(CleanupReserved).Inc()
+		n.log.Info("adopted the volume's FUSE connection from the fd keeper: its stack and open files carry on",
+			"volume", rec.VolumeID, "epoch", rec.Epoch, "targets", len(pubs))
+		return nil
 	}
 	for _, p := range pubs {
 		if err := unmountAll(p.TargetPath); err != nil {

@@ -50,10 +50,11 @@ func (n *NodeServer) build(ctx context.Context, rec StageRecord) (st *stack, err
 	if err := os.MkdirAll(rec.DiskDir, 0o700); err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
 	}
-	st.disk, err = fusedisk.Mount(rec.DiskDir, rec.Size, st.backend, fusedisk.Options{OnError: n.logIOError(rec.VolumeID)})
+	st.disk, err = fusedisk.Mount(rec.DiskDir, rec.Size, st.backend, fusedisk.Options{OnError: n.logIOError(rec.VolumeID), Log: n.log})
 	if err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
 	}
+	n.deposit(rec, st.disk)
 	st.loop, err = loopdev.Attach(st.disk.Path())
 	if err != nil {
 		return nil, fmt.Errorf("stage volume %s: %w", rec.VolumeID, err)
@@ -89,6 +90,9 @@ func (n *NodeServer) teardownLive(rec StageRecord, st *stack) error {
 		errs = append(errs, st.loop.Detach())
 	}
 	errs = append(errs, n.teardownRecord(rec))
+	if st.disk != nil {
+		st.disk.Stop() // unmounted: its reader has ended; this closes its descriptor
+	}
 	return errors.Join(errs...)
 }
 
@@ -119,6 +123,7 @@ func (n *NodeServer) teardownRecord(rec StageRecord) error {
 	if err := unmountDisk(rec.DiskDir); err != nil {
 		return err
 	}
+	n.dropKept(rec.VolumeID)
 	if err := os.Remove(rec.DiskDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", rec.DiskDir, err)
 	}
