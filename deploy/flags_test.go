@@ -74,8 +74,8 @@ func TestWorkloads_VigilCommands_FlagsExist(t *testing.T) {
 			}
 		}
 	}
-	if n != 4 {
-		t.Errorf("%d Vigil containers, want 4 (manager, datapath, CSI controller, engine)", n)
+	if n != 5 {
+		t.Errorf("%d Vigil containers, want 5 (manager, datapath, CSI controller, engine, fd keeper)", n)
 	}
 	for k, why := range pendingFlags {
 		if !pending[k] {

@@ -95,7 +95,7 @@ func TestBase_Build_Components(t *testing.T) {
 		{"ConfigMap", "vigil-settings"}, {"ConfigMap", "vigil-settings-managed"},
 		{"StatefulSet", "vigil-datapath"}, {"Service", "vigil-datapath"},
 		{"Deployment", "vigil-csi-controller"}, {"DaemonSet", "vigil-engine-node"},
-		{"CSIDriver", vigil.DriverName}, {"StorageClass", "vigil"},
+		{"DaemonSet", "vigil-fd-keeper"}, {"CSIDriver", vigil.DriverName}, {"StorageClass", "vigil"},
 		{"ValidatingAdmissionPolicy", "vigil-engine-node-own-node"},
 		{"ValidatingAdmissionPolicyBinding", "vigil-engine-node-own-node"},
 	} {
@@ -127,6 +127,7 @@ func TestBase_Build_Components(t *testing.T) {
 	var ds appsv1.DaemonSet
 	decode(t, objs, "DaemonSet", "vigil-engine-node", &ds)
 	engine := container(t, ds.Spec.Template.Spec, "engine")
+	checkKeeper(t, objs, ds.Spec.Template.Spec, engine)
 	if hostPath(ds.Spec.Template.Spec, engine, "/dev/fuse") != "/dev/fuse" {
 		t.Errorf("the engine has no /dev/fuse from the host")
 	}
@@ -348,4 +349,33 @@ func jsonValue(t *testing.T, v any) any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// checkKeeper: the fd keeper is never rolled (OnDelete: stopping it ends every
+// FUSE connection it holds), and the engine's --fd-keeper-socket is the
+// keeper's --socket, on the same host directory.
+func checkKeeper(t *testing.T, objs []*unstructured.Unstructured, engineSpec corev1.PodSpec, engine corev1.Container) {
+	t.Helper()
+	var ks appsv1.DaemonSet
+	decode(t, objs, "DaemonSet", "vigil-fd-keeper", &ks)
+	if ks.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("the fd keeper's updateStrategy is %q, want OnDelete", ks.Spec.UpdateStrategy.Type)
+	}
+	keeper := container(t, ks.Spec.Template.Spec, "fd-keeper")
+	arg := func(c corev1.Container, flag string) string {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	sock, esock := arg(keeper, "--socket"), arg(engine, "--fd-keeper-socket")
+	if sock == "" || sock != esock {
+		t.Fatalf("the keeper serves --socket=%q, the engine asks --fd-keeper-socket=%q: want one path", sock, esock)
+	}
+	kh, eh := hostPath(ks.Spec.Template.Spec, keeper, sock), hostPath(engineSpec, engine, esock)
+	if kh == "" || kh != eh {
+		t.Errorf("the keeper's socket is %q on the host, the engine's %q: want one host path", kh, eh)
+	}
 }

@@ -23,8 +23,13 @@ import (
 	"github.com/vigil-storage/vigil/deploy/deploytest"
 )
 
-// The engine DaemonSet is the one place that needs the host: it mounts.
-const engineDaemonSet = "DaemonSet/vigil-engine-node"
+// The engine DaemonSet is the one place that needs the host: it mounts. The
+// fd keeper shares a socket with it through a hostPath.
+const (
+	engineDaemonSet = "DaemonSet/vigil-engine-node"
+	keeperDaemonSet = "DaemonSet/vigil-fd-keeper"
+	keeper          = keeperDaemonSet + "/fd-keeper"
+)
 
 // Deliberate exceptions to the container rules, each with its reason.
 var (
@@ -32,11 +37,16 @@ var (
 	privilegedContainers = map[string]bool{engineDaemonSet + "/engine": true}
 	// root: the engine (see above); the registrar writes into the kubelet's
 	// root-owned registration directory; the livenessprobe connects to the
-	// engine's root-owned socket. The latter two drop every capability.
+	// engine's root-owned socket; the fd keeper serves the engine on a
+	// root-owned socket. The latter three drop every capability.
 	rootContainers = map[string]bool{engineDaemonSet + "/engine": true,
-		engineDaemonSet + "/node-driver-registrar": true, engineDaemonSet + "/livenessprobe": true}
-	// no memory limit: an OOM kill of the engine breaks every volume on its node.
-	noMemoryLimit = map[string]bool{engineDaemonSet + "/engine": true}
+		engineDaemonSet + "/node-driver-registrar": true, engineDaemonSet + "/livenessprobe": true, keeper: true}
+	// no memory limit: an OOM kill of the engine or the fd keeper breaks every
+	// volume on its node.
+	noMemoryLimit = map[string]bool{engineDaemonSet + "/engine": true, keeper: true}
+	// no liveness probe: the kubelet restarting the fd keeper would end every
+	// FUSE connection it holds.
+	noLiveness = map[string]bool{keeper: true}
 	// readiness matters where a Service or the rollout waits for it.
 	needReadiness = map[string]bool{"Deployment/vigil-manager/manager": true,
 		"StatefulSet/vigil-datapath/datapath": true, engineDaemonSet + "/engine": true}
@@ -51,8 +61,8 @@ func TestWorkloads_Containers_SecurityResourcesProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ws) != 4 {
-		t.Errorf("%d workloads, want 4 (manager, datapath, CSI controller, engine)", len(ws))
+	if len(ws) != 5 {
+		t.Errorf("%d workloads, want 5 (manager, datapath, CSI controller, engine, fd keeper)", len(ws))
 	}
 	for _, w := range ws {
 		for _, err := range checkPod(w, objs) {
@@ -78,8 +88,8 @@ func checkPod(w deploytest.Workload, objs []*unstructured.Unstructured) []error 
 		bad("%s: the pod needs seccompProfile RuntimeDefault", id)
 	}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && id != engineDaemonSet {
-			bad("%s: hostPath volume %s; only the engine may reach into the host", id, v.Name)
+		if v.HostPath != nil && id != engineDaemonSet && id != keeperDaemonSet {
+			bad("%s: hostPath volume %s; only the engine and its fd keeper may reach into the host", id, v.Name)
 		}
 	}
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
@@ -150,7 +160,10 @@ func checkContainer(w deploytest.Workload, c corev1.Container) []error {
 		what  string
 		probe *corev1.Probe
 		need  bool
-	}{{"livenessProbe", c.LivenessProbe, true}, {"readinessProbe", c.ReadinessProbe, needReadiness[cid]}} {
+	}{{"livenessProbe", c.LivenessProbe, !noLiveness[cid]}, {"readinessProbe", c.ReadinessProbe, needReadiness[cid]}} {
+		if p.what == "livenessProbe" && noLiveness[cid] && p.probe != nil {
+			bad("has a livenessProbe although it must not (see noLiveness)")
+		}
 		if p.probe == nil {
 			if p.need {
 				bad("needs a %s", p.what)

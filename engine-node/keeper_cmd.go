@@ -14,7 +14,9 @@ import (
 )
 
 // DefaultKeeperSocket is where the engine and the fd keeper meet by default.
-var DefaultKeeperSocket = filepath.Join(DefaultStateDir, "fd-keeper.sock")
+// It lies in a directory of its own under the engine's state directory, which
+// deploy/ shares with the keeper's pod as a hostPath.
+var DefaultKeeperSocket = filepath.Join(DefaultStateDir, "fd-keeper", "keeper.sock")
 
 func keeperCommand() *cli.Command {
 	return &cli.Command{
