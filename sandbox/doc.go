@@ -77,6 +77,9 @@
 //     line, environment and directory; its PID where kwokctl keeps it). The
 //     controller-manager and the scheduler run without leader election, so an
 //     API server away longer than their renew deadline does not end them.
+//     StopAPIServer stops it and leaves it stopped (a control-plane outage:
+//     etcd, the nodes and the stack keep running); StartAPIServer starts it
+//     again with the same command.
 //
 // # Racks: the scale sandbox
 //

@@ -26,6 +26,11 @@ var (
 	ErrUnknownProcess = errors.New("unknown sandbox process")
 	// ErrNodeOff: the node is powered off (Stop); Start it first.
 	ErrNodeOff = errors.New("sandbox node powered off")
+	// ErrAPIServerStopped: StopAPIServer stopped the API server and it has not
+	// been started since.
+	ErrAPIServerStopped = errors.New("API server stopped")
+	// ErrAPIServerRunning: StartAPIServer without a StopAPIServer before it.
+	ErrAPIServerRunning = errors.New("API server running")
 	// ErrNotRoot: network namespaces need root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
 	ErrNotRoot = errors.New("sandbox needs root")
 )

@@ -65,6 +65,11 @@ type StackConfig struct {
 	// Auth is how callers prove who they are to the datapath; default
 	// StackAuthTokenReview. The datapath serves TLS either way.
 	Auth StackAuth
+	// TokenReviewOutageGrace is the datapath's --token-review-outage-grace
+	// with StackAuthTokenReview: how long a token the API server accepted is
+	// still accepted to a new connection while TokenReviews fail; 0 leaves the
+	// datapath's default. Tests of an API server outage shorten it.
+	TokenReviewOutageGrace time.Duration
 	// DatapathPowerLoss puts the datapath's data directory on the power-loss
 	// layer (StackPowerFS), so that CutDatapathPower loses what the datapath
 	// had not fsynced, as a power cut of its machine would. Test tooling.
@@ -136,6 +141,10 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 	}
 	if c.DatapathPort < 0 || c.DatapathPort > 65535 {
 		return c, fmt.Errorf("%w: DatapathPort %d: want 0 (any free port) to 65535", ErrInvalidConfig, c.DatapathPort)
+	}
+	if c.TokenReviewOutageGrace < 0 || (c.TokenReviewOutageGrace > 0 && c.Auth != StackAuthTokenReview) {
+		return c, fmt.Errorf("%w: TokenReviewOutageGrace %s with Auth %q: want 0 (the datapath's default), or more with Auth %q",
+			ErrInvalidConfig, c.TokenReviewOutageGrace, c.Auth, StackAuthTokenReview)
 	}
 	if c.HeartbeatInterval < 0 || c.KubeletPollInterval < 0 {
 		return c, fmt.Errorf("%w: HeartbeatInterval %s, KubeletPollInterval %s: want 0 (default) or more",

@@ -85,9 +85,13 @@ func (s *Sandbox) stackSecurity(ctx context.Context, cfg StackConfig, stk *Stack
 		if err != nil {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
-		return append(args, "--kubeconfig", kubeconfig,
+		args = append(args, "--kubeconfig", kubeconfig,
 			"--controller-service-accounts", serviceAccount(vigil.ManagerServiceAccount)+","+serviceAccount(vigil.CSIControllerServiceAccount),
-			"--engine-service-account", serviceAccount(vigil.EngineServiceAccount)), nil
+			"--engine-service-account", serviceAccount(vigil.EngineServiceAccount))
+		if cfg.TokenReviewOutageGrace > 0 {
+			args = append(args, "--token-review-outage-grace", cfg.TokenReviewOutageGrace.String())
+		}
+		return args, nil
 	}
 	return nil, fmt.Errorf("%w: StackConfig.Auth %q: want %q or %q", ErrInvalidConfig, cfg.Auth, StackAuthTokenReview, StackAuthStatic)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +85,15 @@ func TestStackConfig_WithDefaults_Auth(t *testing.T) {
 	}
 	if _, err := (StackConfig{VigilBinDir: bin, Auth: "shared"}).withDefaults(bin); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Auth shared: err %v, want ErrInvalidConfig", err)
+	}
+	for _, bad := range []StackConfig{{TokenReviewOutageGrace: -time.Second}, {Auth: StackAuthStatic, TokenReviewOutageGrace: 20 * time.Second}} {
+		bad.VigilBinDir = bin
+		if _, err := bad.withDefaults(bin); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "TokenReviewOutageGrace") {
+			t.Errorf("Auth %q TokenReviewOutageGrace %s: err %v, want ErrInvalidConfig naming the field", bad.Auth, bad.TokenReviewOutageGrace, err)
+		}
+	}
+	if c, err := (StackConfig{VigilBinDir: bin, TokenReviewOutageGrace: 20 * time.Second}).withDefaults(bin); err != nil || c.TokenReviewOutageGrace != 20*time.Second {
+		t.Errorf("TokenReviewOutageGrace 20s with TokenReview: %+v, %v; want it kept", c, err)
 	}
 }
 

@@ -26,8 +26,11 @@ type state struct {
 	// it on the host end of every node link); 0 while no stack runs.
 	DatapathPort int `json:"datapathPort,omitempty"`
 	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
-	AuditLog   string  `json:"auditLog,omitempty"`
-	Forwarders []*proc `json:"forwarders,omitempty"`
+	AuditLog string `json:"auditLog,omitempty"`
+	// StoppedAPIServer is the API server's command while StopAPIServer has it
+	// stopped; nil while it runs.
+	StoppedAPIServer *stoppedCommand `json:"stoppedAPIServer,omitempty"`
+	Forwarders       []*proc         `json:"forwarders,omitempty"`
 	// Host is the processes of the Vigil stack that run on the host (StartStack).
 	Host  []*proc      `json:"host,omitempty"`
 	Nodes []*nodeState `json:"nodes"`

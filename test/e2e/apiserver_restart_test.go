@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vigil-storage/vigil/sandbox"
 )
 
 // TestAPIServer_Restart restarts the shared sandbox's kube-apiserver: a new
@@ -41,6 +44,44 @@ func TestAPIServer_Restart(t *testing.T) {
 	must(t, err)
 	if len(again.Items) != len(nodes.Items) {
 		t.Errorf("after the restart %d nodes, before %d", len(again.Items), len(nodes.Items))
+	}
+	must(t, sb.WaitNodeReady(ctx, time.Minute, corev1.ConditionTrue, "node-1", "node-2", "node-3"))
+}
+
+// TestAPIServer_StopStart stops the shared sandbox's kube-apiserver and starts
+// it again: while stopped nothing answers, a second stop and a start without a
+// stop are refused with their own errors, and after the start the same data is
+// served and the nodes are Ready again.
+func TestAPIServer_StopStart(t *testing.T) {
+	ctx := context.Background()
+	if err := sb.StartAPIServer(ctx, time.Second); !errors.Is(err, sandbox.ErrAPIServerRunning) {
+		t.Fatalf("StartAPIServer of a running API server: %v, want ErrAPIServerRunning", err)
+	}
+	nodes, err := sb.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	must(t, err)
+	must(t, sb.StopAPIServer())
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = sb.StartAPIServer(ctx, time.Minute)
+		}
+	}()
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := sb.Client().CoreV1().Nodes().List(short, metav1.ListOptions{}); err == nil {
+		t.Error("the API server answers after StopAPIServer")
+	}
+	if err := sb.StopAPIServer(); !errors.Is(err, sandbox.ErrAPIServerStopped) {
+		t.Errorf("StopAPIServer of a stopped API server: %v, want ErrAPIServerStopped", err)
+	}
+	t0 := time.Now()
+	must(t, sb.StartAPIServer(ctx, time.Minute))
+	stopped = false
+	t.Logf("API server started again and ready in %.1fs", time.Since(t0).Seconds())
+	again, err := sb.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	must(t, err)
+	if len(again.Items) != len(nodes.Items) {
+		t.Errorf("after the start %d nodes, before %d", len(again.Items), len(nodes.Items))
 	}
 	must(t, sb.WaitNodeReady(ctx, time.Minute, corev1.ConditionTrue, "node-1", "node-2", "node-3"))
 }
