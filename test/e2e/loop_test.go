@@ -50,6 +50,8 @@ type loopEnv struct {
 	store string // the manager's settings store: the ConfigMap of deploy/
 	dp    *dpclient.Client
 	rc    *v1alpha1.Client
+	// mgrOpts is how mgr was started, to start another one like it.
+	mgrOpts managerOpts
 }
 
 // TestLoop is the end-to-end proof, one sandbox for all of its cases, run
@@ -82,6 +84,8 @@ func TestLoop(t *testing.T) {
 type loopSpec struct {
 	name, subnet, workDir string
 	managerArgs           []string
+	// outageGrace is the datapath's --token-review-outage-grace; 0: its default.
+	outageGrace time.Duration
 }
 
 // upLoop brings up the loop sandbox: 3 nodes, the stack, the CRDs, and the
@@ -124,7 +128,7 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	})
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
-	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin})
+	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, TokenReviewOutageGrace: spec.outageGrace})
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
@@ -145,9 +149,10 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	must(t, err)
 	tokenFile := filepath.Join(t.TempDir(), "api-token")
 	must(t, os.WriteFile(tokenFile, []byte(loopAPIToken+"\n"), 0o600))
-	e.mgr = startManager(t, "loop", managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
+	e.mgrOpts = managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: kubeconfig, extra: append([]string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
-			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, spec.managerArgs...)})
+			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, spec.managerArgs...)}
+	e.mgr = startManager(t, "loop", e.mgrOpts)
 	return e
 }
 

@@ -3,9 +3,11 @@ package e2e
 import (
 	"flag"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/deploy/deploytest"
@@ -55,14 +57,34 @@ const sidecarLeases = "the sandbox runs one external-provisioner and one externa
 	"suite), and nothing restarts a host process; deploy/ runs them with it, as one replica each"
 
 // audited is what collectAudit gathered.
-var audited struct {
+var audited auditedRequests
+
+type auditedRequests struct {
 	sync.Mutex
 	events  []sandbox.AuditEvent
 	sources []string
+	// startups are, per sandbox work directory, the spans from a start of its
+	// API server to its readiness.
+	startups map[string][][2]time.Time
+}
+
+// starting reports whether t is inside a startup span of the sandbox in
+// workDir; the caller holds the lock.
+func (a *auditedRequests) starting(workDir string, t time.Time) bool {
+	for _, w := range a.startups[workDir] {
+		if !t.Before(w[0]) && !t.After(w[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // collectAudit keeps the audit events of s's Vigil identities; label names
-// the sandbox in reports. Call it before the sandbox goes down.
+// the sandbox in reports. Call it before the sandbox goes down. A request
+// refused while a test had started s's API server again and it was not ready
+// yet (apiServerStarting) is left out: until its authorizer has read the
+// roles, a new API server refuses what they allow, which says nothing about
+// them; the report counts what was left out.
 func collectAudit(s *sandbox.Sandbox, label string) error {
 	evs, err := s.AuditEvents()
 	if err != nil {
@@ -70,9 +92,32 @@ func collectAudit(s *sandbox.Sandbox, label string) error {
 	}
 	audited.Lock()
 	defer audited.Unlock()
-	audited.events = append(audited.events, evs...)
-	audited.sources = append(audited.sources, fmt.Sprintf("%s (%d requests)", label, len(evs)))
+	kept, starting := evs[:0:0], 0
+	for _, e := range evs {
+		if e.Code == http.StatusForbidden && audited.starting(s.WorkDir(), e.Time) {
+			starting++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	audited.events = append(audited.events, kept...)
+	source := fmt.Sprintf("%s (%d requests)", label, len(kept))
+	if starting > 0 {
+		source = fmt.Sprintf("%s (%d requests; %d more refused while its API server was starting, not judged)", label, len(kept), starting)
+	}
+	audited.sources = append(audited.sources, source)
 	return nil
+}
+
+// apiServerStarting records that a test started s's API server at from and it
+// answered ready at ready (collectAudit).
+func apiServerStarting(s *sandbox.Sandbox, from, ready time.Time) {
+	audited.Lock()
+	defer audited.Unlock()
+	if audited.startups == nil {
+		audited.startups = map[string][][2]time.Time{}
+	}
+	audited.startups[s.WorkDir()] = append(audited.startups[s.WorkDir()], [2]time.Time{from, ready})
 }
 
 // auditCalls turns audit events into deploytest's calls, skipping users that
