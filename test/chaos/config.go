@@ -102,4 +102,7 @@ const (
 	// returnBound: a node that came back (started again, healed) is Ready,
 	// untainted and without a mount of a pod it no longer runs within this.
 	returnBound = 30 * time.Second
+	// ioBound: once a pod's node is back (and cleaned up), the pod's writer
+	// acknowledges a new record within this: no pod is left with failing I/O.
+	ioBound = 30 * time.Second
 )

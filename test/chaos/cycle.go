@@ -40,9 +40,12 @@ type CycleResult struct {
 	Acked   int `json:"acked"`
 	// ManagerRestarts: managers started again during the cycle (a SIGKILL, or a
 	// leader that exited after losing its Lease).
-	ManagerRestarts int           `json:"managerRestarts"`
-	End             time.Time     `json:"end"`
-	Data            []ledgerBrief `json:"data"`
+	ManagerRestarts int `json:"managerRestarts"`
+	// ReapTriggers: for partition-heals-after-fence, the trigger of each reap
+	// of the node's pods (fenced-node-returned: the node was back first).
+	ReapTriggers []string      `json:"reapTriggers,omitempty"`
+	End          time.Time     `json:"end"`
+	Data         []ledgerBrief `json:"data"`
 }
 
 // ledgerBrief is one writer's data check.
@@ -62,9 +65,12 @@ func (h *Harness) RunCycle(ctx context.Context, f Fault) CycleResult {
 	r := CycleResult{Fault: f, Start: time.Now()}
 	before, fences, restarts := h.placement(), h.fenceCounts(), h.managerRestarts()
 	var err error
-	if f.Expect == Failover {
+	switch {
+	case f.Kind == PartitionHealsAfterFence:
+		err = h.runHealAfterFence(ctx, f, &r, before)
+	case f.Expect == Failover:
 		err = h.runFailover(ctx, f, &r, before)
-	} else {
+	default:
 		err = h.runTransient(ctx, f, &r)
 	}
 	if err != nil {
@@ -79,6 +85,10 @@ func (h *Harness) RunCycle(ctx context.Context, f Fault) CycleResult {
 	}
 	r.Violations = append(r.Violations, h.checkNodes(ctx)...)
 	h.awaitWriters(ctx, writersBound)
+	// No pod is left with failing I/O once its node is back, whatever the
+	// fault: every claim's pod writes again (the fault's own wait may have
+	// looked at the claims of its node only).
+	r.Violations = append(r.Violations, h.awaitIO(ctx, nil, time.Now(), ioBound, true)...)
 	results, v := h.checkData()
 	r.Violations = append(r.Violations, v...)
 	for _, res := range results {
@@ -280,6 +290,14 @@ func (h *Harness) runFailover(ctx context.Context, f Fault, r *CycleResult, befo
 			moved[claim] = true
 		}
 	}
+	var uncovered string
+	if f.Kind == FenceUncoveredPod {
+		claim, err := h.addUncovered(ctx, f.Node, f.Cycle)
+		if err != nil {
+			return fmt.Errorf("set up the uncovered pod: %w", err)
+		}
+		uncovered, r.Start = claim, time.Now()
+	}
 	fencesBefore := h.hist.fences(f.Node)
 	if err := h.fail(f); err != nil {
 		return fmt.Errorf("inject %s: %w", f.Kind, err)
@@ -300,13 +318,20 @@ func (h *Harness) runFailover(ctx context.Context, f Fault, r *CycleResult, befo
 		errs = append(errs, fmt.Sprintf("bring %s back: %v", f.Node, err))
 	}
 	r.FaultEnd = time.Now()
+	returned := r.FaultEnd
+	if uncovered != "" {
+		// The node keeps its fenced taint while the uncovered pod is there:
+		// its return is measured from that pod's removal.
+		errs = append(errs, h.awaitUncoveredBack(ctx, f.Node, uncovered)...)
+		returned = time.Now()
+	}
 	if err := sandbox.Poll(ctx, returnBound, f.Node+" back, Ready, untainted and clean", func(ctx context.Context) (bool, string, error) {
-		p := h.nodeProblems(ctx)
+		p := h.nodeProblems(ctx, "")
 		return len(p) == 0, strings.Join(p, "; "), nil
 	}, nil); err != nil {
 		errs = append(errs, err.Error())
 	} else {
-		r.NodeReturn = time.Since(r.FaultEnd)
+		r.NodeReturn = time.Since(returned)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))

@@ -59,17 +59,29 @@ const (
 	// call them Unknown plus the grace, while every engine still reaches the
 	// datapath: a control-plane outage; nothing may fail over or be fenced.
 	ClusterAPIServerCut Kind = "cluster-apiserver-cut"
+	// PartitionHealsAfterFence: a node cut off from everything, healed as soon
+	// as the datapath shows its first fence, before the manager reaps (the
+	// node-down grace runs after an isolation fence): the fenced pods must not
+	// stay stranded on their fenced volumes; the manager reaps them once the
+	// node is back (decideReturned) and they run elsewhere.
+	PartitionHealsAfterFence Kind = "partition-heals-after-fence"
+	// FenceUncoveredPod: a pod the policy does not cover (vigil.io/reap:
+	// "false", on a volume of its own) runs on a node that is then powered off
+	// or cut off for long: the covered pods fail over, the opted-out pod stays,
+	// and once the node is back its writes succeed again.
+	FenceUncoveredPod Kind = "fence-uncovered-pod"
 )
 
 // AllKinds is every kind, in the order of the report.
 var AllKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
-	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut, DatapathPowerCut}
+	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut, DatapathPowerCut,
+	PartitionHealsAfterFence, FenceUncoveredPod}
 
 // needsLoop: the kinds whose recovery needs the manager to fence, reap and free
 // attachments by itself (the closed loop); without it their covered pods never
 // come back and every later cycle would be meaningless.
 var needsLoop = map[Kind]bool{PowerCut: true, PartitionAPIServer: true, PartitionDatapath: true, PartitionAll: true,
-	ManagerKillFence: true, ManagerKillReap: true}
+	ManagerKillFence: true, ManagerKillReap: true, PartitionHealsAfterFence: true, FenceUncoveredPod: true}
 
 // NeedsLoop reports whether k can only recover with the manager's closed loop.
 func (k Kind) NeedsLoop() bool { return needsLoop[k] }
@@ -178,6 +190,8 @@ func (f Fault) String() string {
 	}
 	if f.Target != "" {
 		s += " from " + string(f.Target)
+	} else if f.Kind == FenceUncoveredPod {
+		s += " by a power cut"
 	}
 	if f.Flaps > 0 {
 		s += fmt.Sprintf(", %d cuts of %s with %s between", f.Flaps, f.Cut.Round(time.Millisecond), f.Up.Round(time.Millisecond))
@@ -242,6 +256,16 @@ func Draw(cycle int, seed uint64, kinds []Kind, env Env) (Fault, error) {
 		f.Node, f.Down, f.Expect = pick(env.PodNodes), between(0, 10*time.Second), Failover
 		f.Target = map[Kind]sandbox.PartitionTarget{PartitionAPIServer: sandbox.PartitionAPIServer,
 			PartitionDatapath: sandbox.PartitionDatapath, PartitionAll: sandbox.PartitionAll}[f.Kind]
+	case PartitionHealsAfterFence:
+		// From everything: an isolation fence comes at once and the reap only
+		// after node-down-grace-period, which is the window; a cut from the
+		// API server only is fenced and reaped at the same moment.
+		f.Node, f.Target, f.Expect = pick(env.PodNodes), sandbox.PartitionAll, Either
+	case FenceUncoveredPod:
+		// "" is a power cut.
+		uncoveredTargets := []sandbox.PartitionTarget{"", sandbox.PartitionDatapath, sandbox.PartitionAll}
+		f.Node, f.Target, f.Expect = pick(env.PodNodes), uncoveredTargets[rng.IntN(len(uncoveredTargets))], Failover
+		f.Down = between(0, 10*time.Second)
 	}
 	return f, nil
 }

@@ -64,13 +64,16 @@ func TestDraw_SameSeedSameFault(t *testing.T) {
 // Every kind comes up, and every drawn fault respects its kind's rules.
 func TestDraw_Rules(t *testing.T) {
 	seen := map[Kind]bool{}
+	uncoveredTargets := map[sandbox.PartitionTarget]bool{}
 	for i := range 2000 {
 		f, err := Draw(i, CycleSeed(7, i), AllKinds, testEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		seen[f.Kind] = true
-		if f.Kind.NeedsLoop() != (f.Expect == Failover) {
+		// A heal right after the fence may or may not see the pods reaped
+		// before it: the pods must write again either way.
+		if f.Kind.NeedsLoop() != (f.Expect == Failover || f.Kind == PartitionHealsAfterFence) {
 			t.Errorf("%s: expect %s", f, f.Expect)
 		}
 		switch f.Kind {
@@ -86,6 +89,16 @@ func TestDraw_Rules(t *testing.T) {
 			if !slices.Contains(testEnv.PodNodes, f.Node) {
 				t.Errorf("%s: node %s runs no covered pod", f, f.Node)
 			}
+		case PartitionHealsAfterFence:
+			if !slices.Contains(testEnv.PodNodes, f.Node) || f.Target != sandbox.PartitionAll || f.Expect != Either || f.Down != 0 {
+				t.Errorf("%s: want a node of covered pods cut from everything (the isolation fence comes before the reap), expect either, no extra down time", f)
+			}
+		case FenceUncoveredPod:
+			if !slices.Contains(testEnv.PodNodes, f.Node) || f.Expect != Failover || f.Down < 0 || f.Down > 10*time.Second ||
+				(f.Target != "" && f.Target != sandbox.PartitionDatapath && f.Target != sandbox.PartitionAll) {
+				t.Errorf("%s: want a node of covered pods powered off or cut from the datapath (or everything) for long, expect failover", f)
+			}
+			uncoveredTargets[f.Target] = true
 		case EngineKill:
 			if f.Down < 200*time.Millisecond || f.Down > time.Second || f.Expect != NoFailover {
 				t.Errorf("%s: want 0.2 to 1 s down, no failover without the loop", f)
@@ -108,6 +121,9 @@ func TestDraw_Rules(t *testing.T) {
 		if !seen[k] {
 			t.Errorf("2000 draws never drew %s", k)
 		}
+	}
+	if len(uncoveredTargets) != 3 {
+		t.Errorf("%s drew the failures %v; want a power cut, a datapath cut and a full cut", FenceUncoveredPod, uncoveredTargets)
 	}
 	withLoop := testEnv
 	withLoop.Loop = true
@@ -245,5 +261,43 @@ func TestMountID(t *testing.T) {
 	}
 	if id := mountID(t.TempDir()); id != "" {
 		t.Errorf("a plain directory has mount ID %q; want none", id)
+	}
+}
+
+// The kinds added after chaos-short's pinned list (Makefile's
+// CHAOS_SHORT_FAULTS) leave its draws as they were: its seed still draws the
+// five faults the README reports.
+func TestDraw_ChaosShortUnchanged(t *testing.T) {
+	pinned := []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
+		ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart}
+	want := []Kind{ManagerKillFence, APIServerRestart, ShortPartition, ManagerKillFence, ManagerKillReap}
+	for i, k := range want {
+		f, err := Draw(i+1, CycleSeed(18350223562360120584, i), pinned, testEnv)
+		if err != nil || f.Kind != k {
+			t.Errorf("chaos-short cycle %d drew %+v, %v; want %s", i+1, f, err, k)
+		}
+	}
+}
+
+func TestParseKinds_NewKindsNeedTheLoop(t *testing.T) {
+	for _, k := range []Kind{PartitionHealsAfterFence, FenceUncoveredPod} {
+		if !k.NeedsLoop() {
+			t.Errorf("%s can only recover with the manager's closed loop", k)
+		}
+		got, err := ParseKinds(string(k), true)
+		if err != nil || !slices.Equal(got, []Kind{k}) {
+			t.Errorf("ParseKinds(%q) = %v, %v", k, got, err)
+		}
+	}
+	without, _ := ParseKinds("auto", false)
+	if slices.Contains(without, PartitionHealsAfterFence) || slices.Contains(without, FenceUncoveredPod) {
+		t.Errorf("auto without the loop = %v; draws a kind that needs it", without)
+	}
+}
+
+func TestFault_String_UncoveredPowerCut(t *testing.T) {
+	f := Fault{Cycle: 2, Seed: 9, Kind: FenceUncoveredPod, Node: "node-2", Down: time.Second, Expect: Failover}
+	if got, want := f.String(), "cycle 2 seed 9: fence-uncovered-pod on node-2 by a power cut, down 1s, expect failover"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
 	}
 }

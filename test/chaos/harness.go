@@ -303,6 +303,9 @@ func (h *Harness) env(ctx context.Context) (Env, error) {
 	}
 	seen := map[string]bool{}
 	for _, p := range pods {
+		if p.Labels["app"] == uncoveredApp {
+			continue // lives for one cycle: the draws stay those of the covered workload
+		}
 		if p.Spec.NodeName != "" && !seen[p.Spec.NodeName] {
 			seen[p.Spec.NodeName] = true
 			e.PodNodes = append(e.PodNodes, p.Spec.NodeName)
@@ -312,12 +315,13 @@ func (h *Harness) env(ctx context.Context) (Env, error) {
 	return e, nil
 }
 
-// workloadPods lists the pods of the StatefulSet and the Deployment.
+// workloadPods lists the pods of the StatefulSet and the Deployment, and the
+// uncovered pod of a FenceUncoveredPod cycle.
 func (h *Harness) workloadPods(ctx context.Context) ([]corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	list, err := h.sb.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app in (" + statefulSetName + "," + deploymentName + ")"})
+		LabelSelector: "app in (" + statefulSetName + "," + deploymentName + "," + uncoveredApp + ")"})
 	if err != nil {
 		return nil, err
 	}
