@@ -33,7 +33,17 @@
 // at once, so what it had not fsynced is lost; Setup puts the layer there
 // only when CHAOS_FAULTS can draw this kind); a restart of the API server; every node cut off from the API
 // server only, past Kubernetes' Unknown and the grace (a control-plane outage:
-// no failover, nothing fenced) (Fault, Draw). It injects the fault,
+// no failover, nothing fenced); a node cut off from everything and healed as
+// soon as the datapath shows its fence, inside the node-down grace that an
+// isolation fence leaves before the reap (partition-heals-after-fence: its
+// fenced pods must not stay stranded; the manager reaps them on its return,
+// decideReturned, and each cycle's reap triggers are in the JSON report); a
+// pod opted out of reaping (vigil.io/reap: "false", on a claim of its own,
+// for one cycle) on a node that is powered off or cut off from the datapath
+// or everything (fence-uncovered-pod: the covered pods fail over, the
+// opted-out one stays, and writes again once its node is back; the engine
+// keeps the fenced taint while its volume is published, so the node must be
+// clean only after it is gone) (Fault, Draw). It injects the fault,
 // waits for what the fault expects (Expect), and checks after every cycle:
 //
 //   - 0 lost acknowledged writes: every ledger entry of every writer a volume
@@ -46,6 +56,11 @@
 //   - every covered pod runs again within its bound: writers write again within
 //     30 s of a transient fault's end, replacements within 90 s of a node's
 //     failure (sandbox timings);
+//   - no pod is left with failing I/O once its node is back: every claim's
+//     pod acknowledges a new record within 30 s at the end of every cycle,
+//     and for the two kinds above the pods of the fault's node do, once it
+//     is back, within their bounds; a violation names the pod, its node, its
+//     last acknowledged record and its writer's last error (failingIO);
 //   - a node that came back is Ready, without vigil.io/fenced and clean within 30 s;
 //   - no mount, FUSE disk or loop device under a node's directory that no pod of
 //     the node explains;
@@ -60,8 +75,8 @@
 // # The closed loop
 //
 // Faults whose covered pods only come back if the manager fences, reaps and
-// frees attachments by itself (power cut, long partitions, manager kills) are
-// drawn only when `vigil-manager run` has the datapath flags (managerHasLoop);
+// frees attachments by itself (power cut, long partitions, manager kills, a
+// heal after the fence, an uncovered pod's node fenced) are drawn only when `vigil-manager run` has the datapath flags (managerHasLoop);
 // until then a run draws from the other kinds and the report lists the rest as
 // not run. CHAOS_FAULTS=all forces every kind, CHAOS_FAULTS=a,b a list.
 //

@@ -3,11 +3,14 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -218,4 +221,57 @@ func (m *manager) tail() string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
+}
+
+// servingRE finds the manager's API address in its serving line.
+var servingRE = regexp.MustCompile(`serving the UI.* on (https?://[0-9.:]+)`)
+
+// setSetting sets a setting through the running incarnation's REST API (value
+// "" resets it to its default), with the API token the manager generated in
+// stateDir.
+func (m *manager) setSetting(ctx context.Context, stateDir, name, value string) error {
+	b, err := os.ReadFile(m.current())
+	if err != nil {
+		return err
+	}
+	addr := servingRE.FindStringSubmatch(string(b))
+	if addr == nil {
+		return fmt.Errorf("manager %s: no serving line in %s", m.name, m.current())
+	}
+	token, err := os.ReadFile(filepath.Join(stateDir, "api-token"))
+	if err != nil {
+		return err
+	}
+	method, body := http.MethodDelete, io.Reader(nil)
+	if value != "" {
+		method, body = http.MethodPut, strings.NewReader(fmt.Sprintf(`{"value": %q}`, value))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, addr[1]+"/v1/settings/"+name, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return fmt.Errorf("manager %s: %s /v1/settings/%s: %s: %s", m.name, method, name, resp.Status, msg)
+	}
+	return nil
+}
+
+// setSettingAll sets a setting on every running manager (the leader may
+// change under the cycle); value "" resets it.
+func (h *Harness) setSettingAll(ctx context.Context, name, value string) error {
+	var errs []error
+	for _, m := range h.mgrs {
+		if m.running() {
+			errs = append(errs, m.setSetting(ctx, filepath.Join(h.dir, m.name), name, value))
+		}
+	}
+	return errors.Join(errs...)
 }

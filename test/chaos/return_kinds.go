@@ -16,6 +16,7 @@ import (
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 // The uncovered pod of FenceUncoveredPod: a StatefulSet of one pod opted out
@@ -111,8 +112,14 @@ func (h *Harness) awaitUncoveredBack(ctx context.Context, node, claim string) []
 	return append(errs, h.removeUncovered(ctx, claim)...)
 }
 
-// runHealAfterFence cuts f.Node off from everything, heals it as soon as the
-// datapath shows its first fence, and checks that no pod of the node stays
+// healWindowGrace is node-down-grace-period during a PartitionHealsAfterFence
+// cycle: the reap comes this long after the node fell silent, the fence 3 s
+// after (the connectivity threshold), so the heal lands between them.
+const healWindowGrace = 10 * time.Second
+
+// runHealAfterFence cuts f.Node off from everything with the managers'
+// node-down-grace-period raised to healWindowGrace for the cycle, heals it as
+// soon as the datapath shows its first fence, and checks that no pod of the node stays
 // stranded on a fenced volume: within failoverBound of the heal every claim
 // the node served writes again, through a replacement (the manager reaps a
 // pod the fence was for when its node comes back) or through the same pod.
@@ -128,6 +135,17 @@ func (h *Harness) runHealAfterFence(ctx context.Context, f Fault, r *CycleResult
 	if err != nil {
 		return err
 	}
+	// The window: an isolation fence comes at once, the reap after the grace
+	// counted from the start of the silence, which with the default grace
+	// (2 s, shorter than the connectivity threshold) has passed by the fence.
+	if err := h.setSettingAll(ctx, settings.NameNodeDownGracePeriod, healWindowGrace.String()); err != nil {
+		return fmt.Errorf("open the window between fence and reap: %w", err)
+	}
+	defer func() {
+		if err := h.setSettingAll(context.Background(), settings.NameNodeDownGracePeriod, ""); err != nil {
+			h.Logf("chaos: reset %s: %v", settings.NameNodeDownGracePeriod, err)
+		}
+	}()
 	if err := h.fail(f); err != nil {
 		return fmt.Errorf("inject %s: %w", f.Kind, err)
 	}
