@@ -34,8 +34,11 @@
 // only when CHAOS_FAULTS can draw this kind); a restart of the API server; every node cut off from the API
 // server only, past Kubernetes' Unknown and the grace (a control-plane outage:
 // no failover, nothing fenced); a node cut off from everything and healed as
-// soon as the datapath shows its fence, inside the node-down grace that an
-// isolation fence leaves before the reap (partition-heals-after-fence: its
+// soon as the datapath shows its fence, before the reap
+// (partition-heals-after-fence; for the cycle the managers'
+// node-down-grace-period is 10 s,
+// set and reset through their REST API: with the default 2 s, counted from
+// the silence, the reap follows the isolation fence within milliseconds; its
 // fenced pods must not stay stranded; the manager reaps them on its return,
 // decideReturned, and each cycle's reap triggers are in the JSON report); a
 // pod opted out of reaping (vigil.io/reap: "false", on a claim of its own,
