@@ -27,8 +27,11 @@ type ProcessInfo struct {
 var NodeProcesses = []ProcessInfo{
 	{NodeKwok, "the node's kubelet as Kubernetes sees it (Node status, lease, pods' phases); " +
 		"killed, the node goes NotReady while its engine still serves its volumes"},
+	{StackFDKeeper, "vigil-engine-node fd-keeper (--stack): holds the FUSE connections of the node's volumes across engine restarts; " +
+		"killed while its engine is down, those volumes' I/O fails"},
 	{StackEngine, "vigil-engine-node (--stack): the CSI node service, the FUSE disks behind the node's mounts, " +
-		"the heartbeat to the datapath; killed, I/O on the node's volumes stalls or fails until it is back, and the datapath stops hearing from the node"},
+		"the heartbeat to the datapath; killed, I/O on the node's volumes stalls until it is back (the fd keeper holds their connections), " +
+		"and the datapath stops hearing from the node"},
 	{StackKubelet, "the kubelet stand-in (--stack): stages and publishes the volumes of the node's pods " +
 		"through the engine's CSI socket and reports them in volumesInUse"},
 	{StackHeartbeat, "a rack's heartbeats to the datapath for every node of the rack (--stack with --racks)"},

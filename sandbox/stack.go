@@ -30,6 +30,7 @@ const (
 	StackAttacher    = "csi-attacher"
 	StackEngine      = "engine"
 	StackKubelet     = "kubelet"
+	StackFDKeeper    = "fd-keeper"
 )
 
 // The CSI sidecars' API client and workers (deploy/base/csi-controller.yaml
@@ -376,17 +377,32 @@ func startHostIn(st *state, dir string, spec ProcessSpec) error {
 	return nil
 }
 
-// addStackNodeProcesses registers the engine and the kubelet stand-in on every node.
+// NodeKeeperSocket is the socket of the fd keeper of the node whose directory
+// is nodeDir.
+func NodeKeeperSocket(nodeDir string) string {
+	return filepath.Join(nodeDir, "engine", "fd-keeper.sock")
+}
+
+// addStackNodeProcesses registers the fd keeper, the engine and the kubelet
+// stand-in on every node, in that order: a node's processes start in the
+// order registered, and the keeper is there before the engine deposits a
+// connection. The keeper runs on across `node kill|restart --process engine`
+// (so the engine's volumes survive it) and dies with the node's power.
 func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 	endpoint := NodeCSIEndpoint("$VIGIL_NODE_DIR")
+	keeper := ProcessSpec{Name: StackFDKeeper, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "fd-keeper",
+		"--socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
 	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
 		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
 		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
 		"--datapath-token-file", NodeTokenFile("$VIGIL_NODE_DIR"), "--datapath-ca-file", stk.CAFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
 		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
-		"--heartbeat-interval", cfg.HeartbeatInterval.String()}}
+		"--heartbeat-interval", cfg.HeartbeatInterval.String(), "--fd-keeper-socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
 	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",
 		"--kubeconfig", identityKubeconfig(s.workDir, "kubelet", "$VIGIL_NODE"), "--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
+	if err := s.AddProcess("", keeper); err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
 	if err := s.AddProcess("", engine); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}

@@ -154,8 +154,8 @@ func TestApp_NodeProcess_BadArgs(t *testing.T) {
 		args    []string
 		mention string
 	}{
-		{[]string{"kill", "node-1"}, "needs --process NAME: one of kwok, engine, kubelet, heartbeat"},
-		{[]string{"restart", "node-1"}, "needs --process NAME: one of kwok, engine, kubelet, heartbeat"},
+		{[]string{"kill", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, heartbeat"},
+		{[]string{"restart", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, heartbeat"},
 		{[]string{"kill", "--process", "engine"}, "one node name and --process NAME"},
 		{[]string{"restart", "node-1", "node-2", "--process", "engine"}, "one node name and --process NAME"},
 		{[]string{"kill", "node-1", "--process"}, "process"}, // the flag's value is missing
@@ -194,7 +194,7 @@ func TestApp_NodeProcess_Help(t *testing.T) {
 			}
 		}
 	}
-	want := []string{sandbox.NodeKwok, sandbox.StackEngine, sandbox.StackKubelet, sandbox.StackHeartbeat}
+	want := []string{sandbox.NodeKwok, sandbox.StackFDKeeper, sandbox.StackEngine, sandbox.StackKubelet, sandbox.StackHeartbeat}
 	if len(sandbox.NodeProcesses) != len(want) {
 		t.Errorf("NodeProcesses = %+v, want one entry for each of %q", sandbox.NodeProcesses, want)
 	}
