@@ -71,6 +71,10 @@
 //     RestartProcess rolls it as a DaemonSet update does: SIGTERM, a bounded
 //     wait, SIGKILL of its process group, then the same spec again. Both are
 //     `vigil-sandbox node kill|restart NODE --process NAME`.
+//     A stack node's fd keeper (StackFDKeeper) starts before its engine and
+//     runs on across its kills and restarts, holding the FUSE connections of
+//     its volumes, so an engine kill only stalls their I/O; a power cut ends
+//     the keeper too.
 //   - RunOnNode(node, spec) runs a one-off process on a node (a pod's writer):
 //     a power cut kills it and no boot starts it again.
 //   - RestartAPIServer restarts kube-apiserver (SIGTERM, then the same command
