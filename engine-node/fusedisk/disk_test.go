@@ -160,3 +160,38 @@ func TestMount_DevFuse_NotInheritedByChildren(t *testing.T) {
 		t.Fatalf("a child inherited /dev/fuse:\n%s", out)
 	}
 }
+
+func TestAdopt_BadInput_Refused(t *testing.T) {
+	good := Meta{Dir: "/mnt/d", Size: 1 << 20, MaxWrite: DefaultMaxWrite, Minor: 31}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	for _, tc := range []struct {
+		name string
+		meta func(Meta) Meta
+		want string
+	}{
+		{"relative dir", func(m Meta) Meta { m.Dir = "d"; return m }, "want an absolute path"},
+		{"size not a multiple of 512", func(m Meta) Meta { m.Size = 1000; return m }, "want a positive multiple of 512"},
+		{"max write too small", func(m Meta) Meta { m.MaxWrite = 512; return m }, "maxWrite 512"},
+		{"protocol too old", func(m Meta) Meta { m.Minor = 12; return m }, "protocol minor 12"},
+		{"not /dev/fuse", func(m Meta) Meta { return m }, "is not /dev/fuse"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Adopt(int(r.Fd()), tc.meta(good), &memBackend{}, Options{})
+			if !errors.Is(err, ErrInvalidMeta) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Adopt: %v, want ErrInvalidMeta saying %q", err, tc.want)
+			}
+			if d != nil {
+				t.Fatal("a refused Adopt returned a Disk")
+			}
+		})
+	}
+	// The refused descriptor is left open: Adopt closes nothing it refused.
+	if _, err := w.Write([]byte("x")); err != nil {
+		t.Fatalf("the pipe after refused Adopts: %v", err)
+	}
+}
