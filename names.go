@@ -101,3 +101,30 @@ const (
 	// fixed or removed; the manager may act again.
 	EventReasonSettingsUnblocked = "VigilSettingsUnblocked"
 )
+
+// What `vigil-manager certs ensure` keeps in Namespace (deploy/ mounts them):
+// the install's own CA, the serving certificates of the two Services that
+// listen beyond loopback, and the one API token every manager replica reads.
+const (
+	// CertsServiceAccount is the ServiceAccount of the Job that runs
+	// `vigil-manager certs ensure`; it may read and create Secrets in
+	// Namespace only.
+	CertsServiceAccount = "vigil-certs"
+	// CASecret holds the CA certificate and its private key (tls.crt,
+	// tls.key); no pod mounts it.
+	CASecret = "vigil-ca"
+	// CACertSecret holds only the CA certificate (ca.crt): what clients of
+	// the datapath and of the manager's API mount to verify the servers.
+	CACertSecret = "vigil-ca-cert"
+	// DatapathTLSSecret and ManagerTLSSecret are the serving certificates
+	// (kubernetes.io/tls: tls.crt, tls.key, and ca.crt) of the Services
+	// DatapathService and ManagerService.
+	DatapathTLSSecret = "vigil-datapath-tls"
+	ManagerTLSSecret  = "vigil-manager-tls"
+	// APITokenSecret holds the manager API's bearer token (key token).
+	APITokenSecret = "vigil-api-token"
+	// DatapathService and ManagerService are the Services of deploy/ whose
+	// DNS names the serving certificates carry.
+	DatapathService = "vigil-datapath"
+	ManagerService  = "vigil-manager"
+)
