@@ -74,8 +74,8 @@ func TestWorkloads_VigilCommands_FlagsExist(t *testing.T) {
 			}
 		}
 	}
-	if n != 5 {
-		t.Errorf("%d Vigil containers, want 5 (manager, datapath, CSI controller, engine, fd keeper)", n)
+	if n != 6 {
+		t.Errorf("%d Vigil containers, want 6 (manager, datapath, CSI controller, engine, fd keeper, certs ensure)", n)
 	}
 	for k, why := range pendingFlags {
 		if !pending[k] {

@@ -68,6 +68,7 @@ func ExampleIdentities() {
 		}
 	}
 	// Output:
+	// vigil-system/vigil-certs
 	// vigil-system/vigil-csi-controller
 	// vigil-system/vigil-datapath
 	// vigil-system/vigil-engine-node

@@ -301,6 +301,8 @@ func hostPath(spec corev1.PodSpec, c corev1.Container, path string) string {
 			return "projected:" + v.Name + rest
 		case v.ConfigMap != nil:
 			return "configMap:" + v.ConfigMap.Name + rest
+		case v.Secret != nil:
+			return "secret:" + v.Secret.SecretName + rest
 		}
 		return "volume:" + v.Name + rest
 	}

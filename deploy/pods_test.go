@@ -45,8 +45,9 @@ var (
 	// volume on its node.
 	noMemoryLimit = map[string]bool{engineDaemonSet + "/engine": true, keeper: true}
 	// no liveness probe: the kubelet restarting the fd keeper would end every
-	// FUSE connection it holds.
-	noLiveness = map[string]bool{keeper: true}
+	// FUSE connection it holds; a Job's container runs to its end and serves
+	// nothing.
+	noLiveness = map[string]bool{keeper: true, "Job/vigil-certs/certs": true}
 	// readiness matters where a Service or the rollout waits for it.
 	needReadiness = map[string]bool{"Deployment/vigil-manager/manager": true,
 		"StatefulSet/vigil-datapath/datapath": true, engineDaemonSet + "/engine": true}
@@ -61,8 +62,8 @@ func TestWorkloads_Containers_SecurityResourcesProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ws) != 5 {
-		t.Errorf("%d workloads, want 5 (manager, datapath, CSI controller, engine, fd keeper)", len(ws))
+	if len(ws) != 6 {
+		t.Errorf("%d workloads, want 6 (manager, datapath, CSI controller, engine, fd keeper, the certificates Job)", len(ws))
 	}
 	for _, w := range ws {
 		for _, err := range checkPod(w, objs) {
@@ -211,9 +212,16 @@ func probeServed(spec corev1.PodSpec, c corev1.Container, p *corev1.Probe) error
 	for _, o := range spec.Containers {
 		for _, a := range o.Args {
 			name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if ok && slices.Contains([]string{"listen", "metrics-address", "http-endpoint"}, name) && strings.HasSuffix(value, suffix) {
-				return nil
+			if !ok || !slices.Contains([]string{"listen", "metrics-address", "http-endpoint"}, name) || !strings.HasSuffix(value, suffix) {
+				continue
 			}
+			// An HTTP probe speaks what the server serves: HTTPS where it
+			// has a certificate (the kubelet does not verify it).
+			tls := flagValues(o)["tls-cert-file"] != "" && name == "listen"
+			if p.HTTPGet != nil && (p.HTTPGet.Scheme == corev1.URISchemeHTTPS) != tls {
+				return fmt.Errorf("probe scheme %q on port %d, but the server there serves TLS: %v", p.HTTPGet.Scheme, num, tls)
+			}
+			return nil
 		}
 	}
 	return fmt.Errorf("no container of the pod serves port %d", num)

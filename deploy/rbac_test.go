@@ -13,7 +13,25 @@ const (
 	saDatapath = "vigil-system/vigil-datapath"
 	saCSI      = "vigil-system/vigil-csi-controller"
 	saEngine   = "vigil-system/vigil-engine-node"
+	saCerts    = "vigil-system/vigil-certs"
 )
+
+// certsSecretRule: the one rule on Secrets deploy/ may have: the certificates
+// Job's, in its own namespace, reading its Secrets by name and creating the
+// missing ones; never update, delete, list or watch.
+func certsSecretRule(sa string, g deploytest.Grant) bool {
+	r := g.Rule
+	if sa != saCerts || g.Namespace != "vigil-system" || len(r.Resources) != 1 || len(r.Verbs) != 1 {
+		return false
+	}
+	switch r.Verbs[0] {
+	case "get":
+		return len(r.ResourceNames) > 0
+	case "create":
+		return true
+	}
+	return false
+}
 
 // rbacVerbs are the verbs Vigil's roles may use: the ordinary ones, never
 // "*", escalate, bind or impersonate.
@@ -43,8 +61,8 @@ func TestRBAC_Rules_LeastPrivilege(t *testing.T) {
 					t.Errorf("%s (%s): verb %q, want one of %v", sa, g.Role, v, rbacVerbs)
 				}
 			}
-			if slices.Contains(r.Resources, "secrets") {
-				t.Errorf("%s (%s): access to Secrets; no component needs it", sa, g.Role)
+			if slices.Contains(r.Resources, "secrets") && !certsSecretRule(sa, g) {
+				t.Errorf("%s (%s): access to Secrets %v; only %s may, and only get (by name) and create in %s", sa, g.Role, r, saCerts, "vigil-system")
 			}
 		}
 	}
@@ -70,7 +88,7 @@ func TestRBAC_Rules_LeastPrivilege(t *testing.T) {
 			}
 		}
 	}
-	for _, sa := range []string{saManager, saDatapath, saCSI, saEngine} {
+	for _, sa := range []string{saManager, saDatapath, saCSI, saEngine, saCerts} {
 		if len(grants[sa]) == 0 {
 			t.Errorf("%s has no rules", sa)
 		}
@@ -125,6 +143,15 @@ func TestRBAC_Allows_DecisionTable(t *testing.T) {
 		{saCSI, r("delete", "", "pods", "default", "web-0"), false},
 		{saCSI, r("delete", "storage.k8s.io", "volumeattachments", "", "csi-1"), false},
 		{saCSI, r("patch", "", "nodes/status", "", "node-a"), false},
+		// The certificates Job: its own Secrets, nothing else.
+		{saCerts, r("get", "", "secrets", "vigil-system", "vigil-ca"), true},
+		{saCerts, r("create", "", "secrets", "vigil-system", ""), true},
+		{saCerts, r("get", "", "secrets", "vigil-system", "other"), false},
+		{saCerts, r("list", "", "secrets", "vigil-system", ""), false},
+		{saCerts, r("update", "", "secrets", "vigil-system", "vigil-ca"), false},
+		{saCerts, r("delete", "", "secrets", "vigil-system", "vigil-ca"), false},
+		{saCerts, r("create", "", "secrets", "default", ""), false},
+		{saCerts, r("list", "", "pods", "", ""), false},
 		// The datapath: TokenReview, nothing else.
 		{saDatapath, r("create", "authentication.k8s.io", "tokenreviews", "", ""), true},
 		{saDatapath, r("list", "", "pods", "", ""), false},

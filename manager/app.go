@@ -21,6 +21,7 @@ func App() *cli.App {
 			datapathCommand(),
 			csiCommand(),
 			runCommand(),
+			certsCommand(),
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,14 +32,14 @@ func Find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
-// Workload is the pod template of a Deployment, StatefulSet or DaemonSet.
+// Workload is the pod template of a Deployment, StatefulSet, DaemonSet or Job.
 type Workload struct {
 	Kind, Name, Namespace string
 	Spec                  corev1.PodSpec
 }
 
-// Workloads returns the pod templates of every Deployment, StatefulSet and
-// DaemonSet in objs.
+// Workloads returns the pod templates of every Deployment, StatefulSet,
+// DaemonSet and Job in objs.
 func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
 	var ws []Workload
 	for _, o := range objs {
@@ -62,6 +63,12 @@ func Workloads(objs []*unstructured.Unstructured) ([]Workload, error) {
 				return nil, err
 			}
 			spec = &d.Spec.Template
+		case "Job":
+			var j batchv1.Job
+			if err := Decode(o, &j); err != nil {
+				return nil, err
+			}
+			spec = &j.Spec.Template
 		default:
 			continue
 		}
