@@ -188,13 +188,15 @@ type heartbeatWatch struct {
 	finished chan struct{}
 	mu       sync.Mutex
 	maxAge   map[string]time.Duration
+	maxAt    map[string]time.Duration // when maxAge was seen, after start
 	errs     int
 	firstErr error
 	mgrExit  time.Time
 }
 
 func watchHeartbeats(e *loopEnv, nodes []string, start time.Time) *heartbeatWatch {
-	h := &heartbeatWatch{done: make(chan struct{}), finished: make(chan struct{}), maxAge: map[string]time.Duration{}}
+	h := &heartbeatWatch{done: make(chan struct{}), finished: make(chan struct{}),
+		maxAge: map[string]time.Duration{}, maxAt: map[string]time.Duration{}}
 	for _, n := range nodes {
 		h.maxAge[n] = 0
 	}
@@ -219,7 +221,7 @@ func watchHeartbeats(e *loopEnv, nodes []string, start time.Time) *heartbeatWatc
 			}
 			for _, n := range r.Nodes {
 				if age := r.Now.Sub(n.LastHeartbeat); age > h.maxAge[n.Node] {
-					h.maxAge[n.Node] = age
+					h.maxAge[n.Node], h.maxAt[n.Node] = age, time.Since(start)
 				}
 			}
 			h.mu.Unlock()
@@ -256,8 +258,8 @@ func (h *heartbeatWatch) check(t *testing.T) {
 	must(t, err)
 	for n, age := range h.maxAge {
 		if age >= threshold {
-			t.Errorf("the datapath saw no heartbeat of %s for %.1fs during the outage (%s %s): the manager would call it storage-isolated",
-				n, age.Seconds(), settings.NameDatapathConnectivityLossThreshold, threshold)
+			t.Errorf("the datapath saw no heartbeat of %s for %.1fs, %.1fs after the SIGTERM (%s %s): the manager would call it storage-isolated",
+				n, age.Seconds(), h.maxAt[n].Seconds(), settings.NameDatapathConnectivityLossThreshold, threshold)
 		}
 	}
 	if h.errs > 0 {
@@ -272,7 +274,7 @@ func (h *heartbeatWatch) stop() *heartbeatWatch {
 	return h
 }
 
-// longest is the longest heartbeat age seen, with its node.
+// longest is the longest heartbeat age seen, with its node and when.
 func (h *heartbeatWatch) longest() string {
 	var node string
 	var max time.Duration
@@ -281,7 +283,7 @@ func (h *heartbeatWatch) longest() string {
 			node, max = n, a
 		}
 	}
-	return fmt.Sprintf("%.1fs (%s)", max.Seconds(), node)
+	return fmt.Sprintf("%.1fs (%s, %.1fs after the SIGTERM)", max.Seconds(), node, h.maxAt[node].Seconds())
 }
 
 // checkOutageWriters checks every writer: no failure (its ledger's sequence
