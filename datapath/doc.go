@@ -154,7 +154,14 @@
 // answers a TokenReview, the ServiceAccount maps to a role by flags, and an
 // engine's node is the one the API server names in the token's user extra
 // authentication.kubernetes.io/node-name, never one a request names. A token
-// that cannot be checked is refused (ErrAuthUnavailable), never let in.
+// that cannot be checked is refused (ErrAuthUnavailable), never let in, except
+// on a connection where it was proved before: I/O must not depend on the API
+// server, so such a connection keeps the identity its token proved on it, up
+// to MaxBoundIdentity after the last proof and never past the token's expiry;
+// a refusal of the token or the connection's end drops it (conn_identity.go;
+// TestBoundIdentities, TestServer_Bulk_APIServerOutageKeepsTheConnection; end
+// to end, TestAPIServerOutage_IOContinues in test/e2e stops kube-apiserver
+// under writers on every node).
 //
 // Authorize (identity.go) is the whole decision, one table for both channels
 // (TestAuthorize_Table is its specification): the controller creates,
