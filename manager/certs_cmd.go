@@ -108,6 +108,9 @@ func printOutcomes(w io.Writer, ns string, out []pki.Outcome) {
 		if !o.Expires.IsZero() {
 			line = append(line, "expires", o.Expires.UTC().Format(time.RFC3339))
 		}
+		if o.RenewSoon {
+			line = append(line, "- renew it: kubectl -n", ns, "delete secret", o.Secret, "and run certs ensure again")
+		}
 		fmt.Fprintln(w, strings.Join(line, " "))
 	}
 }

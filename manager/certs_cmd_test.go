@@ -37,8 +37,9 @@ func TestCertsEnsure_BadInput(t *testing.T) {
 func TestPrintOutcomes(t *testing.T) {
 	var b bytes.Buffer
 	exp := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
-	printOutcomes(&b, "ns", []pki.Outcome{{Secret: "a", Created: true, Expires: exp}, {Secret: "t"}})
-	want := "secret ns/a created expires 2027-01-02T03:04:05Z\nsecret ns/t kept\n"
+	printOutcomes(&b, "ns", []pki.Outcome{{Secret: "a", Created: true, Expires: exp}, {Secret: "t"}, {Secret: "c", Expires: exp, RenewSoon: true}})
+	want := "secret ns/a created expires 2027-01-02T03:04:05Z\nsecret ns/t kept\n" +
+		"secret ns/c kept expires 2027-01-02T03:04:05Z - renew it: kubectl -n ns delete secret c and run certs ensure again\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}

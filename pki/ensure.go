@@ -77,7 +77,14 @@ type Outcome struct {
 	Created bool
 	// Expires is the certificate's expiry (zero for the token).
 	Expires time.Time
+	// RenewSoon: a kept certificate expires within RenewWarning; it is not
+	// renewed by Ensure (delete the Secret and run it again).
+	RenewSoon bool
 }
+
+// RenewWarning is how long before its expiry a kept certificate is flagged
+// RenewSoon.
+const RenewWarning = 30 * 24 * time.Hour
 
 // Ensure makes the Secrets of plan exist and hold what they must, creating
 // those that are missing; those that exist are checked first, and if any is
@@ -114,6 +121,9 @@ func Ensure(ctx context.Context, secrets typedcorev1.SecretInterface, plan Plan,
 			return outcomes, fmt.Errorf("create Secret %s/%s: %w", plan.Namespace, s.secret.Name, err)
 		}
 		outcomes = append(outcomes, Outcome{Secret: s.secret.Name, Created: true, Expires: s.expires})
+	}
+	for i := range outcomes {
+		outcomes[i].RenewSoon = !outcomes[i].Created && !outcomes[i].Expires.IsZero() && outcomes[i].Expires.Sub(now) < RenewWarning
 	}
 	return outcomes, nil
 }

@@ -142,9 +142,24 @@ func TestEnsure_CreatesOnceKeepsAndReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range out {
-		if o.Created {
-			t.Errorf("second run created %s", o.Secret)
+		if o.Created || o.RenewSoon {
+			t.Errorf("second run: %+v, want kept and not due for renewal", o)
 		}
+	}
+	// Within RenewWarning of the serving certificates' expiry: flagged, kept.
+	late := t0.Add(plan.CertValidity - pki.RenewWarning + time.Hour)
+	out, err = pki.Ensure(ctx, secrets, plan, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := 0
+	for _, o := range out {
+		if o.RenewSoon {
+			soon++
+		}
+	}
+	if soon != 2 {
+		t.Errorf("a month before expiry: %+v, want the 2 serving certificates flagged RenewSoon", out)
 	}
 	for _, a := range cs.Actions()[len(before):] {
 		if a.GetVerb() != "get" {
