@@ -13,7 +13,11 @@
 // pod on a ReadWriteOnce volume of Vigil's StorageClass. For each running pod
 // whose volume the kubelet stand-in has published, a writer (package
 // sandbox/ledger, `vigil-sandbox writer`) runs on the pod's node, inside its
-// network namespace, on the pod's target path: it appends fsync'd records and
+// network namespace, on the pod's target path, and in a mount namespace of its
+// own with that path bound privately when it starts, as a container sees its
+// volume (writer --own-mount-namespace): a mount the engine replaces after a
+// restart is not seen, so an engine restart passes only when the mount the
+// writer started with keeps working. It appends fsync'd records and
 // acknowledges each in a ledger on the host. The harness plays the kubelet's
 // part for the writers: it starts one when a pod's volume is published and kills
 // it once the pod is gone and its node can see that, so a zombie's writer goes on

@@ -143,7 +143,7 @@ func (h *Harness) reconcileWriters(ctx context.Context) {
 		}
 		err := h.sb.RunOnNode(w.Node, sandbox.ProcessSpec{Name: w.proc(), Args: []string{
 			filepath.Join(h.bin, sandbox.BinVigilSandbox), "writer", "--dir", target, "--pod-uid", string(p.UID),
-			"--ledger", w.Ledger}})
+			"--ledger", w.Ledger, "--own-mount-namespace"}})
 		if err != nil {
 			h.Logf("chaos: start writer of %s on %s: %v", p.Name, w.Node, err)
 			continue
