@@ -269,7 +269,7 @@ func (f *follower) writer(ctx context.Context) error {
 		return err
 	}
 	err := f.d.s.RunOnNode(w.node, sandbox.ProcessSpec{Name: fmt.Sprintf("writer-%.8s", p.UID), Args: []string{
-		filepath.Join(f.d.cfg.VigilBinDir, sandbox.BinVigilSandbox), "writer", "--dir", target, "--pod-uid", string(p.UID), "--ledger", w.ledger}})
+		filepath.Join(f.d.cfg.VigilBinDir, sandbox.BinVigilSandbox), "writer", "--dir", target, "--pod-uid", string(p.UID), "--ledger", w.ledger, "--own-mount-namespace"}})
 	if errors.Is(err, sandbox.ErrNodeOff) {
 		return nil
 	}

@@ -137,7 +137,7 @@ func (e *loopEnv) startOutageWriters(t *testing.T, nodes []string) []*outageWrit
 		w.target = waitPublished(t, ctx, e.s, w.node, w.pod, w.app.pv)
 		w.proc, w.ledger = "writer-"+w.app.name, filepath.Join(ledgers, w.app.name+".ledger")
 		must(t, e.s.RunOnNode(w.node, sandbox.ProcessSpec{Name: w.proc, Args: []string{bin, "writer",
-			"--dir", w.target, "--pod-uid", string(w.pod.UID), "--ledger", w.ledger}}))
+			"--dir", w.target, "--pod-uid", string(w.pod.UID), "--ledger", w.ledger, "--own-mount-namespace"}}))
 	}
 	waitAcked(t, ws, 10, 30*time.Second)
 	return ws

@@ -259,8 +259,9 @@ func (e *loopEnv) testGracefulEngineRestart(t *testing.T) {
 	}
 	t.Logf("graceful engine stop of %.0fs on %s: no failover", 8.0, node)
 
-	// A crash is different: the engine's FUSE disks die with it, so the node's
-	// I/O is broken anyway, and the manager fails the pod over.
+	// A crash is different: it announces nothing, and while no engine serves
+	// the node's FUSE connections (the fd keeper holds them) its I/O waits; an
+	// engine that stays away past the threshold is failed over.
 	crash := time.Now()
 	must(t, e.s.KillProcess(node, sandbox.StackEngine))
 	podB := e.waitAppPod(t, app, string(podA.UID), node, 60*time.Second)
