@@ -21,6 +21,9 @@ const grantsMaxAge = time.Second
 type grantsView struct {
 	at   time.Time       // manager clock when fetched; zero: never fetched
 	live map[string]bool // volume handle → the node holds a live grant on it
+	// fenced: volume handle → the node's row on it is fenced (neither live nor
+	// released): a fence's promise that may still be open (fence_resume.go).
+	fenced map[string]bool
 }
 
 // fetched reports whether the view holds an answer.
@@ -32,10 +35,13 @@ func (g grantsView) fetched() bool { return !g.at.IsZero() }
 func (g grantsView) proven(handle string) bool { return g.fetched() && !g.live[handle] }
 
 func newGrantsView(gs []fencing.Grant, at time.Time) grantsView {
-	v := grantsView{at: at, live: make(map[string]bool, len(gs))}
+	v := grantsView{at: at, live: make(map[string]bool, len(gs)), fenced: map[string]bool{}}
 	for _, g := range gs {
-		if g.State.Live() {
+		switch {
+		case g.State.Live():
 			v.live[g.Handle] = true
+		case g.State == fencing.StateFenced:
+			v.fenced[g.Handle] = true
 		}
 	}
 	return v

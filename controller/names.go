@@ -36,6 +36,10 @@ const (
 	// grants given after its fence (a stage that raced it); they were fenced
 	// too.
 	EventNodeRefenced = "VigilRefencedNode"
+	// EventFenceResumed: a node that is not down still had volumes fenced, by
+	// a manager that led before this one, under pods still on it; those pods
+	// are reaped as the fence promised, so they do not stay with failing I/O.
+	EventFenceResumed = "VigilFenceResumed"
 	// EventWouldFence: dry run; the node would have been fenced.
 	EventWouldFence = "VigilWouldFenceNode"
 	// EventFenceFailed: fencing or tainting failed (the back end unreachable…);

@@ -102,6 +102,9 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	key := queueKey{kind: keyNode, name: name}
+	if !v.State.Down() && node != nil {
+		r.resumeFence(ctx, name, &set) // a fence from before this leadership
+	}
 	if !v.State.Down() && r.nodes.fenced(name) {
 		r.finishFence(name)
 	}

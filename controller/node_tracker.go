@@ -20,6 +20,10 @@ import (
 type nodeTracker struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeRecord
+	// checked: the node's grants were read once in this leadership for a
+	// fence from before it (fence_resume.go). Kept apart from nodes, whose
+	// records come and go with each episode.
+	checked map[string]bool
 }
 
 type nodeRecord struct {
@@ -37,7 +41,7 @@ type nodeRecord struct {
 }
 
 func newNodeTracker() *nodeTracker {
-	return &nodeTracker{nodes: make(map[string]*nodeRecord)}
+	return &nodeTracker{nodes: make(map[string]*nodeRecord), checked: make(map[string]bool)}
 }
 
 func (t *nodeTracker) get(name string) *nodeRecord {
@@ -211,6 +215,7 @@ func (t *nodeTracker) forget(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.nodes, name)
+	delete(t.checked, name)
 }
 
 // downNodes lists the nodes whose last verdict was down.
