@@ -28,7 +28,10 @@
 //     leaves alone every volume a pod that will not be reaped uses (opted out,
 //     not covered by the policy, a volume the back end cannot prove), closed over
 //     shared volumes, and a pod the fence was for is reaped even when its node
-//     comes back first (decideReturned). A back end that does not answer proves
+//     comes back first (decideReturned), even by the next leader, which reads
+//     the grants of each node it has not fenced once and takes the pods on
+//     volumes still fenced there as the fence's (fence_resume.go,
+//     decideResume). A back end that does not answer proves
 //     nothing: a Warning Event, and a retry. While a fenced node stays
 //     storage-isolated, a live grant given after the fence (a stage that raced
 //     it) is fenced too on the next look at the node (fence_renew.go,
@@ -65,7 +68,7 @@
 //
 // Each reconciler reads a snapshot from shared informers (snapshot.go), calls a
 // pure decide function with the settings and the clock passed in (decideFence,
-// decideFenceVolumes, decideRefence, decide, decideAttachment, decideCrashLoop — each tested
+// decideFenceVolumes, decideRefence, decideResume, decide, decideAttachment, decideCrashLoop — each tested
 // as a table, decide as a full cross product against an independent oracle),
 // and executes the resulting actions, each with a UID precondition or, for a
 // Node, a patch under the resourceVersion read (node_patch.go), a Kubernetes
