@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/vigil-storage/vigil/fencing"
 )
 
 func TestDecideResume_Table(t *testing.T) {
@@ -143,4 +145,20 @@ func TestReaper_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
+}
+
+// Only a fenced row is an open promise: a released one is a cleanup done, a
+// live one a node that can write.
+func TestNewGrantsView_FencedRowsOnly(t *testing.T) {
+	v := newGrantsView([]fencing.Grant{
+		{Handle: "a", State: fencing.StateGranted},
+		{Handle: "b", State: fencing.StateFenced},
+		{Handle: "c", State: fencing.StateReleased},
+	}, t0)
+	if want := map[string]bool{"b": true}; !reflect.DeepEqual(v.fenced, want) {
+		t.Errorf("fenced %v, want %v", v.fenced, want)
+	}
+	if want := map[string]bool{"a": true}; !reflect.DeepEqual(v.live, want) {
+		t.Errorf("live %v, want %v", v.live, want)
+	}
 }
