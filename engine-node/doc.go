@@ -101,7 +101,9 @@
 // that path. On a kernel older than 6.9, which cannot resend, a request in
 // flight at a SIGKILL never completes (a SIGTERM drains first); the engine
 // logs it when it adopts. Connections the keeper holds for volumes no longer
-// staged are dropped.
+// staged are dropped. The engine dials the keeper's socket for every request,
+// so a keeper replaced on a drained node (docs/operations.md) takes the next
+// stage's connection without an engine restart (TestKeeperUpgrade_DrainedNode).
 //
 // # Cleanup after a reap, and the gate
 //

@@ -9,7 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Client talks to a keeper at a socket path; every call is one connection.
+// Client talks to a keeper at a socket path; every call is one connection,
+// so a keeper restarted on the same path is reached by the next call.
 type Client struct {
 	// Path of the keeper's socket.
 	Path string
