@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -236,6 +237,21 @@ func startLoggedEngine(t *testing.T, args []string, ready string) (*exec.Cmd, *s
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), ready); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("engine never logged %q; its output:\n%s", ready, logs)
+		}
+	}
+	// The engine logs that it starts before it serves its CSI socket (and a
+	// killed engine leaves its socket file behind): wait until one answers.
+	if ep := flagValue(args, "--csi-endpoint"); strings.HasPrefix(ep, "unix://") {
+		path := strings.TrimPrefix(ep, "unix://")
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			c, err := net.Dial("unix", path)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("engine's CSI socket %s never answered: %v; its output:\n%s", path, err, logs)
+			}
 		}
 	}
 	return cmd, logs
