@@ -1,15 +1,10 @@
 package enginenode
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/vigil-storage/vigil/internal/powerfs/powerfstest"
 )
@@ -65,44 +60,7 @@ func TestJournal_PowerCut_KeepsAcknowledgedRecords(t *testing.T) {
 	backing, mnt := t.TempDir(), t.TempDir()
 	layer := powerfstest.Start(t, backing, mnt)
 	dir := filepath.Join(mnt, "engine")
-	w := exec.Command(os.Args[0], "-test.run=^$")
-	w.Env = append(os.Environ(), journalChildEnv+"="+dir)
-	w.Stderr = os.Stderr
-	out, err := w.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
-	acks := make(chan int)
-	go func() {
-		defer close(acks)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "ACK ")); err == nil {
-				acks <- n
-			}
-		}
-	}()
-	acked := 0
-	deadline := time.After(time.Minute)
-	for acked < 100 {
-		select {
-		case n, ok := <-acks:
-			if !ok {
-				t.Fatalf("the journal child stopped after %d acknowledged records", acked)
-			}
-			acked = n
-		case <-deadline:
-			t.Fatalf("only %d records acknowledged in a minute", acked)
-		}
-	}
-	powerfstest.Cut(t, layer, w) // mid-stream
-	for n := range acks {
-		acked = n
-	}
+	acked := powerfstest.CutMidStream(t, layer, []string{journalChildEnv + "=" + dir}, 100, "records")
 
 	powerfstest.Start(t, backing, mnt)
 	j, previous, err := OpenJournal(dir, "boot-2")

@@ -1,15 +1,11 @@
 package powerfs_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -161,46 +157,11 @@ func cutBolt(t *testing.T, noSync bool) (acked int, lost []int) {
 	backing, mnt := t.TempDir(), t.TempDir()
 	l := powerfstest.Start(t, backing, mnt)
 	path := filepath.Join(mnt, "test.db")
-	w := exec.Command(os.Args[0], "-test.run=^$")
-	w.Env = append(os.Environ(), boltChildEnv+"="+path)
+	env := []string{boltChildEnv + "=" + path}
 	if noSync {
-		w.Env = append(w.Env, boltNoSyncEnv+"=1")
+		env = append(env, boltNoSyncEnv+"=1")
 	}
-	out, err := w.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
-	acks := make(chan int)
-	go func() {
-		defer close(acks)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "ACK ")); err == nil {
-				acks <- n
-			}
-		}
-	}()
-	const minAcked = 200
-	deadline := time.After(time.Minute)
-	for acked < minAcked {
-		select {
-		case n, ok := <-acks:
-			if !ok {
-				t.Fatalf("the bolt writer stopped after %d commits", acked)
-			}
-			acked = n
-		case <-deadline:
-			t.Fatalf("only %d commits acknowledged in a minute", acked)
-		}
-	}
-	powerfstest.Cut(t, l, w) // mid-stream: the writer is still committing
-	for n := range acks {
-		acked = n
-	}
+	acked = powerfstest.CutMidStream(t, l, env, 200, "commits")
 
 	powerfstest.Start(t, backing, mnt)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,4 +117,51 @@ func Cut(t testing.TB, l *Layer, procs ...*exec.Cmd) {
 	if err := l.kill(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// CutMidStream runs this test binary again as a child with env added (the
+// child writes through the layer and prints "ACK n" once its n-th record is
+// acknowledged), cuts the power with l once at least minAcked records of
+// what are acknowledged, while the child still writes, and returns the last
+// record it acknowledged.
+func CutMidStream(t testing.TB, l *Layer, env []string, minAcked int, what string) (acked int) {
+	t.Helper()
+	w := exec.Command(os.Args[0], "-test.run=^$")
+	w.Env = append(os.Environ(), env...)
+	w.Stderr = os.Stderr
+	out, err := w.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+	acks := make(chan int)
+	go func() {
+		defer close(acks)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "ACK ")); err == nil {
+				acks <- n
+			}
+		}
+	}()
+	deadline := time.After(time.Minute)
+	for acked < minAcked {
+		select {
+		case n, ok := <-acks:
+			if !ok {
+				t.Fatalf("the child stopped after %d acknowledged %s", acked, what)
+			}
+			acked = n
+		case <-deadline:
+			t.Fatalf("only %d %s acknowledged in a minute", acked, what)
+		}
+	}
+	Cut(t, l, w)
+	for n := range acks {
+		acked = n
+	}
+	return acked
 }
