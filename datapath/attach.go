@@ -14,9 +14,9 @@ func (s *Store) Grant(volumeID, node string) (uint64, error) {
 }
 
 // GrantAs gives node a grant of the given use on the volume and returns its
-// epoch (see client.GrantAs for the rules; grantConflict decides who may hold
-// grants together). A node that already holds a live grant keeps its epoch;
-// a different use is recorded in place, after the same check.
+// epoch (see client.GrantAs for the rules; AttachTable.Grant decides). A node
+// that already holds a live grant keeps its epoch; a different use is
+// recorded in place, after the same check.
 func (s *Store) GrantAs(volumeID, node string, use GrantUse) (uint64, error) {
 	if err := use.Validate(); err != nil {
 		return 0, err
@@ -26,65 +26,33 @@ func (s *Store) GrantAs(volumeID, node string, use GrantUse) (uint64, error) {
 		return 0, err
 	}
 	defer v.mu.Unlock()
-	a, live := v.attach[node]
-	live = live && a.State == StateGranted
-	if live && a.use() == use {
-		return a.Epoch, nil
+	step, err := v.table().Grant(node, use)
+	if err != nil || !step.Changed {
+		return step.Row.Epoch, err
 	}
-	if why := grantConflict(v.rec.Access, node, use, v.attach); why != "" {
-		return 0, fmt.Errorf("%w: grant volume %s to node %s as %s: %s", ErrAttachedElsewhere, volumeID, node, use, why)
-	}
-	if live {
-		return s.changeUse(v, node, a, use)
-	}
-	a, err = s.moveEpoch(v, node, StateGranted, use)
-	if err != nil {
+	if err := s.record(v, step); err != nil {
+		if step.WasLive {
+			return 0, fmt.Errorf("grant volume %s to node %s as %s: %w", volumeID, node, use, err)
+		}
 		return 0, fmt.Errorf("grant volume %s to node %s: %w", volumeID, node, err)
 	}
-	return a.Epoch, nil
+	return step.Row.Epoch, nil
 }
 
 // grantConflict says why node may not hold a live grant of use on a volume of
 // access mode mode next to the other nodes' grants in attach, or "" when it
-// may. An RWO volume has at most one live grant. On any volume a filesystem
-// writer is the only writer: a filesystem mounted read-write on two nodes, or
-// written underneath by another node, is corrupted. Readers never conflict on
-// an RWX volume, nor do raw block writers among themselves.
+// may (AttachTable's rules).
 func grantConflict(mode AccessMode, node string, use GrantUse, attach map[string]attachmentRecord) string {
-	others := make([]string, 0, len(attach))
-	for other := range attach {
-		others = append(others, other)
-	}
-	sort.Strings(others)
-	for _, other := range others {
-		a := attach[other]
-		if other == node || a.State != StateGranted {
-			continue
-		}
-		switch {
-		case mode == AccessRWO:
-			return fmt.Sprintf("it is RWO and node %s holds a live grant (epoch %d); fence or release that node first", other, a.Epoch)
-		case use == UseFilesystemWriter && a.use().Writes():
-			return fmt.Sprintf("a filesystem is mounted read-write on one node only, and node %s holds a live %s grant (epoch %d); "+
-				"several nodes may write the volume only as raw block devices (volumeMode: Block)", other, a.use(), a.Epoch)
-		case use.Writes() && a.use() == UseFilesystemWriter:
-			return fmt.Sprintf("node %s has its filesystem mounted read-write (epoch %d), and no other node may write under it; fence or release that node first",
-				other, a.Epoch)
-		}
-	}
-	return ""
+	return (&volume{rec: volumeRecord{Access: mode}, attach: attach}).table().conflict(node, use)
 }
 
-// changeUse records a new use for node's live grant, keeping its epoch. The
-// caller holds v.mu for writing, so writes in flight under the old use are
-// done.
-func (s *Store) changeUse(v *volume, node string, a attachmentRecord, use GrantUse) (uint64, error) {
-	a.Use, a.Updated = use, s.now().UTC()
-	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, v.rec, node, a) }); err != nil {
-		return 0, fmt.Errorf("grant volume %s to node %s as %s: %w", v.rec.ID, node, use, err)
+// table is v's attachment table as the rules see it. The caller holds v.mu.
+func (v *volume) table() AttachTable {
+	rows := make(map[string]AttachRow, len(v.attach))
+	for node, a := range v.attach {
+		rows[node] = a.row()
 	}
-	v.attach[node] = a
-	return a.Epoch, nil
+	return AttachTable{VolumeID: v.rec.ID, Access: v.rec.Access, Epoch: v.rec.Epoch, Rows: rows}
 }
 
 // Fence revokes node on the volume and returns the volume's new epoch. It holds
@@ -96,11 +64,14 @@ func (s *Store) Fence(volumeID, node string) (uint64, error) {
 		return 0, err
 	}
 	defer v.mu.Unlock()
-	a, err := s.moveEpoch(v, node, StateFenced, "")
+	step, err := v.table().Fence(node)
 	if err != nil {
+		return 0, err
+	}
+	if err := s.record(v, step); err != nil {
 		return 0, fmt.Errorf("fence node %s on volume %s: %w", node, volumeID, err)
 	}
-	return a.Epoch, nil
+	return step.Epoch, nil
 }
 
 // lockLive returns the volume holding its write lock, which every change of
@@ -123,20 +94,20 @@ func (s *Store) lockLive(volumeID, node string) (*volume, error) {
 	return v, nil
 }
 
-// moveEpoch issues the volume's next epoch to node in the given state and use
-// (none for a fence), durably. The caller holds v.mu for writing.
-func (s *Store) moveEpoch(v *volume, node string, state AttachmentState, use GrantUse) (attachmentRecord, error) {
+// record commits a step the rules decided (the volume's epoch and the node's
+// row, stamped with the store's clock) and then applies it to v and to the
+// node index. The caller holds v.mu for writing.
+func (s *Store) record(v *volume, step AttachStep) error {
 	rec := v.rec
-	rec.Epoch++
-	a := attachmentRecord{Epoch: rec.Epoch, State: state, Updated: s.now().UTC(), Use: use}
-	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, node, a) }); err != nil {
-		return attachmentRecord{}, err
+	rec.Epoch = step.Epoch
+	a := attachmentRecord{Epoch: step.Row.Epoch, State: step.Row.State, Updated: s.now().UTC(), Use: step.Row.Use}
+	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, rec, step.Node, a) }); err != nil {
+		return err
 	}
-	old, had := v.attach[node]
 	v.rec = rec
-	v.attach[node] = a
-	s.index.set(node, rec.ID, had && old.State == StateGranted, state == StateGranted)
-	return a, nil
+	v.attach[step.Node] = a
+	s.index.set(step.Node, rec.ID, step.WasLive, step.IsLive())
+	return nil
 }
 
 // Release ends node's live grant on the volume, under the volume's write lock
@@ -147,16 +118,13 @@ func (s *Store) Release(volumeID, node string) error {
 		return err
 	}
 	defer v.mu.Unlock()
-	a, ok := v.attach[node]
-	if !ok || a.State != StateGranted {
-		return nil
+	step, err := v.table().Release(node)
+	if err != nil || !step.Changed {
+		return err
 	}
-	a.State, a.Updated = StateReleased, s.now().UTC()
-	if err := s.commits.update(func(tx *bolt.Tx) error { return putAttachment(tx, v.rec, node, a) }); err != nil {
+	if err := s.record(v, step); err != nil {
 		return fmt.Errorf("release node %s on volume %s: %w", node, volumeID, err)
 	}
-	v.attach[node] = a
-	s.index.set(node, volumeID, true, false)
 	return nil
 }
 

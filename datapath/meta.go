@@ -71,11 +71,11 @@ type attachmentRecord struct {
 
 // use is the record's grant use; an empty one, from a record written before
 // uses existed, is read-write.
-func (a attachmentRecord) use() GrantUse {
-	if a.Use == "" {
-		return UseReadWrite
-	}
-	return a.Use
+func (a attachmentRecord) use() GrantUse { return a.row().GrantedUse() }
+
+// row is the record as the attachment rules see it (attachrules.go).
+func (a attachmentRecord) row() AttachRow {
+	return AttachRow{Epoch: a.Epoch, State: a.State, Use: a.Use}
 }
 
 // formatVersion is the on-disk format this binary writes (see above).

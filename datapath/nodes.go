@@ -11,7 +11,7 @@ import (
 // attachment table, and counts its live grants, so that NodeGrants and
 // FenceNode touch only the node's own volumes and Nodes does not walk every
 // table. It is changed together with a volume's table, under that volume's
-// write lock (moveEpoch, Release, DeleteVolume) or at load; its own lock is a
+// write lock (Store.record, DeleteVolume) or at load; its own lock is a
 // leaf: nothing else is locked while it is held.
 type nodeIndex struct {
 	mu   sync.RWMutex
@@ -213,12 +213,12 @@ func (s *Store) fenceIfLive(v *volume, node string) (FencedVolume, bool, error) 
 	if v.deleted {
 		return FencedVolume{}, false, nil
 	}
-	if a, ok := v.attach[node]; !ok || a.State != StateGranted {
-		return FencedVolume{}, false, nil
+	step, err := v.table().FenceIfLive(node)
+	if err != nil || !step.Changed {
+		return FencedVolume{}, false, err
 	}
-	a, err := s.moveEpoch(v, node, StateFenced, "")
-	if err != nil {
+	if err := s.record(v, step); err != nil {
 		return FencedVolume{}, false, fmt.Errorf("fence node %s on volume %s: %w", node, v.rec.ID, err)
 	}
-	return FencedVolume{VolumeID: v.rec.ID, Epoch: a.Epoch}, true, nil
+	return FencedVolume{VolumeID: v.rec.ID, Epoch: step.Epoch}, true, nil
 }

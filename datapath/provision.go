@@ -309,10 +309,8 @@ func (s *Store) unrecord(v *volume) error {
 	if v.deleted {
 		return errClosed // only Close ends a volume's I/O while its delete is in flight
 	}
-	for node, a := range v.attach {
-		if a.State == StateGranted {
-			return fmt.Errorf("%w: delete volume %s: node %s holds a live grant (epoch %d); fence or release it first", ErrInUse, v.rec.ID, node, a.Epoch)
-		}
+	if err := v.table().CheckDelete(); err != nil {
+		return err
 	}
 	if err := s.commits.update(func(tx *bolt.Tx) error { return deleteVolume(tx, v.rec) }); err != nil {
 		return fmt.Errorf("delete volume %s: %w", v.rec.ID, err)
