@@ -23,7 +23,7 @@ import (
 // (onAttachment). Neither is an error, and neither is retried. Any other
 // failure is returned, so the caller stops before touching the pod and the sync
 // is retried.
-func (r *Reaper) deleteAttachment(ctx context.Context, node string, a Action) (bool, error) {
+func (r *Controller) deleteAttachment(ctx context.Context, node string, a Action) (bool, error) {
 	uid := a.UID
 	if r.deleted.has(uid, r.now()) {
 		return false, nil // its deletion was accepted already

@@ -47,18 +47,18 @@ func TestDeleteAttachment_Answers(t *testing.T) {
 				})
 			}
 			a := Action{Kind: ActionDeleteVolumeAttachment, Name: "va-a1", UID: "uid-va-va-a1", PVName: "pv-a"}
-			deleted, err := f.reaper.deleteAttachment(context.Background(), "node-1", a)
+			deleted, err := f.ctrl.deleteAttachment(context.Background(), "node-1", a)
 			if deleted != tc.wantDeleted || (err != nil) != tc.wantErr {
 				t.Fatalf("deleted %t, err %v; want deleted %t, error %t", deleted, err, tc.wantDeleted, tc.wantErr)
 			}
 			if err != nil && !strings.Contains(err.Error(), "va-a1") {
 				t.Errorf("error %q does not name the attachment", err)
 			}
-			if got := testutil.ToFloat64(f.reaper.metrics.AttachmentsDeleted); got != tc.wantCounted {
+			if got := testutil.ToFloat64(f.ctrl.metrics.AttachmentsDeleted); got != tc.wantCounted {
 				t.Errorf("attachments deleted = %v, want %v", got, tc.wantCounted)
 			}
 			f.client.ClearActions()
-			again, err := f.reaper.deleteAttachment(context.Background(), "node-1", a)
+			again, err := f.ctrl.deleteAttachment(context.Background(), "node-1", a)
 			calls := len(f.actions())
 			if tc.wantErr {
 				if calls != 1 || err == nil {
@@ -73,11 +73,11 @@ func TestDeleteAttachment_Answers(t *testing.T) {
 	}
 }
 
-// TestReaper_SyncPod_ReplacedAttachmentDoesNotStopTheReap: the pod's attachment
+// TestController_SyncPod_ReplacedAttachmentDoesNotStopTheReap: the pod's attachment
 // was replaced by a new one of the same name (409 on the UID precondition). The
 // one judged is gone, so the reap goes on to the pod, with no Warning; the new
 // attachment is attachment recovery's to judge.
-func TestReaper_SyncPod_ReplacedAttachmentDoesNotStopTheReap(t *testing.T) {
+func TestController_SyncPod_ReplacedAttachmentDoesNotStopTheReap(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
@@ -87,7 +87,7 @@ func TestReaper_SyncPod_ReplacedAttachmentDoesNotStopTheReap(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions(
@@ -97,20 +97,20 @@ func TestReaper_SyncPod_ReplacedAttachmentDoesNotStopTheReap(t *testing.T) {
 	f.expectEvents("Normal "+EventVolumeAttachmentDeleted, "Normal "+EventVolumeAttachmentDeleted, "Normal "+EventPodForceDeleted)
 }
 
-// TestReaper_SyncAttachments_ReplacedAttachmentIsNoError: attachment recovery
+// TestController_SyncAttachments_ReplacedAttachmentIsNoError: attachment recovery
 // answers the same 409 the same way: no error, no Warning, no retry.
-func TestReaper_SyncAttachments_ReplacedAttachmentIsNoError(t *testing.T) {
+func TestController_SyncAttachments_ReplacedAttachmentIsNoError(t *testing.T) {
 	ctx := context.Background()
 	f := attachFixture(t, AttachmentWait)
 	f.start()
 	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
+	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})
 	f.client.PrependReactor("delete", "volumeattachments", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, vaReplaced("va-a1")
 	})
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatalf("a replaced attachment is an error: %v", err)
 	}
 	for _, e := range f.events() {

@@ -13,7 +13,7 @@ import (
 // volume a down node still holds (a VolumeAttachment on it, an entry of its
 // status.volumesInUse, or both), following the sample-controller contract: an
 // error requeues the node; a decision that only a change can alter is an Event.
-func (r *Reaper) syncAttachments(ctx context.Context, name string) error {
+func (r *Controller) syncAttachments(ctx context.Context, name string) error {
 	set := readSettings(r.settings, r.proofs.driver())
 	node, _, v, err := r.judge(ctx, name, &set)
 	if err != nil || !v.State.Down() {
@@ -58,7 +58,7 @@ func (r *Reaper) syncAttachments(ctx context.Context, name string) error {
 // volumesOnNode gathers the protected volumes the node holds, from the
 // VolumeAttachments on it and its status.volumesInUse, with the pods that use
 // each volume's claim on the node and elsewhere.
-func (r *Reaper) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
+func (r *Controller) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
 	byPV := map[string]*volumeOnNode{}
 	objs, _ := r.vaIndex.ByIndex(attachmentByNodeIndex, name)
 	for _, o := range objs {
@@ -99,7 +99,7 @@ func (r *Reaper) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
 }
 
 // fillVolume resolves the PV's driver, handle and claim, and the claim's pods.
-func (r *Reaper) fillVolume(node string, vol *volumeOnNode) {
+func (r *Controller) fillVolume(node string, vol *volumeOnNode) {
 	pv, err := r.pvs.Get(vol.PVName)
 	if err != nil {
 		return
@@ -133,7 +133,7 @@ func (r *Reaper) fillVolume(node string, vol *volumeOnNode) {
 
 // freeAttachment executes the actions: the VolumeAttachment deleted
 // (deleteAttachment), the volume taken out of volumesInUse (clearVolumeInUse).
-func (r *Reaper) freeAttachment(ctx context.Context, node string, vol *volumeOnNode, d attachmentDecision, v NodeVerdict) error {
+func (r *Controller) freeAttachment(ctx context.Context, node string, vol *volumeOnNode, d attachmentDecision, v NodeVerdict) error {
 	ref := nodeRef(node)
 	for _, a := range d.Actions {
 		switch a.Kind {
@@ -176,7 +176,7 @@ func attachmentWhy(vol *volumeOnNode) string {
 // list is read live and written back whole under modifyNode's resourceVersion
 // precondition, so an entry the kubelet adds meanwhile (the node came back) is
 // never lost: the patch gets a conflict and the next attempt reads the new list.
-func (r *Reaper) clearVolumeInUse(ctx context.Context, node, unique string) error {
+func (r *Controller) clearVolumeInUse(ctx context.Context, node, unique string) error {
 	return r.modifyNode(ctx, node, "status", func(n *corev1.Node) bool {
 		keep := make([]corev1.UniqueVolumeName, 0, len(n.Status.VolumesInUse))
 		for _, u := range n.Status.VolumesInUse {
@@ -194,7 +194,7 @@ func (r *Reaper) clearVolumeInUse(ctx context.Context, node, unique string) erro
 
 // reportAttachmentWait explains a deliberate non-action on a down node's volume
 // (deduplicated: the same explanation appears once).
-func (r *Reaper) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerdict, d attachmentDecision, set *ReaperSettings) {
+func (r *Controller) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerdict, d attachmentDecision, set *Settings) {
 	var msg string
 	switch d.Reason {
 	case ReasonAttachPolicyNever:
@@ -217,7 +217,7 @@ func (r *Reaper) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerd
 		fmt.Sprintf("not freeing PV %s (claim %s/%s) on down node %s (%s): %s", vol.PVName, vol.ClaimNamespace, vol.Claim, node, v.State, msg))
 }
 
-func (r *Reaper) reportAttachmentDryRun(node string, vol *volumeOnNode, d attachmentDecision, blocked string) {
+func (r *Controller) reportAttachmentDryRun(node string, vol *volumeOnNode, d attachmentDecision, blocked string) {
 	ref := nodeRef(node)
 	why := "dry run"
 	if blocked != "" {

@@ -81,7 +81,7 @@ type attachmentDecision struct {
 // its 6-minute wait. A volume of another driver is never proven fenced by Vigil:
 // unless Kubernetes itself proves the node gone (deleted, out-of-service), its
 // own timeout stands.
-func decideAttachment(v *volumeOnNode, node NodeVerdict, set *ReaperSettings) attachmentDecision {
+func decideAttachment(v *volumeOnNode, node NodeVerdict, set *Settings) attachmentDecision {
 	switch {
 	case !node.State.Down():
 		return attachmentDecision{Reason: ReasonAttachNodeNotDown}
@@ -129,7 +129,7 @@ func decideAttachment(v *volumeOnNode, node NodeVerdict, set *ReaperSettings) at
 // immediate (wait acts once the replacement exists, never not at all), only on
 // the pod's node, and only where attachment recovery could act too (Vigil's own
 // driver, or a node Kubernetes proves gone).
-func reapAttachmentActions(s *Snapshot, node NodeVerdict, set *ReaperSettings) []Action {
+func reapAttachmentActions(s *Snapshot, node NodeVerdict, set *Settings) []Action {
 	if set.AttachmentPolicy != AttachmentImmediate {
 		return nil
 	}

@@ -31,14 +31,14 @@ func TestDecideAttachment_Table(t *testing.T) {
 		}
 		return v
 	}
-	set := func(p AttachmentPolicy) *ReaperSettings {
-		return &ReaperSettings{AttachmentPolicy: p, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{otherDriver}}
+	set := func(p AttachmentPolicy) *Settings {
+		return &Settings{AttachmentPolicy: p, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{otherDriver}}
 	}
 	cases := []struct {
 		name   string
 		vol    *volumeOnNode
 		node   NodeVerdict
-		set    *ReaperSettings
+		set    *Settings
 		reason Reason
 		acts   []Action
 		after  time.Duration
@@ -73,7 +73,7 @@ func TestDecideAttachment_Table(t *testing.T) {
 		{"an unprotected driver is never touched", base(func(v *volumeOnNode) { v.Driver = "nfs.example.com" }), down,
 			set(AttachmentImmediate), ReasonAttachNotProtected, nil, 0},
 		{"without a fencing back end nothing of Vigil's is proven", base(nil), down,
-			&ReaperSettings{AttachmentPolicy: AttachmentImmediate}, ReasonAttachNotProvenFenced, nil, 0},
+			&Settings{AttachmentPolicy: AttachmentImmediate}, ReasonAttachNotProvenFenced, nil, 0},
 		{"a deleted node's status cannot be patched", base(nil), NodeVerdict{State: NodeDownDeleted}, set(AttachmentImmediate),
 			ReasonAttachFreed, []Action{del}, 0},
 	}
@@ -125,15 +125,15 @@ func attachFixture(t *testing.T, policy AttachmentPolicy) *fixture {
 	return f
 }
 
-func TestReaper_SyncAttachments_WaitPolicyFreesForTheReplacement(t *testing.T) {
+func TestController_SyncAttachments_WaitPolicyFreesForTheReplacement(t *testing.T) {
 	f := attachFixture(t, AttachmentWait)
 	f.start()
 	ctx := context.Background()
 	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1",
@@ -159,11 +159,11 @@ func TestReaper_SyncAttachments_WaitPolicyFreesForTheReplacement(t *testing.T) {
 	f.expectEvents("Normal "+EventVolumeAttachmentDeleted, "Normal "+EventVolumeInUseCleared)
 }
 
-func TestReaper_SyncAttachments_NeverAndNoReplacementAndPodPresent(t *testing.T) {
+func TestController_SyncAttachments_NeverAndNoReplacementAndPodPresent(t *testing.T) {
 	ctx := context.Background()
 	f := attachFixture(t, AttachmentNever)
 	f.start()
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
@@ -176,19 +176,19 @@ func TestReaper_SyncAttachments_NeverAndNoReplacementAndPodPresent(t *testing.T)
 	f = attachFixture(t, AttachmentImmediate)
 	f.objects = append(f.objects, newPod("app", "db-0-old", "node-1", nil, pvcVolume("data", "data-db-0")))
 	f.start()
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 }
 
-func TestReaper_SyncAttachments_NotProvenDeletesAttachmentKeepsVolumeInUse(t *testing.T) {
+func TestController_SyncAttachments_NotProvenDeletesAttachmentKeepsVolumeInUse(t *testing.T) {
 	f := attachFixture(t, AttachmentImmediate)
 	f.start()
 	ctx := context.Background()
 	// Not fenced at the datapath (the fast trigger off, say): the attachment's
 	// deletion fences through ControllerUnpublish; volumesInUse waits for proof.
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1")
@@ -204,7 +204,7 @@ func TestReaper_SyncAttachments_NotProvenDeletesAttachmentKeepsVolumeInUse(t *te
 // there. Deleting that not-yet-attached VolumeAttachment made the controller
 // wait out its 2-minute attach timeout on the volume, and the replacement's
 // attach with it. An attachment that is not attached is left to Kubernetes.
-func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
+func TestController_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 	ctx := context.Background()
 	f := attachFixture(t, AttachmentImmediate)
 	for _, o := range f.objects {
@@ -216,8 +216,8 @@ func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	// volumesInUse is still cleared (the fence is proven); the attachment stays.
@@ -238,8 +238,8 @@ func TestReaper_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 		}
 	}
 	f.start()
-	f.reaper.nodes.markFenced("node-1", t0, fencePlan{})
-	if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})
+	if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()

@@ -28,7 +28,7 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	cases := allTableCases()
 	snaps := make([]*Snapshot, len(cases))
-	sets := make([]*ReaperSettings, len(cases))
+	sets := make([]*Settings, len(cases))
 	for i, c := range cases {
 		snaps[i], sets[i] = c.build()
 	}
@@ -83,7 +83,7 @@ func reap110(tb testing.TB, limiter flowcontrol.RateLimiter) time.Duration {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TransformForCache))
 	m, _ := NewMetrics(prometheus.NewRegistry())
 	set := newFakeSettings(PolicyDeleteStatefulSetPod)
-	r, err := NewReaper(Config{Client: client, Informers: factory, Settings: set, Recorder: &record.FakeRecorder{}, Metrics: m})
+	r, err := New(Config{Client: client, Informers: factory, Settings: set, Recorder: &record.FakeRecorder{}, Metrics: m})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,14 +112,14 @@ func reap110(tb testing.TB, limiter flowcontrol.RateLimiter) time.Duration {
 	return elapsed
 }
 
-// BenchmarkReaper_NodeDown110Pods reports the time from a node turning Ready=Unknown
+// BenchmarkController_NodeDown110Pods reports the time from a node turning Ready=Unknown
 // to the last of its 110 protected pods being force-deleted (target: < 2 s).
 //
-//	go test -run '^$' -bench BenchmarkReaper_NodeDown110Pods -benchtime 5x ./controller
+//	go test -run '^$' -bench BenchmarkController_NodeDown110Pods -benchtime 5x ./controller
 //
 // The qps200-burst500 case throttles the 220 deletes as the manager's default
 // client rate limit does (Events have a client of their own).
-func BenchmarkReaper_NodeDown110Pods(b *testing.B) {
+func BenchmarkController_NodeDown110Pods(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		limiter func() flowcontrol.RateLimiter
@@ -142,8 +142,8 @@ func BenchmarkReaper_NodeDown110Pods(b *testing.B) {
 	}
 }
 
-// TestReaper_Run_NodeDown110PodsAllReaped runs the whole reaper (informers, queue,
+// TestController_Run_NodeDown110PodsAllReaped runs the whole reaper (informers, queue,
 // workers) once and reports the figure; it asserts completion, not a time.
-func TestReaper_Run_NodeDown110PodsAllReaped(t *testing.T) {
+func TestController_Run_NodeDown110PodsAllReaped(t *testing.T) {
 	t.Logf("110 pods reaped %v after the node turned Ready=Unknown", reap110(t, nil))
 }

@@ -98,13 +98,13 @@ func (w *controlPlaneWatch) held(name string) bool {
 	return ok
 }
 
-func (r *Reaper) onLease(obj any) {
+func (r *Controller) onLease(obj any) {
 	if l, ok := obj.(*coordinationv1.Lease); ok {
 		r.outage.observeLease(l, r.now())
 	}
 }
 
-func (r *Reaper) onLeaseDelete(obj any) {
+func (r *Controller) onLeaseDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -116,7 +116,7 @@ func (r *Reaper) onLeaseDelete(obj any) {
 // updateOutage applies the control-plane outage rule to every cached node: a
 // node newly held gets a Warning Event, and every node whose hold began or
 // ended is queued to be judged again.
-func (r *Reaper) updateOutage(ctx context.Context) {
+func (r *Controller) updateOutage(ctx context.Context) {
 	nodes, err := r.listers.nodes.List(everything)
 	if err != nil {
 		return

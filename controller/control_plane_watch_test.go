@@ -46,7 +46,7 @@ func (f *fixture) heartbeats(silent ...string) {
 func (f *fixture) poll() {
 	f.t.Helper()
 	reachable, warned := true, false
-	f.reaper.pollStorage(context.Background(), &reachable, &warned)
+	f.ctrl.pollStorage(context.Background(), &reachable, &warned)
 }
 
 // setReady changes a node's Ready condition in the cache and the client.
@@ -67,13 +67,13 @@ func (f *fixture) setReady(name string, status corev1.ConditionStatus) {
 func (f *fixture) syncAll(ctx context.Context) {
 	f.t.Helper()
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		if err := f.reaper.syncNode(ctx, n); err != nil {
+		if err := f.ctrl.syncNode(ctx, n); err != nil {
 			f.t.Fatal(err)
 		}
-		if err := f.reaper.syncPod(ctx, "app", "db-"+n[5:]); err != nil {
+		if err := f.ctrl.syncPod(ctx, "app", "db-"+n[5:]); err != nil {
 			f.t.Fatal(err)
 		}
-		if err := f.reaper.syncAttachments(ctx, n); err != nil {
+		if err := f.ctrl.syncAttachments(ctx, n); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -85,7 +85,7 @@ func (f *fixture) expectNothingFenced() {
 		f.t.Errorf("FenceNode called %d times, want none", f.fencer.fenceCalls)
 	}
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		if !f.fencer.live(n, "handle-pv-"+n) || f.reaper.nodes.fenced(n) {
+		if !f.fencer.live(n, "handle-pv-"+n) || f.ctrl.nodes.fenced(n) {
 			f.t.Errorf("%s lost its grant or is marked fenced", n)
 		}
 	}
@@ -95,7 +95,7 @@ func (f *fixture) expectNothingFenced() {
 // nothing is fenced, no pod is force-deleted (not even the one terminating past
 // its deadline), no attachment is touched; a Warning Event per node and the
 // gauges say why; when the nodes come back nothing has changed.
-func TestReaper_ControlPlaneOutage_NothingFencedOrReaped(t *testing.T) {
+func TestController_ControlPlaneOutage_NothingFencedOrReaped(t *testing.T) {
 	f := outageFixture(t, corev1.ConditionUnknown)
 	f.start()
 	ctx := context.Background()
@@ -107,9 +107,9 @@ func TestReaper_ControlPlaneOutage_NothingFencedOrReaped(t *testing.T) {
 			t.Errorf("event %q does not say how many nodes and the threshold", e)
 		}
 	}
-	if testutil.ToFloat64(f.reaper.metrics.ControlPlaneOutage) != 1 || testutil.ToFloat64(f.reaper.metrics.NodesHeldOutage) != 3 {
-		t.Errorf("gauges outage=%v held=%v, want 1 and 3", testutil.ToFloat64(f.reaper.metrics.ControlPlaneOutage),
-			testutil.ToFloat64(f.reaper.metrics.NodesHeldOutage))
+	if testutil.ToFloat64(f.ctrl.metrics.ControlPlaneOutage) != 1 || testutil.ToFloat64(f.ctrl.metrics.NodesHeldOutage) != 3 {
+		t.Errorf("gauges outage=%v held=%v, want 1 and 3", testutil.ToFloat64(f.ctrl.metrics.ControlPlaneOutage),
+			testutil.ToFloat64(f.ctrl.metrics.NodesHeldOutage))
 	}
 	f.syncAll(ctx)              // the manager's clock starts counting the nodes down
 	f.now = t0.Add(time.Minute) // far past the grace
@@ -119,12 +119,12 @@ func TestReaper_ControlPlaneOutage_NothingFencedOrReaped(t *testing.T) {
 	f.expectActions()
 	f.expectNothingFenced()
 	f.expectEvents() // no second outage Event, no NodeDown, no pod Event
-	for _, st := range f.reaper.NodeStatuses() {
+	for _, st := range f.ctrl.NodeStatuses() {
 		if st.State != NodeHeldControlPlaneOutage || st.Down {
 			t.Errorf("%s: %s down=%v, want %s", st.Name, st.State, st.Down, NodeHeldControlPlaneOutage)
 		}
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.NodesDown); got != 0 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.NodesDown); got != 0 {
 		t.Errorf("nodes down gauge %v, want 0", got)
 	}
 	// The control plane is back: the nodes are Ready, nothing happens.
@@ -138,14 +138,14 @@ func TestReaper_ControlPlaneOutage_NothingFencedOrReaped(t *testing.T) {
 	f.expectActions()
 	f.expectNothingFenced()
 	f.expectEvents()
-	if testutil.ToFloat64(f.reaper.metrics.ControlPlaneOutage) != 0 || testutil.ToFloat64(f.reaper.metrics.NodesHeldOutage) != 0 {
+	if testutil.ToFloat64(f.ctrl.metrics.ControlPlaneOutage) != 0 || testutil.ToFloat64(f.ctrl.metrics.NodesHeldOutage) != 0 {
 		t.Error("gauges still report an outage after the nodes came back")
 	}
 }
 
 // One node cut off from the API server while its engine heartbeats is a
 // zombie: fenced after the grace and its pod reaped, as without the rule.
-func TestReaper_ControlPlaneOutage_OneZombieIsStillFenced(t *testing.T) {
+func TestController_ControlPlaneOutage_OneZombieIsStillFenced(t *testing.T) {
 	f := outageFixture(t, corev1.ConditionTrue)
 	f.start()
 	ctx := context.Background()
@@ -153,20 +153,20 @@ func TestReaper_ControlPlaneOutage_OneZombieIsStillFenced(t *testing.T) {
 	f.heartbeats()
 	f.poll()
 	f.expectEvents()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.now = t0.Add(3 * time.Second)
 	f.heartbeats()
 	f.poll()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-node-1") || !f.reaper.nodes.fenced("node-1") {
+	if f.fencer.live("node-1", "handle-pv-node-1") || !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the zombie node-1 was not fenced after the grace")
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-1"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-node-1 uid=uid-va-va-node-1", "delete pods app/db-1 grace=0 uid=uid-app-db-1")
@@ -175,7 +175,7 @@ func TestReaper_ControlPlaneOutage_OneZombieIsStillFenced(t *testing.T) {
 // A kubelet that died while the engine and the containers still run: its Lease
 // goes stale and Kubernetes calls it Unknown; alone, it is a zombie and fenced.
 // Two more such nodes make an outage: then the fence waits.
-func TestReaper_ControlPlaneOutage_DeadKubeletIsAZombie(t *testing.T) {
+func TestController_ControlPlaneOutage_DeadKubeletIsAZombie(t *testing.T) {
 	f := outageFixture(t, corev1.ConditionTrue)
 	f.start()
 	ctx := context.Background()
@@ -186,27 +186,27 @@ func TestReaper_ControlPlaneOutage_DeadKubeletIsAZombie(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{RenewTime: &rt, LeaseDurationSeconds: &dur}}
 	}
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		f.reaper.onLease(lease(n, t0))
+		f.ctrl.onLease(lease(n, t0))
 	}
 	// 21 s later only node-2 and node-3 renewed (node-1's kubelet is dead):
 	// node-1's Lease is stale, one node, no outage.
 	f.now = t0.Add(21 * time.Second)
-	f.reaper.onLease(lease("node-2", f.now))
-	f.reaper.onLease(lease("node-3", f.now))
+	f.ctrl.onLease(lease("node-2", f.now))
+	f.ctrl.onLease(lease("node-3", f.now))
 	f.heartbeats()
 	f.poll()
-	if f.reaper.outage.held("node-1") {
+	if f.ctrl.outage.held("node-1") {
 		t.Fatal("one dead kubelet held as an outage")
 	}
 	f.setReady("node-1", corev1.ConditionUnknown)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.now = f.now.Add(3 * time.Second)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.reaper.nodes.fenced("node-1") {
+	if !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the node with a dead kubelet and a live engine was not fenced")
 	}
 	// The same Leases stale on every node, before Kubernetes calls any of
@@ -214,13 +214,13 @@ func TestReaper_ControlPlaneOutage_DeadKubeletIsAZombie(t *testing.T) {
 	g := outageFixture(t, corev1.ConditionTrue)
 	g.start()
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		g.reaper.onLease(lease(n, t0))
+		g.ctrl.onLease(lease(n, t0))
 	}
 	g.now = t0.Add(21 * time.Second)
 	g.heartbeats()
 	g.poll()
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		if !g.reaper.outage.held(n) {
+		if !g.ctrl.outage.held(n) {
 			t.Errorf("%s not held with every Lease stale and every engine heartbeating", n)
 		}
 	}
@@ -233,7 +233,7 @@ func TestReaper_ControlPlaneOutage_DeadKubeletIsAZombie(t *testing.T) {
 // When the control plane comes back, the nodes report one by one: the last
 // ones are not fenced because the first ones are back. Held for outageSettle,
 // then judged by Kubernetes' verdict again.
-func TestReaper_ControlPlaneOutage_HealingNodesAreNotFencedOneByOne(t *testing.T) {
+func TestController_ControlPlaneOutage_HealingNodesAreNotFencedOneByOne(t *testing.T) {
 	f := outageFixture(t, corev1.ConditionUnknown)
 	f.start()
 	ctx := context.Background()
@@ -252,24 +252,24 @@ func TestReaper_ControlPlaneOutage_HealingNodesAreNotFencedOneByOne(t *testing.T
 	f.now = f.now.Add(outageSettle + time.Second)
 	f.heartbeats()
 	f.poll()
-	if err := f.reaper.syncNode(ctx, "node-2"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-2"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.reaper.nodes.fenced("node-2") {
+	if !f.ctrl.nodes.fenced("node-2") {
 		t.Fatal("node-2, still down after the settle, was not fenced")
 	}
 }
 
 // A node judged down (its recovery opened) before the outage was recognized
 // is held when it is: its NodeRecovery says why and does not advance.
-func TestReaper_ControlPlaneOutage_MarksTheOpenRecovery(t *testing.T) {
+func TestController_ControlPlaneOutage_MarksTheOpenRecovery(t *testing.T) {
 	f := outageFixture(t, corev1.ConditionTrue)
 	rc := newFakeRecoveryClient()
 	f.start()
-	f.reaper.recoveries = newRecoveries(rc, f.reaper.metrics, f.reaper.ownerPodUIDs)
+	f.ctrl.recoveries = newRecoveries(rc, f.ctrl.metrics, f.ctrl.ownerPodUIDs)
 	ctx := context.Background()
 	f.setReady("node-1", corev1.ConditionUnknown)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents("Warning " + EventNodeDown)
@@ -283,7 +283,7 @@ func TestReaper_ControlPlaneOutage_MarksTheOpenRecovery(t *testing.T) {
 	f.expectActions()
 	f.expectNothingFenced()
 	f.expectEvents()
-	f.reaper.recoveries.flush(ctx)
+	f.ctrl.recoveries.flush(ctx)
 	rec := rc.only(t)
 	if rec.Status.Reason != RecoveryReasonControlPlaneOutage || rec.Status.Phase != v1alpha1.PhaseDetected || rec.Status.FencedAt != nil {
 		t.Errorf("recovery %+v, want reason %s, still Detected, nothing fenced", rec.Status, RecoveryReasonControlPlaneOutage)

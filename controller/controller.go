@@ -23,7 +23,7 @@ import (
 // ErrCacheSync is returned by Run when the informer caches never synced.
 var ErrCacheSync = errors.New("controller: informer caches did not sync")
 
-// Config is what NewReaper needs. Client, Informers, Settings, Recorder and
+// Config is what New needs. Client, Informers, Settings, Recorder and
 // Metrics are required; Fencer, Recoveries, ActBlocked and Now are optional.
 type Config struct {
 	Client    kubernetes.Interface
@@ -61,11 +61,11 @@ type queueKey struct {
 	name      string
 }
 
-// Reaper runs Vigil's reconcilers on one queue: node health and the fence
+// Controller runs Vigil's reconcilers on one queue: node health and the fence
 // coordinator (node_sync.go, fence.go, storage_watch.go), the pod reaper
 // (pod_reaper.go), attachment recovery (attachment_recovery.go) and crash-loop
 // handling (crash_loop.go), and records each recovery (recovery.go).
-type Reaper struct {
+type Controller struct {
 	client     kubernetes.Interface
 	settings   SettingsReader
 	fencer     Fencer
@@ -89,9 +89,9 @@ type Reaper struct {
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 }
 
-// NewReaper registers the informers, indexes and event handlers the reaper
+// New registers the informers, indexes and event handlers the reaper
 // needs on cfg.Informers. Start the factory after calling it.
-func NewReaper(cfg Config) (*Reaper, error) {
+func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil || cfg.Settings == nil || cfg.Recorder == nil || cfg.Metrics == nil {
 		return nil, errors.New("controller: Config needs Client, Informers, Settings, Recorder and Metrics")
 	}
@@ -115,7 +115,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 	if err := pvInf.Informer().AddIndexers(cache.Indexers{pvByHandleIndex: pvHandle}); err != nil {
 		return nil, fmt.Errorf("controller: index persistent volumes: %w", err)
 	}
-	r := &Reaper{
+	r := &Controller{
 		client: cfg.Client, settings: cfg.Settings, fencer: cfg.Fencer, actBlocked: cfg.ActBlocked, metrics: cfg.Metrics,
 		events: newEvents(cfg.Recorder, now), now: now,
 		listers: listers{
@@ -155,7 +155,7 @@ func NewReaper(cfg Config) (*Reaper, error) {
 	return r, nil
 }
 
-func (r *Reaper) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) error {
+func (r *Controller) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) error {
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onPod,
 		UpdateFunc: func(_, obj any) { r.onPod(obj) },
@@ -181,7 +181,7 @@ func (r *Reaper) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) e
 }
 
 // HasSynced reports whether every informer the reaper reads has synced.
-func (r *Reaper) HasSynced() bool {
+func (r *Controller) HasSynced() bool {
 	for _, s := range r.synced {
 		if !s() {
 			return false
@@ -194,7 +194,7 @@ func (r *Reaper) HasSynced() bool {
 // recovery writer until ctx ends, and returns only after every one of them has
 // stopped: nothing acts once Run has returned (leadership lost). Only the leader
 // calls Run; every replica may run the informers.
-func (r *Reaper) Run(ctx context.Context, workers int) error {
+func (r *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
 		r.queue.ShutDown()
@@ -223,7 +223,7 @@ func (r *Reaper) Run(ctx context.Context, workers int) error {
 
 // enqueueAllNodes queues every node that exists or still has pods, so a node that
 // went down (or was deleted) while no leader was running is judged.
-func (r *Reaper) enqueueAllNodes() {
+func (r *Controller) enqueueAllNodes() {
 	names := map[string]struct{}{}
 	if nodes, err := r.listers.nodes.List(everything); err == nil {
 		for _, n := range nodes {
@@ -243,7 +243,7 @@ func (r *Reaper) enqueueAllNodes() {
 
 // watchSettings re-judges every pod on a down node as soon as a setting changes,
 // so a new policy acts without waiting for a resync.
-func (r *Reaper) watchSettings(ctx context.Context) {
+func (r *Controller) watchSettings(ctx context.Context) {
 	changes, cancel := r.settings.Subscribe()
 	defer cancel()
 	for {
@@ -263,7 +263,7 @@ func (r *Reaper) watchSettings(ctx context.Context) {
 // requeueAfterSettingsChange queues every node that is down or not Ready (a
 // changed debounce can make it down), their pods and attachments, and every pod
 // that looked crash-looping.
-func (r *Reaper) requeueAfterSettingsChange() {
+func (r *Controller) requeueAfterSettingsChange() {
 	for _, n := range r.nodes.downNodes() {
 		r.enqueuePodsOn(n)
 		r.queue.Add(queueKey{kind: keyAttachments, name: n})
@@ -285,7 +285,7 @@ func (r *Reaper) requeueAfterSettingsChange() {
 	}
 }
 
-func (r *Reaper) enqueuePodsOn(node string) {
+func (r *Controller) enqueuePodsOn(node string) {
 	objs, err := r.podsByNode.ByIndex(nodeIndex, node)
 	if err != nil {
 		return
@@ -301,7 +301,7 @@ func (r *Reaper) enqueuePodsOn(node string) {
 // tells the recovery records about it (it may be a replacement); and queues the
 // attachments of down nodes holding one of its volumes (it may be the
 // replacement waiting for them).
-func (r *Reaper) onPod(obj any) {
+func (r *Controller) onPod(obj any) {
 	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return
@@ -321,7 +321,7 @@ func (r *Reaper) onPod(obj any) {
 }
 
 // onPodDelete queues the attachments of a down node that lost a pod.
-func (r *Reaper) onPodDelete(obj any) {
+func (r *Controller) onPodDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -338,7 +338,7 @@ func (r *Reaper) onPodDelete(obj any) {
 
 // queueAttachmentsOfClaims queues the down nodes that hold a VolumeAttachment of
 // one of the pod's claims.
-func (r *Reaper) queueAttachmentsOfClaims(pod *cachedPod) {
+func (r *Controller) queueAttachmentsOfClaims(pod *cachedPod) {
 	for _, v := range pod.Volumes {
 		claim := v.Claim
 		if v.Ephemeral {
@@ -356,7 +356,7 @@ func (r *Reaper) queueAttachmentsOfClaims(pod *cachedPod) {
 	}
 }
 
-func (r *Reaper) onAttachment(obj any) {
+func (r *Controller) onAttachment(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -365,7 +365,7 @@ func (r *Reaper) onAttachment(obj any) {
 	}
 }
 
-func (r *Reaper) onNode(obj any) {
+func (r *Controller) onNode(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -376,7 +376,7 @@ func (r *Reaper) onNode(obj any) {
 
 // onNodeUpdate queues a node whose health inputs changed, or on a resync; the
 // kubelet's periodic status updates alone queue nothing.
-func (r *Reaper) onNodeUpdate(oldObj, newObj any) {
+func (r *Controller) onNodeUpdate(oldObj, newObj any) {
 	o, ok1 := oldObj.(*corev1.Node)
 	n, ok2 := newObj.(*corev1.Node)
 	if !ok1 || !ok2 {
@@ -398,14 +398,14 @@ func healthInputsDiffer(a, b *corev1.Node) bool {
 	return (outOfServiceTaint(a) == nil) != (outOfServiceTaint(b) == nil) || (fencedTaint(a) == nil) != (fencedTaint(b) == nil)
 }
 
-func (r *Reaper) runWorker(ctx context.Context) {
+func (r *Controller) runWorker(ctx context.Context) {
 	for r.processNext(ctx) {
 	}
 }
 
 // processNext handles one key: success forgets its failures, an error requeues
 // it with backoff.
-func (r *Reaper) processNext(ctx context.Context) bool {
+func (r *Controller) processNext(ctx context.Context) bool {
 	key, shutdown := r.queue.Get()
 	if shutdown {
 		return false
@@ -423,7 +423,7 @@ func (r *Reaper) processNext(ctx context.Context) bool {
 	return true
 }
 
-func (r *Reaper) sync(ctx context.Context, key queueKey) error {
+func (r *Controller) sync(ctx context.Context, key queueKey) error {
 	switch key.kind {
 	case keyPod:
 		return r.syncPod(ctx, key.namespace, key.name)
@@ -436,7 +436,7 @@ func (r *Reaper) sync(ctx context.Context, key queueKey) error {
 }
 
 // blocked reports why the controllers may not act now ("" when they may).
-func (r *Reaper) blocked() string {
+func (r *Controller) blocked() string {
 	if r.actBlocked == nil {
 		return ""
 	}
@@ -447,7 +447,7 @@ func (r *Reaper) blocked() string {
 }
 
 // ownerPodUIDs lists the UIDs of the pods an owner (ownerKeyOf) has now.
-func (r *Reaper) ownerPodUIDs(key string) []types.UID {
+func (r *Controller) ownerPodUIDs(key string) []types.UID {
 	objs, err := r.podsByNode.ByIndex(ownerIndex, key)
 	if err != nil {
 		return nil
@@ -462,7 +462,7 @@ func (r *Reaper) ownerPodUIDs(key string) []types.UID {
 }
 
 // proofSource is the reaper's access to node grants (nil without a Fencer).
-func (r *Reaper) proofSource() proofSource {
+func (r *Controller) proofSource() proofSource {
 	if r.proofs == nil {
 		return nil
 	}

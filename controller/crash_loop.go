@@ -115,7 +115,7 @@ type crashDecision struct {
 // a StatefulSet or a Deployment's ReplicaSet; a protected volume; a container in
 // CrashLoopBackOff with at least crash-loop-restart-limit restarts; this UID
 // never deleted before; the owner's backoff passed. It is pure.
-func decideCrashLoop(s *Snapshot, restarts int32, st crashState, set *ReaperSettings, now time.Time) crashDecision {
+func decideCrashLoop(s *Snapshot, restarts int32, st crashState, set *Settings, now time.Time) crashDecision {
 	switch {
 	case !set.CrashLoopPodDeletion:
 		return crashDecision{Reason: ReasonCrashLoopOff}
@@ -138,7 +138,7 @@ func decideCrashLoop(s *Snapshot, restarts int32, st crashState, set *ReaperSett
 }
 
 // syncCrashLoop handles a pod on a live node.
-func (r *Reaper) syncCrashLoop(ctx context.Context, pod *corev1.Pod, set *ReaperSettings) error {
+func (r *Controller) syncCrashLoop(ctx context.Context, pod *corev1.Pod, set *Settings) error {
 	restarts := int32(0)
 	if cs := pod.Status.ContainerStatuses; len(cs) > 0 {
 		restarts = cs[0].RestartCount

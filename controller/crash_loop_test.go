@@ -38,7 +38,7 @@ func TestCrashLoopRestarts_OnlyContainersInBackOff(t *testing.T) {
 
 func TestDecideCrashLoop_Table(t *testing.T) {
 	vigilVols := []VolumeInfo{{Name: "d", Driver: vigil.DriverName, PVName: "pv"}}
-	on := &ReaperSettings{CrashLoopPodDeletion: true, CrashLoopRestartLimit: 5}
+	on := &Settings{CrashLoopPodDeletion: true, CrashLoopRestartLimit: 5}
 	sts := func(mod func(s *Snapshot)) *Snapshot {
 		s := &Snapshot{Pod: newPod("app", "p", "n", nil), Owner: OwnerStatefulSet, Volumes: vigilVols}
 		if mod != nil {
@@ -51,10 +51,10 @@ func TestDecideCrashLoop_Table(t *testing.T) {
 		snap     *Snapshot
 		restarts int32
 		st       crashState
-		set      *ReaperSettings
+		set      *Settings
 		want     crashDecision
 	}{
-		{"setting off", sts(nil), 9, crashState{}, &ReaperSettings{CrashLoopRestartLimit: 5}, crashDecision{Reason: ReasonCrashLoopOff}},
+		{"setting off", sts(nil), 9, crashState{}, &Settings{CrashLoopRestartLimit: 5}, crashDecision{Reason: ReasonCrashLoopOff}},
 		{"not looping", sts(nil), 0, crashState{}, on, crashDecision{Reason: ReasonCrashLoopNotLooping}},
 		{"below the limit", sts(nil), 4, crashState{}, on, crashDecision{Reason: ReasonCrashLoopBelowLimit}},
 		{"at the limit", sts(nil), 5, crashState{}, on, crashDecision{Delete: true, Reason: ReasonCrashLoopDelete}},
@@ -110,7 +110,7 @@ func TestCrashLoops_BoundPerUIDAndBackoffPerOwner(t *testing.T) {
 
 func uidOf(prefix string, i int) k8stypes.UID { return k8stypes.UID(prefix + string(rune('a'+i))) }
 
-func TestReaper_SyncPod_CrashLoopDeletesOnceThenBacksOff(t *testing.T) {
+func TestController_SyncPod_CrashLoopDeletesOnceThenBacksOff(t *testing.T) {
 	f := newFixture(t, PolicyDoNothing)
 	f.settings.crashLoop = true
 	owner := controllerRef("apps/v1", "StatefulSet", "db", "uid-sts")
@@ -124,7 +124,7 @@ func TestReaper_SyncPod_CrashLoopDeletesOnceThenBacksOff(t *testing.T) {
 	f.start()
 	ctx := context.Background()
 	for _, p := range []string{"db-0", "db-1", "web-0"} {
-		if err := f.reaper.syncPod(ctx, "app", p); err != nil {
+		if err := f.ctrl.syncPod(ctx, "app", p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,31 +136,31 @@ func TestReaper_SyncPod_CrashLoopDeletesOnceThenBacksOff(t *testing.T) {
 	if !strings.Contains(evs[0], "6 restarts") {
 		t.Errorf("event %q does not name the restarts", evs[0])
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.CrashLoopDeleted.WithLabelValues("StatefulSet")); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.CrashLoopDeleted.WithLabelValues("StatefulSet")); got != 1 {
 		t.Errorf("crash-loop deletions = %v", got)
 	}
 	// After the backoff, the other pod goes.
 	f.now = t0.Add(crashLoopBackoffBase)
-	if err := f.reaper.syncPod(ctx, "app", "db-1"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete pods app/db-0 uid=uid-app-db-0", "delete pods app/db-1 uid=uid-app-db-1")
 	f.client.ClearActions()
 	// db-0 again, as the cache still shows it: each UID is deleted at most once.
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 }
 
-func TestReaper_SyncPod_CrashLoopDryRun(t *testing.T) {
+func TestController_SyncPod_CrashLoopDryRun(t *testing.T) {
 	f := newFixture(t, PolicyDoNothing)
 	f.settings.crashLoop, f.settings.dryRun = true, true
 	f.objects = append(f.objects, crashing(newPod("app", "db-0", "node-1", controllerRef("apps/v1", "StatefulSet", "db", "u"),
 		pvcVolume("data", "data-db-0")), 6), newNode("node-1", corev1.ConditionTrue, -time.Hour),
 		newPVC("app", "data-db-0", "pv-a", nil), newPV("pv-a", vigil.DriverName))
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()

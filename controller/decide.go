@@ -82,8 +82,8 @@ func attachmentGoes(a *Attachment) bool {
 	return a != nil && !a.Deleting && a.Attached
 }
 
-// ReaperSettings are the settings the decide functions read, taken once per sync.
-type ReaperSettings struct {
+// Settings are the settings the decide functions read, taken once per sync.
+type Settings struct {
 	Policy                     PodDeletionPolicy
 	AttachmentPolicy           AttachmentPolicy
 	NotReadyDebounce           time.Duration
@@ -98,8 +98,8 @@ type ReaperSettings struct {
 	FencerDriver string
 }
 
-func readSettings(r SettingsReader, fencerDriver string) ReaperSettings {
-	return ReaperSettings{
+func readSettings(r SettingsReader, fencerDriver string) Settings {
+	return Settings{
 		Policy:                     r.NodeDownPodDeletionPolicy(),
 		AttachmentPolicy:           r.VolumeAttachmentRecoveryPolicy(),
 		NotReadyDebounce:           r.NotReadyDebounce(),
@@ -195,7 +195,7 @@ const fenceRecheck = 2 * time.Second
 // decide applies the decision table (docs/architecture.md, "The decision, in
 // one table") to one pod. It is pure: the clock and the settings are
 // parameters.
-func decide(s *Snapshot, set *ReaperSettings, now time.Time) Decision {
+func decide(s *Snapshot, set *Settings, now time.Time) Decision {
 	pod := s.Pod
 	if pod.Spec.NodeName == "" {
 		return Decision{Kind: DecisionSkip, Reason: ReasonUnscheduled}
@@ -284,7 +284,7 @@ func reapBasis(vols []VolumeInfo, state NodeState, reason Reason) string {
 // is reaped at once, on the same proof as the fast trigger (every volume proven
 // fenced on the node). Only pods the fence committed to are decided here, so a
 // pod scheduled on the node after it came back is never taken for one.
-func decideReturned(s *Snapshot, d Decision, set *ReaperSettings) Decision {
+func decideReturned(s *Snapshot, d Decision, set *Settings) Decision {
 	if why, ok := coverage(s.Pod, s.Owner, s.Volumes, set); !ok {
 		// Opted out or policy changed since the fence: left to a person.
 		d.Reason = why
@@ -309,7 +309,7 @@ func decideReturned(s *Snapshot, d Decision, set *ReaperSettings) Decision {
 
 // coverage is decision table rows 1 and 2: the policy covers the pod's owner,
 // the pod is not opted out, and it uses a protected volume.
-func coverage(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *ReaperSettings) (Reason, bool) {
+func coverage(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *Settings) (Reason, bool) {
 	switch {
 	case isOptedOut(pod):
 		return ReasonOptedOut, false
@@ -328,7 +328,7 @@ func coverage(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *ReaperSe
 // trigger: down for the grace, and either Kubernetes proves the node gone
 // (deleted, out-of-service) or Vigil has fenced and tainted it and every volume
 // of the pod is proven fenced on it by the back end's attachment table.
-func trigger(s *Snapshot, v NodeVerdict, set *ReaperSettings, now time.Time) (Reason, bool, time.Duration) {
+func trigger(s *Snapshot, v NodeVerdict, set *Settings, now time.Time) (Reason, bool, time.Duration) {
 	ts := s.Pod.DeletionTimestamp
 	var untilDeadline time.Duration
 	if ts != nil {
@@ -361,7 +361,7 @@ func trigger(s *Snapshot, v NodeVerdict, set *ReaperSettings, now time.Time) (Re
 // reapActions lists the deletes in order: the VolumeAttachments of the pod on
 // its node that volume-attachment-recovery-policy lets go first (never another
 // node's, never one already going), then the pod.
-func reapActions(s *Snapshot, node NodeVerdict, set *ReaperSettings) []Action {
+func reapActions(s *Snapshot, node NodeVerdict, set *Settings) []Action {
 	pod := s.Pod
 	actions := reapAttachmentActions(s, node, set)
 	return append(actions, Action{Kind: ActionForceDeletePod, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})

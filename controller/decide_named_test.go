@@ -16,14 +16,14 @@ import (
 // manager having first seen the node not Ready seenAgo ago (default a minute).
 // With a proven function the node counts as fenced by Vigil (the datapath's
 // driver) and the function says which volumes the back end proves fenced.
-func namedSnapshotSeen(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, seenAgo time.Duration, objs ...runtime.Object) *Snapshot {
+func namedSnapshotSeen(pod *corev1.Pod, set *Settings, proven provenFunc, seenAgo time.Duration, objs ...runtime.Object) *Snapshot {
 	if seenAgo == 0 {
 		seenAgo = time.Minute
 	}
 	return snapshotOf(pod, set, proven, t0.Add(-seenAgo), objs...)
 }
 
-func snapshotOf(pod *corev1.Pod, set *ReaperSettings, proven provenFunc, notReadySince time.Time, objs ...runtime.Object) *Snapshot {
+func snapshotOf(pod *corev1.Pod, set *Settings, proven provenFunc, notReadySince time.Time, objs ...runtime.Object) *Snapshot {
 	l := testListers(objs...)
 	node, _ := l.nodes.Get(pod.Spec.NodeName)
 	tracker := newNodeTracker()
@@ -42,12 +42,12 @@ func stsPod(vols ...corev1.Volume) *corev1.Pod {
 	return newPod("app", "p", "node-1", controllerRef("apps/v1", "StatefulSet", "db", "uid-sts"), vols...)
 }
 
-func defaultSet() *ReaperSettings {
-	return &ReaperSettings{Policy: PolicyDeleteBoth, AttachmentPolicy: AttachmentImmediate, FencerDriver: vigil.DriverName,
+func defaultSet() *Settings {
+	return &Settings{Policy: PolicyDeleteBoth, AttachmentPolicy: AttachmentImmediate, FencerDriver: vigil.DriverName,
 		NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
 }
 
-func defaultSetWith(f func(*ReaperSettings)) *ReaperSettings {
+func defaultSetWith(f func(*Settings)) *Settings {
 	set := defaultSet()
 	if f != nil {
 		f(set)
@@ -66,7 +66,7 @@ func TestDecide_Named(t *testing.T) {
 	cases := []struct {
 		name       string
 		pod        *corev1.Pod
-		set        func(*ReaperSettings)
+		set        func(*Settings)
 		proven     provenFunc
 		objs       []runtime.Object
 		wantKind   DecisionKind
@@ -99,7 +99,7 @@ func TestDecide_Named(t *testing.T) {
 			}(), objs: append(vigilVol, unknown), wantKind: DecisionSkip, wantReason: ReasonOptedOut},
 		{name: "policy do-nothing names itself",
 			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown),
-			set: func(s *ReaperSettings) { s.Policy = PolicyDoNothing }, wantKind: DecisionSkip, wantReason: ReasonPolicyDoNothing},
+			set: func(s *Settings) { s.Policy = PolicyDoNothing }, wantKind: DecisionSkip, wantReason: ReasonPolicyDoNothing},
 		{name: "a StatefulSet of another API group is not covered",
 			pod: terminating(newPod("app", "p", "node-1", controllerRef("apps.kruise.io/v1beta1", "StatefulSet", "db", "u"),
 				pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown),
@@ -119,29 +119,29 @@ func TestDecide_Named(t *testing.T) {
 			wantKind: DecisionSkip, wantReason: ReasonNoProtectedVolume},
 		{name: "an extra provisioner from settings is protected",
 			pod: terminating(stsPod(pvcVolume("o", "other")), -time.Second), objs: append(otherVol, unknown),
-			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{"x", otherDriver} },
+			set:      func(s *Settings) { s.ExtraProtectedProvisioners = []string{"x", otherDriver} },
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
 		{name: "fast trigger waits for the grace",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, newNode("node-1", corev1.ConditionUnknown, -10*time.Second)),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
 			seen:     10 * time.Second,
 			wantKind: DecisionWait, wantReason: ReasonWithinGrace, wantAfter: 20 * time.Second},
 		{name: "fast trigger fires when every volume is proven fenced after the grace",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(h string) bool { return h == "handle-pv-1" },
 			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
 		{name: "fast trigger needs every volume, not just the vigil one (another driver's claim is never proven)",
 			pod: stsPod(pvcVolume("d", "data"), pvcVolume("o", "other")), objs: append(append(vigilVol, otherVol...), unknown),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
 			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume,
 			wantVolume: `volume "o" (claim other, PV pv-2 of driver ebs.csi.aws.com, not a protected provisioner)`},
 		{name: "an inline nfs volume beside a proven vigil volume stops the fast trigger",
 			pod:      stsPod(pvcVolume("d", "data"), volumeOf("share", corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/x"}})),
 			objs:     append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
 			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "share" (inline nfs)`},
 		{name: "an inline nfs volume stops the compatible trigger too (decision table row 2)",
@@ -151,7 +151,7 @@ func TestDecide_Named(t *testing.T) {
 		{name: "an inline CSI volume, even of Vigil's own driver, is never proven",
 			pod:      stsPod(pvcVolume("d", "data"), volumeOf("scratch", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: vigil.DriverName}})),
 			objs:     append(vigilVol, unknown),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
 			wantKind: DecisionSkip, wantReason: ReasonUnprovableVolume, wantVolume: `volume "scratch" (inline csi)`},
 		{name: "inline iscsi, rbd, cephfs, glusterfs and fc volumes are named by their kind (the first one)",
@@ -176,7 +176,7 @@ func TestDecide_Named(t *testing.T) {
 				volumeOf("info", corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}),
 				volumeOf("model", corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "models:1"}})),
 			objs:     append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return true },
 			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
 		{name: "an inline volume on a pod with no protected volume is simply not Vigil's",
@@ -185,34 +185,34 @@ func TestDecide_Named(t *testing.T) {
 			wantKind: DecisionSkip, wantReason: ReasonNoProtectedVolume},
 		{name: "fast trigger needs the volume's grant revoked, not just the node fenced",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			proven:   func(string) bool { return false },
 			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
 		{name: "fast trigger without a fencing back end never fires on a node merely unknown",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true },
+			set:      func(s *Settings) { s.FastFencedTrigger = true },
 			wantKind: DecisionWait, wantReason: ReasonNotProvenFenced, wantAfter: fenceRecheck},
 		{name: "attachment policy wait: the reap deletes the pod only (attachments follow the replacement)",
 			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.AttachmentPolicy = AttachmentWait },
+			set:      func(s *Settings) { s.AttachmentPolicy = AttachmentWait },
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
 		{name: "attachment policy never: the reap never deletes an attachment",
 			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.AttachmentPolicy = AttachmentNever },
+			set:      func(s *Settings) { s.AttachmentPolicy = AttachmentNever },
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
 		{name: "another driver's attachment is not deleted on a node merely unknown (not proven fenced)",
 			pod:      terminating(stsPod(pvcVolume("o", "other")), -time.Second),
 			objs:     append(otherVol, unknown, newVA("va-o", "pv-2", "node-1")),
-			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
+			set:      func(s *Settings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline},
 		{name: "another driver's attachment goes first on a deleted node (Kubernetes' proof)",
 			pod:      terminating(stsPod(pvcVolume("o", "other")), -time.Second),
 			objs:     append(otherVol, newVA("va-o", "pv-2", "node-1")),
-			set:      func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
+			set:      func(s *Settings) { s.ExtraProtectedProvisioners = []string{otherDriver} },
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va-o"}},
 		{name: "a Ready node storage-isolated and fenced by Vigil is down",
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, newNode("node-1", corev1.ConditionTrue, -time.Hour), newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.FastFencedTrigger = true; s.NodeDownGracePeriod = 2 * time.Second },
+			set:      func(s *Settings) { s.FastFencedTrigger = true; s.NodeDownGracePeriod = 2 * time.Second },
 			proven:   func(string) bool { return true },
 			isolated: true,
 			wantKind: DecisionDelete, wantReason: ReasonProvenFenced, wantVAs: []string{"va"}},
@@ -228,7 +228,7 @@ func TestDecide_Named(t *testing.T) {
 			wantKind: DecisionDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va-1"}},
 		{name: "dry run lists the same actions",
 			pod: terminating(stsPod(pvcVolume("d", "data")), -time.Second), objs: append(vigilVol, unknown, newVA("va", "pv-1", "node-1")),
-			set:      func(s *ReaperSettings) { s.DryRun = true },
+			set:      func(s *Settings) { s.DryRun = true },
 			wantKind: DecisionWouldDelete, wantReason: ReasonPastDeadline, wantVAs: []string{"va"}},
 	}
 	for _, tc := range cases {
@@ -280,13 +280,13 @@ func TestDecide_ReapBasis(t *testing.T) {
 	vigilVol := []runtime.Object{newPVC("app", "data", "pv-1", nil), newPV("pv-1", vigil.DriverName)}
 	otherVol := []runtime.Object{newPVC("app", "other", "pv-2", nil), newPV("pv-2", otherDriver)}
 	unknown := newNode("node-1", corev1.ConditionUnknown, -time.Minute)
-	fast := func(s *ReaperSettings) { s.FastFencedTrigger = true }
-	extra := func(s *ReaperSettings) { s.ExtraProtectedProvisioners = []string{otherDriver} }
+	fast := func(s *Settings) { s.FastFencedTrigger = true }
+	extra := func(s *Settings) { s.ExtraProtectedProvisioners = []string{otherDriver} }
 	for _, tc := range []struct {
 		name   string
 		pod    *corev1.Pod
 		objs   []runtime.Object
-		set    func(*ReaperSettings)
+		set    func(*Settings)
 		proven provenFunc
 		want   string
 	}{
@@ -303,11 +303,11 @@ func TestDecide_ReapBasis(t *testing.T) {
 			pod: stsPod(pvcVolume("d", "data")), objs: append(vigilVol, unknown), set: fast, proven: func(string) bool { return true },
 			want: "every volume of the pod is fenced on the node at the datapath, so its writes are refused"},
 		{name: "fast, node deleted: the operator's word",
-			pod: stsPod(pvcVolume("o", "other")), objs: otherVol, set: func(s *ReaperSettings) { fast(s); extra(s) },
+			pod: stsPod(pvcVolume("o", "other")), objs: otherVol, set: func(s *Settings) { fast(s); extra(s) },
 			want: "the Node object was deleted (confirmed by the API server), which Vigil takes to mean the machine is gone"},
 		{name: "fast, out-of-service: the operator's word",
 			pod: stsPod(pvcVolume("o", "other")), objs: append(otherVol, newNode("node-1", corev1.ConditionFalse, -time.Minute, outOfService(-time.Minute))),
-			set:  func(s *ReaperSettings) { fast(s); extra(s) },
+			set:  func(s *Settings) { fast(s); extra(s) },
 			want: "the node carries the out-of-service taint, which Vigil takes to mean the machine is off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

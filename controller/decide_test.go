@@ -121,7 +121,7 @@ var reasonRow = map[Reason]int{
 }
 
 // build turns a case into objects, a snapshot through the real listers, and settings.
-func (c tableCase) build() (*Snapshot, *ReaperSettings) {
+func (c tableCase) build() (*Snapshot, *Settings) {
 	const ns, node = "app", "node-1"
 	var objs []runtime.Object
 	var owner = controllerRef("apps/v1", "StatefulSet", "db", "uid-sts")
@@ -194,7 +194,7 @@ func (c tableCase) build() (*Snapshot, *ReaperSettings) {
 	if c.optOut {
 		pod.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
 	}
-	set := &ReaperSettings{Policy: c.policy, AttachmentPolicy: c.attach, NotReadyDebounce: 15 * time.Second,
+	set := &Settings{Policy: c.policy, AttachmentPolicy: c.attach, NotReadyDebounce: 15 * time.Second,
 		NodeDownGracePeriod: 30 * time.Second, FastFencedTrigger: c.fast != fastOff, FencerDriver: vigil.DriverName}
 	l := testListers(objs...)
 	nodeObj, _ := l.nodes.Get(node)

@@ -36,10 +36,10 @@ func TestNewMetrics_ExactNames(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
-	if err := f.reaper.syncNode(t.Context(), "node-1"); err != nil {
+	if err := f.ctrl.syncNode(t.Context(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.reaper.syncPod(t.Context(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(t.Context(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	families, err := f.registry.Gather()

@@ -16,10 +16,10 @@ import (
 	"github.com/vigil-storage/vigil/settings"
 )
 
-// ExampleNewReaper wires the reaper the way vigil-manager run does: one informer
+// ExampleNew wires the controller the way vigil-manager run does: one informer
 // factory with the cache transform, settings, an event recorder and metrics.
 // Run it (normally inside RunAsLeader) after starting the factory.
-func ExampleNewReaper() {
+func ExampleNew() {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithTransform(controller.TransformForCache))
@@ -34,7 +34,7 @@ func ExampleNewReaper() {
 		fmt.Println(err)
 		return
 	}
-	reaper, err := controller.NewReaper(controller.Config{
+	ctrl, err := controller.New(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
 		Recorder: record.NewFakeRecorder(10),
 	})
@@ -46,7 +46,7 @@ func ExampleNewReaper() {
 	defer cancel()
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	fmt.Println("synced:", reaper.HasSynced())
+	fmt.Println("synced:", ctrl.HasSynced())
 	// Output: synced: true
 }
 

@@ -36,7 +36,7 @@ func newlyFailed(report []fencing.FailedVolume, before map[string]bool) (fresh [
 // the PersistentVolume of each volume that failed since the last poll. Only
 // the storage watch calls it. A back end that does not answer changes
 // nothing.
-func (r *Reaper) pollFailedVolumes(ctx context.Context) {
+func (r *Controller) pollFailedVolumes(ctx context.Context) {
 	fl, ok := r.fencer.(failedVolumeLister)
 	if !ok {
 		return
@@ -58,7 +58,7 @@ func (r *Reaper) pollFailedVolumes(ctx context.Context) {
 
 // warnFailed puts the Warning Event on the volume's PersistentVolume, or
 // logs it when no PersistentVolume has that handle.
-func (r *Reaper) warnFailed(ctx context.Context, f fencing.FailedVolume) {
+func (r *Controller) warnFailed(ctx context.Context, f fencing.FailedVolume) {
 	objs, err := r.pvIndex.ByIndex(pvByHandleIndex, r.fencer.Driver()+"^"+f.Handle)
 	var pv *corev1.PersistentVolume
 	if err == nil && len(objs) > 0 {

@@ -39,10 +39,10 @@ func TestNewlyFailed(t *testing.T) {
 	}
 }
 
-// TestReaper_PollStorage_FailedVolumeWarnsOnItsPV: a volume the storage
+// TestController_PollStorage_FailedVolumeWarnsOnItsPV: a volume the storage
 // reports failed gets one Warning Event on its PersistentVolume, saying why
 // and what to do, and counts in the gauge until it is cleared.
-func TestReaper_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
+func TestController_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.recorder.IncludeObject = true
 	f.start()
@@ -52,7 +52,7 @@ func TestReaper_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 	failed := fencing.FailedVolume{Handle: "handle-pv-a", Since: t0, Reason: "flushing its data to disk failed (flush: input/output error)",
 		Clear: "vigil-manager datapath clear-failure handle-pv-a"}
 	f.fencer.setFailed(failed, fencing.FailedVolume{Handle: "no-pv", Since: t0, Reason: "r", Clear: "c"})
-	f.reaper.pollStorage(ctx, &reachable, &warned)
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	evs := f.expectEvents("Warning " + EventVolumeFailed)
 	if len(evs) == 1 {
 		for _, want := range []string{"handle-pv-a", "input/output error", "may be lost", "`vigil-manager datapath clear-failure handle-pv-a`", "kind=PersistentVolume"} {
@@ -61,24 +61,24 @@ func TestReaper_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 			}
 		}
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.VolumesFailed); got != 2 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.VolumesFailed); got != 2 {
 		t.Errorf("failed-volume gauge %v, want 2", got)
 	}
-	f.reaper.pollStorage(ctx, &reachable, &warned)
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	f.expectEvents() // still failed: no second Event
 	f.fencer.setErr(errors.New("refused"))
-	f.reaper.pollStorage(ctx, &reachable, &warned)
-	if got := testutil.ToFloat64(f.reaper.metrics.VolumesFailed); got != 2 {
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
+	if got := testutil.ToFloat64(f.ctrl.metrics.VolumesFailed); got != 2 {
 		t.Errorf("an unreachable back end changed the gauge to %v", got)
 	}
 	f.fencer.setErr(nil)
 	f.fencer.setFailed()
-	f.reaper.pollStorage(ctx, &reachable, &warned)
-	if got := testutil.ToFloat64(f.reaper.metrics.VolumesFailed); got != 0 {
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
+	if got := testutil.ToFloat64(f.ctrl.metrics.VolumesFailed); got != 0 {
 		t.Errorf("failed-volume gauge %v after the operator cleared them, want 0", got)
 	}
 	failed.Since = t0.Add(time.Hour)
 	f.fencer.setFailed(failed)
-	f.reaper.pollStorage(ctx, &reachable, &warned)
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	f.expectEvents("Warning " + EventVolumeFailed) // failed again: a new Event
 }

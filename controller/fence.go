@@ -40,7 +40,7 @@ type fenceDecision struct {
 // (a node cut off from the API server only is fenced then, and from then on its
 // I/O is refused: that is the point). Nothing is fenced ahead of time with the
 // fast trigger off.
-func decideFence(o nodeObservation, v NodeVerdict, set *ReaperSettings, hasFencer bool, now time.Time) fenceDecision {
+func decideFence(o nodeObservation, v NodeVerdict, set *Settings, hasFencer bool, now time.Time) fenceDecision {
 	switch {
 	case !set.FastFencedTrigger || !hasFencer || o.Fenced:
 		return fenceDecision{}
@@ -65,7 +65,7 @@ func decideFence(o nodeObservation, v NodeVerdict, set *ReaperSettings, hasFence
 // any step leaves the node unmarked and returns an error, so the step is retried;
 // every step is idempotent, so a retry or a new leader repeats nothing that
 // matters (FenceVolumes skips volumes no longer live).
-func (r *Reaper) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *ReaperSettings) error {
+func (r *Controller) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *Settings) error {
 	ref := nodeRef(name)
 	// A blocked manager (a managed setting refused) acts on none of its
 	// decisions: fencing is one, as much as reaping.
@@ -137,7 +137,7 @@ func describeFenced(fs []fencing.Fenced) string {
 // informer's copy keeps only Vigil's taints); modifyNode's resourceVersion
 // precondition makes a concurrent change of the node a conflict, retried on
 // the new list, never overwritten.
-func (r *Reaper) taintFenced(ctx context.Context, name string, reason FenceReason) error {
+func (r *Controller) taintFenced(ctx context.Context, name string, reason FenceReason) error {
 	return r.modifyNode(ctx, name, "", func(node *corev1.Node) bool {
 		if fencedTaint(node) != nil {
 			return false

@@ -118,7 +118,7 @@ func decideFenceVolumes(live []string, pods []fencePod) fencePlan {
 
 // fencePods reads the node's pods as decideFenceVolumes sees them. A finished
 // pod does no I/O and holds nothing.
-func (r *Reaper) fencePods(node string, set *ReaperSettings) []fencePod {
+func (r *Controller) fencePods(node string, set *Settings) []fencePod {
 	objs, _ := r.podsByNode.ByIndex(nodeIndex, node)
 	out := make([]fencePod, 0, len(objs))
 	for _, o := range objs {
@@ -147,7 +147,7 @@ func (r *Reaper) fencePods(node string, set *ReaperSettings) []fencePod {
 // reapable reports whether the fast trigger will reap the pod once its volumes
 // are proven fenced: decision table rows 1 and 2, and every volume one the back
 // end can prove.
-func reapable(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *ReaperSettings) (Reason, bool) {
+func reapable(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *Settings) (Reason, bool) {
 	if why, ok := coverage(pod, owner, vols, set); !ok {
 		return why, false
 	}
@@ -160,7 +160,7 @@ func reapable(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *ReaperSe
 }
 
 // planFence reads the node's live grants and pods and decides the fence's scope.
-func (r *Reaper) planFence(ctx context.Context, node string, set *ReaperSettings) (fencePlan, error) {
+func (r *Controller) planFence(ctx context.Context, node string, set *Settings) (fencePlan, error) {
 	view, err := r.proofs.refresh(ctx, node)
 	if err != nil {
 		return fencePlan{}, err

@@ -85,8 +85,8 @@ func TestDecideFenceVolumes_Table(t *testing.T) {
 }
 
 func TestReapable_Table(t *testing.T) {
-	sts := &ReaperSettings{Policy: PolicyDeleteStatefulSetPod, FencerDriver: vigil.DriverName}
-	both := &ReaperSettings{Policy: PolicyDeleteBoth, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{"other.csi"}}
+	sts := &Settings{Policy: PolicyDeleteStatefulSetPod, FencerDriver: vigil.DriverName}
+	both := &Settings{Policy: PolicyDeleteBoth, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{"other.csi"}}
 	vigilVol := []VolumeInfo{{Name: "data", Driver: vigil.DriverName, Handle: "h"}}
 	optedOut := newPod("ns", "p", "n", nil)
 	optedOut.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
@@ -96,7 +96,7 @@ func TestReapable_Table(t *testing.T) {
 		pod   *corev1.Pod
 		owner OwnerKind
 		vols  []VolumeInfo
-		set   *ReaperSettings
+		set   *Settings
 		want  Reason
 		ok    bool
 	}{
@@ -106,7 +106,7 @@ func TestReapable_Table(t *testing.T) {
 		{"DaemonSet", plain, OwnerDaemonSet, vigilVol, both, ReasonOwnerNotCovered, false},
 		{"Job", plain, OwnerJob, vigilVol, both, ReasonOwnerNotCovered, false},
 		{"bare pod", plain, OwnerNone, vigilVol, both, ReasonOwnerNotCovered, false},
-		{"policy do-nothing", plain, OwnerStatefulSet, vigilVol, &ReaperSettings{Policy: PolicyDoNothing, FencerDriver: vigil.DriverName}, ReasonPolicyDoNothing, false},
+		{"policy do-nothing", plain, OwnerStatefulSet, vigilVol, &Settings{Policy: PolicyDoNothing, FencerDriver: vigil.DriverName}, ReasonPolicyDoNothing, false},
 		{"a volume of another protected driver cannot be proven by the back end", plain, OwnerStatefulSet,
 			append([]VolumeInfo{{Name: "x", Driver: "other.csi", Handle: "o"}}, vigilVol...), both, ReasonVolumeNotProvable, false},
 		{"an inline network volume cannot be proven", plain, OwnerStatefulSet,
@@ -167,7 +167,7 @@ func (f *fixture) strandedPods(reaped map[string]bool) []string {
 		if !ok || reaped[pod.Name] {
 			continue
 		}
-		for _, v := range f.reaper.listers.volumes(pod) {
+		for _, v := range f.ctrl.listers.volumes(pod) {
 			if !f.fencer.live("node-1", v.Handle) {
 				out = append(out, fmt.Sprintf("%s on %s", pod.Name, v.Handle))
 			}
@@ -186,7 +186,7 @@ func (f *fixture) syncAllPods(ctx context.Context) map[string]bool {
 			continue
 		}
 		f.client.ClearActions()
-		if err := f.reaper.syncPod(ctx, pod.Namespace, pod.Name); err != nil {
+		if err := f.ctrl.syncPod(ctx, pod.Namespace, pod.Name); err != nil {
 			f.t.Fatal(err)
 		}
 		for _, a := range f.actions() {
@@ -198,12 +198,12 @@ func (f *fixture) syncAllPods(ctx context.Context) map[string]bool {
 	return reaped
 }
 
-func TestReaper_SyncNode_FenceNeverStrandsAPod(t *testing.T) {
+func TestController_SyncNode_FenceNeverStrandsAPod(t *testing.T) {
 	f := strandFixture(t)
 	f.start()
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if want := [][]string{{"handle-pv-db"}}; !reflect.DeepEqual(f.fencer.fenceAsked, want) {
@@ -239,35 +239,35 @@ func TestReaper_SyncNode_FenceNeverStrandsAPod(t *testing.T) {
 // storage isolation, the reap waits for the grace) is still reaped: the fence
 // ended its I/O. A pod scheduled on the node after it came back is not, and
 // once the promised pods are gone the next failure is fenced again.
-func TestReaper_SyncNode_ReturnBeforeReapStillReaps(t *testing.T) {
+func TestController_SyncNode_ReturnBeforeReapStillReaps(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.objects = append(f.objects, newPVC("app", "data-late-0", "pv-late", nil), newPV("pv-late", vigil.DriverName))
 	f.start()
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-500*time.Millisecond)) // silent 3.5 s less than the grace
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-500*time.Millisecond)) // silent 3.5 s less than the grace
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.live("node-1", "handle-pv-a") {
 		t.Fatal("not fenced at once on storage isolation")
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions() // within the grace
 	// The engine heartbeats again: Kubernetes and the datapath both see the node well.
-	f.reaper.nodes.setIsolated("node-1", false, time.Time{})
+	f.ctrl.nodes.setIsolated("node-1", false, time.Time{})
 	f.now = t0.Add(time.Second)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.reaper.nodes.fenced("node-1") {
+	if !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the fence episode ended while a pod it is to reap is still on the node")
 	}
 	f.client.ClearActions()
 	f.events()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
@@ -277,24 +277,24 @@ func TestReaper_SyncNode_ReturnBeforeReapStillReaps(t *testing.T) {
 	}
 	// late-0 is scheduled on the node after the fence: not the fence's to reap.
 	late := newPod("app", "late-0", "node-1", controllerRef("apps/v1", "StatefulSet", "late", "uid-late"), pvcVolume("data", "data-late-0"))
-	if err := f.reaper.podsByNode.Add(toCachedPod(late)); err != nil {
+	if err := f.ctrl.podsByNode.Add(toCachedPod(late)); err != nil {
 		t.Fatal(err)
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "late-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "late-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 	// Nothing promised is left: the episode ends; a new isolation fences anew.
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.reaper.nodes.fenced("node-1") {
+	if f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the fence episode did not end once its pods were gone")
 	}
 	f.fencer.grant("node-1", "handle-pv-late")
-	f.reaper.nodes.setIsolated("node-1", true, f.now.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, f.now.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.fenceCalls != 2 || f.fencer.live("node-1", "handle-pv-late") {
@@ -310,7 +310,7 @@ func TestDecide_ReturnedNodeHonoursOptOut(t *testing.T) {
 	s := &Snapshot{Pod: pod, Owner: OwnerStatefulSet, Node: newNode("node-1", corev1.ConditionTrue, -time.Hour),
 		NodeObserved: nodeObservation{Fenced: true, FencedAt: t0, FencedPods: map[types.UID]bool{pod.UID: true}},
 		Volumes:      []VolumeInfo{{Name: "data", Driver: vigil.DriverName, Handle: "h", Fenced: true}}}
-	set := &ReaperSettings{Policy: PolicyDeleteBoth, FastFencedTrigger: true, FencerDriver: vigil.DriverName}
+	set := &Settings{Policy: PolicyDeleteBoth, FastFencedTrigger: true, FencerDriver: vigil.DriverName}
 	if d := decide(s, set, t0); d.Kind != DecisionSkip || d.Reason != ReasonOptedOut {
 		t.Errorf("decide = %s %s, want skip %s", d.Kind, d.Reason, ReasonOptedOut)
 	}

@@ -57,18 +57,18 @@ func TestSilentPast(t *testing.T) {
 	}
 }
 
-// TestReaper_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain: node-1 is
+// TestController_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain: node-1 is
 // storage-isolated and fenced; a stage that raced the fence leaves a fresh
 // live grant on it. While its engine stays silent, the next look at the node
 // fences that grant too, says so, and the reaper can prove the pod; while a
 // report shows it heartbeating, or once it is no longer isolated, nothing is
 // fenced again.
-func TestReaper_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T) {
+func TestController_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.start()
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents("Warning "+EventNodeFenced, "Warning "+EventNodeDown)
@@ -82,7 +82,7 @@ func TestReaper_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T) {
 	// up yet): positive evidence, the grant stays.
 	regrant()
 	f.fencer.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": 0, "node-2": 0}))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if !f.fencer.live("node-1", "handle-pv-a") {
@@ -92,7 +92,7 @@ func TestReaper_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T) {
 
 	// Silent: fenced again.
 	f.fencer.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": time.Minute, "node-2": 0}))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.live("node-1", "handle-pv-a") {
@@ -103,15 +103,15 @@ func TestReaper_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T) {
 		t.Errorf("Event %q does not name the volume, its new epoch and why", evs[0])
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
 
 	// No longer isolated (its engine is back): a new grant is its own.
-	f.reaper.nodes.setIsolated("node-1", false, time.Time{})
+	f.ctrl.nodes.setIsolated("node-1", false, time.Time{})
 	regrant()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if !f.fencer.live("node-1", "handle-pv-a") {

@@ -75,10 +75,10 @@ func newLeaderOnReturnedNode(t *testing.T, fenced bool) *fixture {
 	return f
 }
 
-func TestReaper_SyncNode_NewLeaderResumesFenceOfReturnedNode(t *testing.T) {
+func TestController_SyncNode_NewLeaderResumesFenceOfReturnedNode(t *testing.T) {
 	f := newLeaderOnReturnedNode(t, true)
 	ctx := context.Background()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	evs := f.expectEvents("Warning " + EventFenceResumed)
@@ -86,18 +86,18 @@ func TestReaper_SyncNode_NewLeaderResumesFenceOfReturnedNode(t *testing.T) {
 		t.Errorf("Event %q does not name the fenced volume and the pod", evs[0])
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
-	if got := testutil.ToFloat64(f.reaper.metrics.Decisions.WithLabelValues(string(DecisionDelete), string(ReasonFencedNodeReturned))); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.Decisions.WithLabelValues(string(DecisionDelete), string(ReasonFencedNodeReturned))); got != 1 {
 		t.Errorf("decisions delete/%s = %v, want 1", ReasonFencedNodeReturned, got)
 	}
 	// Looked at once per leadership: the next sync does not ask again.
 	calls := f.fencer.grantsCalls
 	f.now = f.now.Add(2 * grantsMaxAge)
-	f.reaper.nodes.endFence("node-1")
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.endFence("node-1")
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.grantsCalls != calls {
@@ -105,43 +105,43 @@ func TestReaper_SyncNode_NewLeaderResumesFenceOfReturnedNode(t *testing.T) {
 	}
 }
 
-func TestReaper_SyncNode_NewLeaderLeavesLiveNodeAlone(t *testing.T) {
+func TestController_SyncNode_NewLeaderLeavesLiveNodeAlone(t *testing.T) {
 	f := newLeaderOnReturnedNode(t, false)
 	ctx := context.Background()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents()
-	if f.reaper.nodes.fenced("node-1") {
+	if f.ctrl.nodes.fenced("node-1") {
 		t.Error("a node whose grants are all live was taken as fenced")
 	}
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 }
 
-func TestReaper_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) {
+func TestController_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) {
 	f := newLeaderOnReturnedNode(t, true)
 	f.fencer.setErr(errors.New("connection refused"))
 	ctx := context.Background()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 	// The datapath answers on a later sync: the fence is resumed then.
 	f.fencer.setErr(nil)
 	f.now = f.now.Add(resumeRetry)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents("Warning " + EventFenceResumed)
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")

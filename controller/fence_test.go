@@ -24,12 +24,12 @@ import (
 func TestDecideFence_Table(t *testing.T) {
 	ready := newNode("n", corev1.ConditionTrue, -time.Hour)
 	unknown := newNode("n", corev1.ConditionUnknown, -time.Hour)
-	fast := &ReaperSettings{FastFencedTrigger: true, NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
-	slow := &ReaperSettings{NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
+	fast := &Settings{FastFencedTrigger: true, NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
+	slow := &Settings{NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
 	cases := []struct {
 		name      string
 		obs       nodeObservation
-		set       *ReaperSettings
+		set       *Settings
 		hasFencer bool
 		want      fenceDecision
 	}{
@@ -114,12 +114,12 @@ func fencedFixture(t *testing.T, ready corev1.ConditionStatus) *fixture {
 	return f
 }
 
-func TestReaper_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing.T) {
+func TestController_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.start()
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.live("node-1", "handle-pv-a") {
@@ -135,20 +135,20 @@ func TestReaper_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing.T) 
 	if !strings.Contains(evs[0], "handle-pv-a→epoch 2") || !strings.Contains(evs[1], string(FenceReasonStorageIsolated)) {
 		t.Errorf("fence event %q does not name the volume, its epoch and the reason", evs[0])
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.Fences.WithLabelValues(outcomeDone)); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.Fences.WithLabelValues(outcomeDone)); got != 1 {
 		t.Errorf("fences = %v", got)
 	}
 	// Now the reaper acts on the fast trigger: the attachment first, then the pod.
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
 	// A new leader (empty tracker) fences again: nothing is live, no epoch moves.
-	f.reaper.nodes = newNodeTracker()
-	f.reaper.proofs.nodes = f.reaper.nodes
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes = newNodeTracker()
+	f.ctrl.proofs.nodes = f.ctrl.nodes
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if rows, _ := f.fencer.Grants(ctx, "node-1"); len(rows) != 1 || rows[0].Epoch != 2 {
@@ -156,17 +156,17 @@ func TestReaper_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing.T) 
 	}
 }
 
-func TestReaper_SyncNode_FencerUnavailableProvesNothing(t *testing.T) {
+func TestController_SyncNode_FencerUnavailableProvesNothing(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionUnknown)
 	f.start()
 	f.fencer.setErr(errors.New("connection refused"))
-	f.reaper.nodes.observedDown("node-1", true, t0.Add(-time.Minute))
+	f.ctrl.nodes.observedDown("node-1", true, t0.Add(-time.Minute))
 	ctx := context.Background()
-	err := f.reaper.syncNode(ctx, "node-1")
+	err := f.ctrl.syncNode(ctx, "node-1")
 	if err == nil || !errors.Is(err, fencing.ErrUnavailable) {
 		t.Fatalf("err = %v, want a retryable error wrapping fencing.ErrUnavailable", err)
 	}
-	if f.reaper.nodes.fenced("node-1") {
+	if f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("node marked fenced although the back end did not answer")
 	}
 	f.expectActions() // no taint without a fence
@@ -175,38 +175,38 @@ func TestReaper_SyncNode_FencerUnavailableProvesNothing(t *testing.T) {
 		t.Errorf("event %q does not say nothing is proven", evs[1])
 	}
 	// The pod waits: not proven fenced.
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 }
 
-func TestReaper_SyncNode_KubernetesDownFencedAfterGrace(t *testing.T) {
+func TestController_SyncNode_KubernetesDownFencedAfterGrace(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionUnknown)
 	f.start()
 	ctx := context.Background()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if !f.fencer.live("node-1", "handle-pv-a") || f.fencer.fenceCalls != 0 {
 		t.Fatal("fenced within the grace")
 	}
 	f.now = t0.Add(2 * time.Second)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") || !f.reaper.nodes.fenced("node-1") {
+	if f.fencer.live("node-1", "handle-pv-a") || !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("not fenced after the grace")
 	}
 }
 
-func TestReaper_SyncNode_DryRunFencesNothing(t *testing.T) {
+func TestController_SyncNode_DryRunFencesNothing(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionUnknown)
 	f.settings.dryRun = true
 	f.start()
 	f.now = t0.Add(time.Minute)
-	f.reaper.nodes.observedDown("node-1", true, t0)
-	if err := f.reaper.syncNode(context.Background(), "node-1"); err != nil {
+	f.ctrl.nodes.observedDown("node-1", true, t0)
+	if err := f.ctrl.syncNode(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") {
@@ -216,13 +216,13 @@ func TestReaper_SyncNode_DryRunFencesNothing(t *testing.T) {
 	f.expectEvents("Warning "+EventNodeDown, "Normal "+EventWouldFence)
 }
 
-func TestReaper_SyncNode_FastTriggerOffFencesNothing(t *testing.T) {
+func TestController_SyncNode_FastTriggerOffFencesNothing(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionUnknown)
 	f.settings.fast = false
 	f.start()
 	f.now = t0.Add(time.Minute)
-	f.reaper.nodes.setIsolated("node-1", true, t0)
-	if err := f.reaper.syncNode(context.Background(), "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0)
+	if err := f.ctrl.syncNode(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fencer.fenceCalls != 0 {
@@ -230,41 +230,41 @@ func TestReaper_SyncNode_FastTriggerOffFencesNothing(t *testing.T) {
 	}
 }
 
-// TestReaper_SyncPod_StaleCacheSendsNoSecondDelete: a pod the reaper
+// TestController_SyncPod_StaleCacheSendsNoSecondDelete: a pod the reaper
 // force-deleted that its cache still shows (the watch lags behind a loaded API
 // server) is not deleted again, and neither is its attachment; a pod the cache
 // saw go is forgotten.
-func TestReaper_SyncPod_StaleCacheSendsNoSecondDelete(t *testing.T) {
+func TestController_SyncPod_StaleCacheSendsNoSecondDelete(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.start() // the fixture's caches are filled once: they never see a delete
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions("delete volumeattachments /va-a1 uid=uid-va-va-a1", "delete pods app/db-0 grace=0 uid=uid-app-db-0")
 	f.client.ClearActions()
 	for range 3 {
-		if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+		if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.reaper.syncAttachments(ctx, "node-1"); err != nil {
+		if err := f.ctrl.syncAttachments(ctx, "node-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := f.actions(); len(got) != 0 {
 		t.Errorf("a stale cache sent %q again", got)
 	}
-	obj, exists, _ := f.reaper.podsByNode.GetByKey("app/db-0")
+	obj, exists, _ := f.ctrl.podsByNode.GetByKey("app/db-0")
 	if !exists {
 		t.Fatal("the pod left the cache: the test's stale cache did not hold")
 	}
-	f.reaper.onPodDelete(obj)
-	if f.reaper.deleted.has("uid-app-db-0", t0) {
+	f.ctrl.onPodDelete(obj)
+	if f.ctrl.deleted.has("uid-app-db-0", t0) {
 		t.Error("a pod the cache saw deleted is still remembered")
 	}
 }
@@ -282,12 +282,12 @@ func TestDeletedUIDs_ForgetAfterTTL(t *testing.T) {
 	}
 }
 
-// TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing: real settings whose
+// TestController_SyncNode_BlockedByABadManagedValueFencesNothing: real settings whose
 // managed dry-run holds "ture" from the start keep the store's value (false) in
 // force and block acting. A storage-isolated node is then neither fenced nor
 // tainted, and its pod is not reaped; the Events say what would have been done
 // and why not.
-func TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T) {
+func TestController_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T) {
 	store := settings.NewMemoryStore()
 	ctx := context.Background()
 	for k, v := range map[string]string{"fast-fenced-trigger": "true", "node-down-grace-period": "2s",
@@ -313,11 +313,11 @@ func TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.reader, f.actBlocked = set, set.ActBlocked
 	f.start()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") || f.reaper.nodes.fenced("node-1") {
+	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") || f.ctrl.nodes.fenced("node-1") {
 		t.Fatalf("a blocked manager fenced node-1 (%d fence calls)", f.fencer.fenceCalls)
 	}
 	f.expectActions() // no taint
@@ -325,7 +325,7 @@ func TestReaper_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T) {
 	if len(evs) == 1 && (!strings.Contains(evs[0], "not acting") || !strings.Contains(evs[0], `"ture"`)) {
 		t.Errorf("event %q does not say that acting is blocked and by what", evs[0])
 	}
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()

@@ -28,10 +28,10 @@ import (
 	"github.com/vigil-storage/vigil"
 )
 
-// memoryEnv enables TestReaper_Memory30kPods, which allocates a few hundred MB
+// memoryEnv enables TestController_Memory30kPods, which allocates a few hundred MB
 // while building its lists and so stays out of the ordinary unit run:
 //
-//	VIGIL_MEASURE_MEMORY=1 go test -count=1 -run TestReaper_Memory30kPods -v ./controller
+//	VIGIL_MEASURE_MEMORY=1 go test -count=1 -run TestController_Memory30kPods -v ./controller
 const memoryEnv = "VIGIL_MEASURE_MEMORY"
 
 // realisticPod is what the API server returns for a typical pod of a
@@ -114,10 +114,10 @@ func vmRSS(t *testing.T) string {
 	return "?"
 }
 
-// TestReaper_Memory30kPods loads 30,000 realistic pods, 300 nodes, 10,000 each of
+// TestController_Memory30kPods loads 30,000 realistic pods, 300 nodes, 10,000 each of
 // PVCs, PVs and VolumeAttachments and 1,000 ReplicaSets through the reaper's
 // informers and transform, then reports the process's VmRSS after a GC.
-func TestReaper_Memory30kPods(t *testing.T) {
+func TestController_Memory30kPods(t *testing.T) {
 	if os.Getenv(memoryEnv) == "" {
 		t.Skipf("set %s=1 to measure", memoryEnv)
 	}
@@ -180,7 +180,7 @@ func TestReaper_Memory30kPods(t *testing.T) {
 	before := vmRSS(t)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TransformForCache))
 	m, _ := NewMetrics(prometheus.NewRegistry())
-	r, err := NewReaper(Config{Client: client, Informers: factory, Settings: newFakeSettings(PolicyDeleteBoth), Recorder: &record.FakeRecorder{}, Metrics: m})
+	r, err := New(Config{Client: client, Informers: factory, Settings: newFakeSettings(PolicyDeleteBoth), Recorder: &record.FakeRecorder{}, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,24 +112,24 @@ func TestNodeVerdict_FlappingNeverDebouncesThrough(t *testing.T) {
 	}
 }
 
-func TestReaper_SyncNode_TransitionsEventsAndGauge(t *testing.T) {
+func TestController_SyncNode_TransitionsEventsAndGauge(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
 	ctx := context.Background()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 	f.expectEvents("Warning " + EventNodeDown)
-	if got := testutil.ToFloat64(f.reaper.metrics.NodesDown); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.NodesDown); got != 1 {
 		t.Errorf("nodes down = %v", got)
 	}
-	if got := f.reaper.queue.Len(); got != 2 {
+	if got := f.ctrl.queue.Len(); got != 2 {
 		t.Errorf("queue holds %d keys, want the node's one pod and its attachments", got)
 	}
 	// A resync of the same state: no new Event.
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents()
@@ -143,52 +143,52 @@ func TestReaper_SyncNode_TransitionsEventsAndGauge(t *testing.T) {
 		}
 	}
 	setNode(newNode("node-1", corev1.ConditionTrue, 0))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents("Normal " + EventNodeRecovered)
-	if got := testutil.ToFloat64(f.reaper.metrics.NodesDown); got != 0 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.NodesDown); got != 0 {
 		t.Errorf("nodes down = %v after recovery", got)
 	}
 	setNode(newNode("node-1", corev1.ConditionUnknown, 5*time.Second))
 	f.now = t0.Add(10 * time.Second)
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents()
-	if got := testutil.ToFloat64(f.reaper.metrics.NodesDown); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.NodesDown); got != 1 {
 		t.Errorf("nodes down = %v", got)
 	}
 }
 
-func TestReaper_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
+func TestController_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
 	f := newFixture(t, PolicyDoNothing)
 	statefulSetOnDownNode(f)
 	f.start()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
-	for f.reaper.queue.Len() > 0 {
-		k, _ := f.reaper.queue.Get()
-		f.reaper.queue.Done(k)
-		f.reaper.queue.Forget(k)
+	for f.ctrl.queue.Len() > 0 {
+		k, _ := f.ctrl.queue.Get()
+		f.ctrl.queue.Done(k)
+		f.ctrl.queue.Forget(k)
 	}
-	go f.reaper.watchSettings(ctx)
+	go f.ctrl.watchSettings(ctx)
 	f.settings.changes <- settings.Change{Name: settings.NameNodeDownPodDeletionPolicy, Value: string(PolicyDeleteStatefulSetPod)}
 	got := make(chan queueKey)
 	go func() {
 		for {
-			k, shutdown := f.reaper.queue.Get()
+			k, shutdown := f.ctrl.queue.Get()
 			if shutdown {
 				return
 			}
-			f.reaper.queue.Done(k)
+			f.ctrl.queue.Done(k)
 			if k.kind == keyPod {
 				got <- k
 				return
@@ -203,17 +203,17 @@ func TestReaper_WatchSettings_RequeuesPodsOnDownNodesAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the pod on the down node was not requeued")
 	}
-	f.reaper.queue.ShutDown()
+	f.ctrl.queue.ShutDown()
 }
 
-func TestReaper_NodeStatuses_ReportsTheTracker(t *testing.T) {
+func TestController_NodeStatuses_ReportsTheTracker(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.start()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(context.Background(), "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	st := f.reaper.NodeStatuses()
+	st := f.ctrl.NodeStatuses()
 	if len(st) != 1 || st[0].Name != "node-1" || st[0].State != NodeDownStorageIsolated || !st[0].Down || !st[0].Isolated ||
 		st[0].FencedAt.IsZero() || !st[0].SilentSince.Equal(t0.Add(-4*time.Second)) || !st[0].Since.Equal(st[0].SilentSince) {
 		t.Fatalf("statuses %+v", st)

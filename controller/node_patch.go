@@ -27,7 +27,7 @@ import (
 // subresource is "" for the Node's metadata and spec, "status" for its status.
 // change reports whether it changed anything; when it did not, nothing is sent.
 // A Node that does not exist needs nothing: nil.
-func (r *Reaper) modifyNode(ctx context.Context, name, subresource string, change func(*corev1.Node) bool) error {
+func (r *Controller) modifyNode(ctx context.Context, name, subresource string, change func(*corev1.Node) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

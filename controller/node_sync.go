@@ -22,7 +22,7 @@ const downRecheck = 2 * time.Second
 // have it, from a live GET: a node missing from the cache is not taken as
 // deleted (and so as proof) until the API server confirms it. nil means
 // confirmed deleted.
-func (r *Reaper) liveNode(ctx context.Context, name string) (*corev1.Node, error) {
+func (r *Controller) liveNode(ctx context.Context, name string) (*corev1.Node, error) {
 	node, err := r.listers.nodes.Get(name)
 	if err == nil {
 		r.nodes.confirmDeleted(name, time.Time{})
@@ -47,7 +47,7 @@ func (r *Reaper) liveNode(ctx context.Context, name string) (*corev1.Node, error
 }
 
 // judge observes a node and returns its verdict.
-func (r *Reaper) judge(ctx context.Context, name string, set *ReaperSettings) (*corev1.Node, nodeObservation, NodeVerdict, error) {
+func (r *Controller) judge(ctx context.Context, name string, set *Settings) (*corev1.Node, nodeObservation, NodeVerdict, error) {
 	node, err := r.liveNode(ctx, name)
 	if err != nil {
 		return nil, nodeObservation{}, NodeVerdict{}, err
@@ -62,7 +62,7 @@ func (r *Reaper) judge(ctx context.Context, name string, set *ReaperSettings) (*
 // gauges and the node's NodeRecovery; it runs the fence coordinator; while the
 // node is down it queues the node's pods and its attachments; while it is
 // debouncing or within the grace it comes back when that ends.
-func (r *Reaper) syncNode(ctx context.Context, name string) error {
+func (r *Controller) syncNode(ctx context.Context, name string) error {
 	set := readSettings(r.settings, r.proofs.driver())
 	node, o, v, err := r.judge(ctx, name, &set)
 	if err != nil {
@@ -126,7 +126,7 @@ func (r *Reaper) syncNode(ctx context.Context, name string) error {
 // pods the fence committed to that are still on the node are queued (the
 // reaper reaps them, decideReturned) and the node is looked at again; once none
 // is left the episode ends, and the next failure is fenced again.
-func (r *Reaper) finishFence(name string) {
+func (r *Controller) finishFence(name string) {
 	promised := r.nodes.fencedPods(name)
 	left := 0
 	objs, _ := r.podsByNode.ByIndex(nodeIndex, name)
@@ -147,7 +147,7 @@ func (r *Reaper) finishFence(name string) {
 
 // noteTransition records a verdict; on a change of its down state it emits an
 // Event, updates the gauge and opens or advances the node's NodeRecovery.
-func (r *Reaper) noteTransition(name string, node *corev1.Node, v NodeVerdict, set *ReaperSettings) {
+func (r *Controller) noteTransition(name string, node *corev1.Node, v NodeVerdict, set *Settings) {
 	held := v.State == NodeHeldControlPlaneOutage
 	if held {
 		r.recoveries.heldInOutage(name)

@@ -281,7 +281,7 @@ type NodeStatus struct {
 // NodeStatuses lists the nodes the controllers have an opinion on (down,
 // debouncing, isolated, fenced), sorted by name; a node absent from the list is
 // Ready as far as they know.
-func (r *Reaper) NodeStatuses() []NodeStatus {
+func (r *Controller) NodeStatuses() []NodeStatus {
 	t := r.nodes
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -17,7 +17,7 @@ var everything = labels.Everything()
 // syncPod judges one pod and carries out the decision. It follows
 // sample-controller's contract: a returned error requeues the pod; a pod that is
 // gone is nil.
-func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
+func (r *Controller) syncPod(ctx context.Context, namespace, name string) error {
 	obj, exists, err := r.podsByNode.GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
 		return err
@@ -72,7 +72,7 @@ func (r *Reaper) syncPod(ctx context.Context, namespace, name string) error {
 // whyUnfenced says, for a pod waiting for its fence proof, which of its volumes
 // the fence left alone and why: a pod that will not be reaped uses it, and
 // fencing it would have stranded that pod.
-func (r *Reaper) whyUnfenced(s *Snapshot) string {
+func (r *Controller) whyUnfenced(s *Snapshot) string {
 	var parts []string
 	for _, v := range s.Volumes {
 		if v.Fenced {
@@ -93,7 +93,7 @@ func (r *Reaper) whyUnfenced(s *Snapshot) string {
 // carries a UID precondition. Anything already gone counts as done, so after a
 // crash between the steps the next sync finishes the job; a failed attachment
 // delete stops before the pod is touched.
-func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d Decision, policy PodDeletionPolicy) error {
+func (r *Controller) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d Decision, policy PodDeletionPolicy) error {
 	why := reapWhy(pod, d, policy)
 	for _, a := range d.Actions {
 		switch a.Kind {
@@ -137,7 +137,7 @@ func (r *Reaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d D
 
 // reportDryRun emits the "would delete" Events of a dry run, or of a decision
 // not carried out because acting is blocked, and deletes nothing.
-func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
+func (r *Controller) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
 	why := reapWhy(pod, d, policy)
 	prefix := "dry run"
 	if blocked != "" {
@@ -157,13 +157,13 @@ func (r *Reaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPol
 
 // emitPod puts the Event on the pod: what was done to the pod, or why not. A
 // rack failure has thousands of these; the node's NodeRecovery lists its pods.
-func (r *Reaper) emitPod(pod *corev1.Pod, typ, reason, msg string) {
+func (r *Controller) emitPod(pod *corev1.Pod, typ, reason, msg string) {
 	r.events.emit(pod, pod.UID, typ, reason, msg)
 }
 
 // emitBoth puts the Event on the pod and on its node: what was done to the
 // node's attachments, and in a dry run what would have been.
-func (r *Reaper) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
+func (r *Controller) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
 	r.emitPod(pod, typ, reason, msg)
 	ref := nodeRef(pod.Spec.NodeName)
 	r.events.emit(ref, ref.UID, typ, reason, msg)

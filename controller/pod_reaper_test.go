@@ -42,7 +42,7 @@ type fixture struct {
 	fencer     *fakeFencer // nil: the manager runs without a fencing back end
 	recorder   *record.FakeRecorder
 	client     *fake.Clientset
-	reaper     *Reaper
+	ctrl       *Controller
 	factory    informers.SharedInformerFactory
 	registry   *prometheus.Registry
 	now        time.Time
@@ -70,7 +70,7 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 	if f.fencer != nil {
 		cfg.Fencer = f.fencer
 	}
-	r, err := NewReaper(cfg)
+	r, err := New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 		}
 	}
 	f.client.ClearActions()
-	f.reaper, f.factory = r, factory
+	f.ctrl, f.factory = r, factory
 }
 
 // actions lists the client's actions (lists and watches excluded) as strings.
@@ -187,11 +187,11 @@ func statefulSetOnDownNode(f *fixture) *corev1.Pod {
 	return pod
 }
 
-func TestReaper_SyncPod_DeletesNodeAttachmentsThenPod(t *testing.T) {
+func TestController_SyncPod_DeletesNodeAttachmentsThenPod(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions(
@@ -206,7 +206,7 @@ func TestReaper_SyncPod_DeletesNodeAttachmentsThenPod(t *testing.T) {
 		!strings.Contains(last, "relying on: its driver.vigil.io volumes are granted to another node only after this node is fenced from them") {
 		t.Errorf("event %q does not name the policy, the reason and what the reap relies on", last)
 	}
-	m := f.reaper.metrics
+	m := f.ctrl.metrics
 	if got := testutil.ToFloat64(m.PodsDeleted.WithLabelValues("StatefulSet", string(PolicyDeleteStatefulSetPod))); got != 1 {
 		t.Errorf("pods deleted = %v", got)
 	}
@@ -221,12 +221,12 @@ func TestReaper_SyncPod_DeletesNodeAttachmentsThenPod(t *testing.T) {
 	}
 }
 
-func TestReaper_SyncPod_DryRunDeletesNothing(t *testing.T) {
+func TestController_SyncPod_DryRunDeletesNothing(t *testing.T) {
 	f := newFixture(t, PolicyDeleteBoth)
 	f.settings.dryRun = true
 	statefulSetOnDownNode(f)
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
@@ -237,22 +237,22 @@ func TestReaper_SyncPod_DryRunDeletesNothing(t *testing.T) {
 	if !strings.Contains(evs[4], "would force-delete pod app/db-0") {
 		t.Errorf("event %q", evs[4])
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.Decisions.WithLabelValues("would-delete", string(ReasonPastDeadline))); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.Decisions.WithLabelValues("would-delete", string(ReasonPastDeadline))); got != 1 {
 		t.Errorf("decisions = %v", got)
 	}
 	// A resync decides the same and says nothing new.
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectEvents()
 }
 
-func TestReaper_SyncPod_NonActionOnDownNodeIsAnEventOnce(t *testing.T) {
+func TestController_SyncPod_NonActionOnDownNodeIsAnEventOnce(t *testing.T) {
 	f := newFixture(t, PolicyDeleteDeploymentPod)
 	statefulSetOnDownNode(f)
 	f.start()
 	for range 3 {
-		if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+		if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -264,24 +264,24 @@ func TestReaper_SyncPod_NonActionOnDownNodeIsAnEventOnce(t *testing.T) {
 	if !strings.Contains(evs[0], string(ReasonOwnerNotCovered)) || !strings.Contains(evs[0], string(PolicyDeleteDeploymentPod)) {
 		t.Errorf("event %q does not name the policy and the reason", evs[0])
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.Decisions.WithLabelValues("skip", string(ReasonOwnerNotCovered))); got != 3 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.Decisions.WithLabelValues("skip", string(ReasonOwnerNotCovered))); got != 3 {
 		t.Errorf("decisions = %v", got)
 	}
 }
 
-func TestReaper_SyncPod_HealthyNodeNoActionNoEvent(t *testing.T) {
+func TestController_SyncPod_HealthyNodeNoActionNoEvent(t *testing.T) {
 	f := newFixture(t, PolicyDeleteBoth)
 	pod := statefulSetOnDownNode(f)
 	pod.Spec.NodeName = "node-2"
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 	f.expectEvents()
 }
 
-func TestReaper_SyncPod_ResumesAfterCrashBetweenSteps(t *testing.T) {
+func TestController_SyncPod_ResumesAfterCrashBetweenSteps(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	// The previous leader deleted va-a1 and crashed; this cache has not seen it go.
@@ -294,26 +294,26 @@ func TestReaper_SyncPod_ResumesAfterCrashBetweenSteps(t *testing.T) {
 	}
 	f.objects = objs
 	f.start(stale)
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions(
 		"delete volumeattachments /va-a1 uid=uid-va-va-a1",
 		"delete volumeattachments /va-b1 uid=uid-va-va-b1",
 		"delete pods app/db-0 grace=0 uid=uid-app-db-0")
-	if got := testutil.ToFloat64(f.reaper.metrics.AttachmentsDeleted); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.AttachmentsDeleted); got != 1 {
 		t.Errorf("attachments deleted = %v, want 1 (va-a1 was already gone)", got)
 	}
 }
 
-func TestReaper_SyncPod_AttachmentFailureKeepsPod(t *testing.T) {
+func TestController_SyncPod_AttachmentFailureKeepsPod(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
 	f.client.PrependReactor("delete", "volumeattachments", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("etcd is sad")
 	})
-	err := f.reaper.syncPod(context.Background(), "app", "db-0")
+	err := f.ctrl.syncPod(context.Background(), "app", "db-0")
 	if err == nil || !strings.Contains(err.Error(), "va-a1") {
 		t.Fatalf("err = %v, want a retryable error naming va-a1", err)
 	}
@@ -321,31 +321,31 @@ func TestReaper_SyncPod_AttachmentFailureKeepsPod(t *testing.T) {
 	f.expectEvents("Warning " + EventReapFailed)
 }
 
-func TestReaper_SyncPod_ReplacedPodIsLeftAlone(t *testing.T) {
+func TestController_SyncPod_ReplacedPodIsLeftAlone(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "db-0", errors.New("UID precondition failed"))
 	})
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatalf("a UID conflict means the pod was replaced; got %v", err)
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.PodsDeleted.WithLabelValues("StatefulSet", string(PolicyDeleteStatefulSetPod))); got != 0 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.PodsDeleted.WithLabelValues("StatefulSet", string(PolicyDeleteStatefulSetPod))); got != 0 {
 		t.Errorf("pods deleted = %v, want 0", got)
 	}
 }
 
-func TestReaper_SyncPod_GonePodIsNil(t *testing.T) {
+func TestController_SyncPod_GonePodIsNil(t *testing.T) {
 	f := newFixture(t, PolicyDeleteBoth)
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "nope"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "nope"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
 }
 
-func TestReaper_SyncPod_DeploymentPodOnDeletedNode(t *testing.T) {
+func TestController_SyncPod_DeploymentPodOnDeletedNode(t *testing.T) {
 	f := newFixture(t, PolicyDeleteDeploymentPod)
 	pod := terminating(newPod("app", "web-5d9-x", "gone", controllerRef("apps/v1", "ReplicaSet", "web-5d9", "uid-rs"),
 		pvcVolume("data", "data-web")), -time.Second)
@@ -353,20 +353,20 @@ func TestReaper_SyncPod_DeploymentPodOnDeletedNode(t *testing.T) {
 		newRS("app", "web-5d9", "uid-rs", controllerRef("apps/v1", "Deployment", "web", "uid-d")),
 		newPVC("app", "data-web", "pv-w", nil), newPV("pv-w", vigil.DriverName), newVA("va-w", "pv-w", "gone"))
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "web-5d9-x"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "web-5d9-x"); err != nil {
 		t.Fatal(err)
 	}
 	// A node missing from the cache is confirmed deleted by a live GET before its
 	// deletion counts as proof.
 	f.expectActions("get nodes /gone", "delete volumeattachments /va-w uid=uid-va-va-w", "delete pods app/web-5d9-x grace=0 uid=uid-app-web-5d9-x")
-	if got := testutil.ToFloat64(f.reaper.metrics.PodsDeleted.WithLabelValues("Deployment", string(PolicyDeleteDeploymentPod))); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.PodsDeleted.WithLabelValues("Deployment", string(PolicyDeleteDeploymentPod))); got != 1 {
 		t.Errorf("pods deleted = %v", got)
 	}
 }
 
 // A reap deletes only the attachments that are attached: one Kubernetes still
 // attaches is left to it (see attachmentGoes).
-func TestReaper_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
+func TestController_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	for _, o := range f.objects {
@@ -375,7 +375,7 @@ func TestReaper_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
 		}
 	}
 	f.start()
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions(
@@ -383,30 +383,30 @@ func TestReaper_SyncPod_LeavesAnAttachInProgress(t *testing.T) {
 		"delete pods app/db-0 grace=0 uid=uid-app-db-0")
 }
 
-// TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap: a pod whose vigil
+// TestController_SyncPod_InlineNetworkVolumeStopsTheFastReap: a pod whose vigil
 // volume is proven fenced but which also mounts an inline nfs share is not
 // force-deleted (the zombie could still write to the share), and the Event names
 // the share. The pod goes through the reaper's slim cache, as in production.
-func TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
+func TestController_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	pod := f.objects[0].(*corev1.Pod)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "share",
 		VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas.example.com", Path: "/exports/db"}}})
 	f.start()
 	ctx := context.Background()
-	f.reaper.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
-	if err := f.reaper.syncNode(ctx, "node-1"); err != nil {
+	f.ctrl.nodes.setIsolated("node-1", true, t0.Add(-4*time.Second))
+	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	// The pod will never be reaped on the fast trigger, so its claim is not
 	// fenced either: a fence would strand it.
-	if !f.reaper.nodes.fenced("node-1") || !f.fencer.live("node-1", "handle-pv-a") {
+	if !f.ctrl.nodes.fenced("node-1") || !f.fencer.live("node-1", "handle-pv-a") {
 		t.Fatalf("node-1 fenced %t, the pod's claim live %t; want the node fenced and the claim left live",
-			f.reaper.nodes.fenced("node-1"), f.fencer.live("node-1", "handle-pv-a"))
+			f.ctrl.nodes.fenced("node-1"), f.fencer.live("node-1", "handle-pv-a"))
 	}
 	f.events()
 	f.client.ClearActions()
-	if err := f.reaper.syncPod(ctx, "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(ctx, "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	f.expectActions()
@@ -414,7 +414,7 @@ func TestReaper_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
 	if len(evs) == 1 && (!strings.Contains(evs[0], `volume "share" (inline nfs)`) || !strings.Contains(evs[0], string(ReasonUnprovableVolume))) {
 		t.Errorf("event %q does not name the nfs volume that stopped the reap", evs[0])
 	}
-	if got := testutil.ToFloat64(f.reaper.metrics.Decisions.WithLabelValues("skip", string(ReasonUnprovableVolume))); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.Decisions.WithLabelValues("skip", string(ReasonUnprovableVolume))); got != 1 {
 		t.Errorf("decisions = %v", got)
 	}
 }

@@ -333,29 +333,29 @@ func TestRecoveryName_LongNodeNames(t *testing.T) {
 // The owner's pods are taken before the delete: a replacement that its
 // StatefulSet made at once, already in the cache when the delete returns,
 // still counts as the replacement and closes the recovery.
-func TestReaper_Reap_ReplacementSeenBeforeTheDeleteReturns(t *testing.T) {
+func TestController_Reap_ReplacementSeenBeforeTheDeleteReturns(t *testing.T) {
 	f := newFixture(t, PolicyDeleteStatefulSetPod)
 	statefulSetOnDownNode(f)
 	f.start()
-	f.reaper.recoveries = newRecoveries(newFakeRecoveryClient(), f.reaper.metrics, f.reaper.ownerPodUIDs)
-	f.reaper.recoveries.detected("node-1", "uid-node-1", "ready-unknown", f.now)
+	f.ctrl.recoveries = newRecoveries(newFakeRecoveryClient(), f.ctrl.metrics, f.ctrl.ownerPodUIDs)
+	f.ctrl.recoveries.detected("node-1", "uid-node-1", "ready-unknown", f.now)
 	sts := controllerRef("apps/v1", "StatefulSet", "db", "uid-sts")
 	replacement := newPod("app", "db-0", "node-2", sts)
 	replacement.UID = "uid-db-0-new"
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		// The informer sees the StatefulSet's new db-0 before Delete returns.
-		if err := f.reaper.podsByNode.Add(toCachedPod(replacement)); err != nil {
+		if err := f.ctrl.podsByNode.Add(toCachedPod(replacement)); err != nil {
 			t.Fatal(err)
 		}
 		return true, nil, nil
 	})
-	if err := f.reaper.syncPod(context.Background(), "app", "db-0"); err != nil {
+	if err := f.ctrl.syncPod(context.Background(), "app", "db-0"); err != nil {
 		t.Fatal(err)
 	}
 	running := replacement.DeepCopy()
 	running.Status.Phase = corev1.PodRunning
-	f.reaper.recoveries.observePod(toCachedPod(running), ownerKeyOf("app", running.OwnerReferences), f.now.Add(time.Second))
-	st := f.reaper.recoveries.nodes["node-1"]
+	f.ctrl.recoveries.observePod(toCachedPod(running), ownerKeyOf("app", running.OwnerReferences), f.now.Add(time.Second))
+	st := f.ctrl.recoveries.nodes["node-1"]
 	if st == nil || st.obj.Status.Phase != v1alpha1.PhaseRecovered {
 		var got any
 		if st != nil {

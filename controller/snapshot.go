@@ -29,7 +29,7 @@ type listers struct {
 // (nil: deleted, confirmed) and observed. It asks proof about the node's grants
 // only when the fast trigger could use the answer: the trigger is on and Vigil
 // fenced the node. Only volumes of the back end's own driver can be proven.
-func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, node *corev1.Node, obs nodeObservation, set *ReaperSettings, proof proofSource) *Snapshot {
+func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, node *corev1.Node, obs nodeObservation, set *Settings, proof proofSource) *Snapshot {
 	s := &Snapshot{Pod: pod, Owner: l.ownerKind(pod)}
 	if pod.Spec.NodeName == "" {
 		return s

@@ -49,7 +49,7 @@ func isolation(r fencing.Report, threshold time.Duration, before map[string]bool
 // it into isolation marks on the node tracker, queueing every node whose mark
 // changed. Only the leader runs it. A back end that does not answer changes no
 // mark: nothing can be fenced then anyway.
-func (r *Reaper) watchStorage(ctx context.Context) {
+func (r *Controller) watchStorage(ctx context.Context) {
 	if r.fencer == nil {
 		return
 	}
@@ -66,7 +66,7 @@ func (r *Reaper) watchStorage(ctx context.Context) {
 	}
 }
 
-func (r *Reaper) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
+func (r *Controller) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
 	log := klog.FromContext(ctx)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	rep, err := r.fencer.Connectivity(pctx)

@@ -15,51 +15,51 @@ import (
 
 func drainKeys(f *fixture) map[queueKey]bool {
 	out := map[queueKey]bool{}
-	for f.reaper.queue.Len() > 0 {
-		k, _ := f.reaper.queue.Get()
-		f.reaper.queue.Done(k)
-		f.reaper.queue.Forget(k)
+	for f.ctrl.queue.Len() > 0 {
+		k, _ := f.ctrl.queue.Get()
+		f.ctrl.queue.Done(k)
+		f.ctrl.queue.Forget(k)
 		out[k] = true
 	}
 	return out
 }
 
-func TestReaper_PollStorage_MarksIsolationAndQueuesChanges(t *testing.T) {
+func TestController_PollStorage_MarksIsolationAndQueuesChanges(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	f.objects = append(f.objects, newNode("node-3", corev1.ConditionTrue, -time.Hour))
 	f.start()
 	ctx := context.Background()
 	reachable, warned := true, false
 	f.fencer.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 4 * time.Second, "node-2": 0, "node-3": 0}))
-	f.reaper.pollStorage(ctx, &reachable, &warned)
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if keys := drainKeys(f); len(keys) != 1 || !keys[queueKey{kind: keyNode, name: "node-1"}] {
 		t.Fatalf("queued %v, want node-1", keys)
 	}
-	if !f.reaper.nodes.isolatedNodes()["node-1"] {
+	if !f.ctrl.nodes.isolatedNodes()["node-1"] {
 		t.Fatal("node-1 not marked isolated")
 	}
 	f.expectEvents("Warning " + EventNodeStorageIsolated)
-	if got := testutil.ToFloat64(f.reaper.metrics.NodesIsolated); got != 1 {
+	if got := testutil.ToFloat64(f.ctrl.metrics.NodesIsolated); got != 1 {
 		t.Errorf("isolated gauge %v", got)
 	}
 	// The same report again: no change, nothing queued, no Event.
-	f.reaper.pollStorage(ctx, &reachable, &warned)
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if keys := drainKeys(f); len(keys) != 0 {
 		t.Errorf("queued %v on an unchanged report", keys)
 	}
 	f.expectEvents()
 	// Unreachable back end: marks stay, the gauge says so.
 	f.fencer.setErr(errors.New("refused"))
-	f.reaper.pollStorage(ctx, &reachable, &warned)
-	if !f.reaper.nodes.isolatedNodes()["node-1"] || reachable || testutil.ToFloat64(f.reaper.metrics.DatapathReachable) != 0 {
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
+	if !f.ctrl.nodes.isolatedNodes()["node-1"] || reachable || testutil.ToFloat64(f.ctrl.metrics.DatapathReachable) != 0 {
 		t.Fatal("an unreachable back end changed the marks or was not reported")
 	}
 	// It heartbeats again: the mark goes and the node is judged again.
 	f.fencer.setErr(nil)
 	f.fencer.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0, "node-3": 0}))
-	f.reaper.pollStorage(ctx, &reachable, &warned)
-	if keys := drainKeys(f); !keys[queueKey{kind: keyNode, name: "node-1"}] || len(f.reaper.nodes.isolatedNodes()) != 0 {
-		t.Fatalf("heartbeats back: queued %v, isolated %v", keys, f.reaper.nodes.isolatedNodes())
+	f.ctrl.pollStorage(ctx, &reachable, &warned)
+	if keys := drainKeys(f); !keys[queueKey{kind: keyNode, name: "node-1"}] || len(f.ctrl.nodes.isolatedNodes()) != 0 {
+		t.Fatalf("heartbeats back: queued %v, isolated %v", keys, f.ctrl.nodes.isolatedNodes())
 	}
 }
 
@@ -83,20 +83,20 @@ func (b *blockingFencer) FenceVolumes(ctx context.Context, node string, handles 
 }
 
 // Run returns only after its workers have stopped: when leadership ends, no
-// fence or delete may still be in flight (issue: Reaper.Run returned without
+// fence or delete may still be in flight (issue: Controller.Run returned without
 // waiting for its workers).
-func TestReaper_Run_WaitsForWorkersBeforeReturning(t *testing.T) {
+func TestController_Run_WaitsForWorkersBeforeReturning(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	bf := &blockingFencer{fakeFencer: f.fencer, entered: make(chan struct{}), release: make(chan struct{})}
 	f.fencer = nil
 	f.start()
-	f.reaper.fencer = bf
-	f.reaper.proofs = newProofs(bf, f.reaper.nodes, f.reaper.now)
+	f.ctrl.fencer = bf
+	f.ctrl.proofs = newProofs(bf, f.ctrl.nodes, f.ctrl.now)
 	// The storage watch runs too: its report must keep node-1 isolated.
 	bf.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 5 * time.Second, "node-2": 0, "node-3": 0}))
 	ctx, cancel := context.WithCancel(context.Background())
 	returned := make(chan error, 1)
-	go func() { returned <- f.reaper.Run(ctx, 2) }()
+	go func() { returned <- f.ctrl.Run(ctx, 2) }()
 	select {
 	case <-bf.entered:
 	case <-time.After(30 * time.Second):

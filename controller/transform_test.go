@@ -52,7 +52,7 @@ func realisticPodForTransform() *corev1.Pod {
 	return p
 }
 
-func TestReaper_OnPod_QueuesOnlyPodsThatMayMatter(t *testing.T) {
+func TestController_OnPod_QueuesOnlyPodsThatMayMatter(t *testing.T) {
 	f := newFixture(t, PolicyDeleteBoth)
 	f.objects = append(f.objects, newNode("ok", corev1.ConditionTrue, -time.Hour), newNode("bad", corev1.ConditionUnknown, -time.Minute))
 	f.start()
@@ -67,30 +67,30 @@ func TestReaper_OnPod_QueuesOnlyPodsThatMayMatter(t *testing.T) {
 		{newPod("app", "unscheduled", "", nil), false},
 	}
 	for _, tc := range cases {
-		before := f.reaper.queue.Len()
-		f.reaper.onPod(toCachedPod(tc.pod))
-		if got := f.reaper.queue.Len() > before; got != tc.want {
+		before := f.ctrl.queue.Len()
+		f.ctrl.onPod(toCachedPod(tc.pod))
+		if got := f.ctrl.queue.Len() > before; got != tc.want {
 			t.Errorf("%s: queued=%t, want %t", tc.pod.Name, got, tc.want)
 		}
 	}
 }
 
-func TestReaper_OnNodeUpdate_IgnoresHeartbeats(t *testing.T) {
+func TestController_OnNodeUpdate_IgnoresHeartbeats(t *testing.T) {
 	f := newFixture(t, PolicyDeleteBoth)
 	f.start()
 	old := newNode("n", corev1.ConditionTrue, -time.Hour)
 	heartbeat := old.DeepCopy()
 	heartbeat.ResourceVersion = "2"
 	heartbeat.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0)
-	f.reaper.onNodeUpdate(old, heartbeat)
-	if n := f.reaper.queue.Len(); n != 0 {
+	f.ctrl.onNodeUpdate(old, heartbeat)
+	if n := f.ctrl.queue.Len(); n != 0 {
 		t.Fatalf("a heartbeat queued %d keys", n)
 	}
 	down := heartbeat.DeepCopy()
 	down.ResourceVersion = "3"
 	down.Status.Conditions[0].Status = corev1.ConditionUnknown
-	f.reaper.onNodeUpdate(heartbeat, down)
-	if n := f.reaper.queue.Len(); n != 1 {
+	f.ctrl.onNodeUpdate(heartbeat, down)
+	if n := f.ctrl.queue.Len(); n != 1 {
 		t.Fatalf("Ready turning Unknown queued %d keys, want 1", n)
 	}
 }

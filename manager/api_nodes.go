@@ -19,7 +19,7 @@ import (
 )
 
 // nodeVerdicts is what the nodes view reads of the controllers;
-// *controller.Reaper implements it.
+// *controller.Controller implements it.
 type nodeVerdicts interface {
 	NodeStatuses() []controller.NodeStatus
 }

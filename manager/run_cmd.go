@@ -347,7 +347,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	go events.Run(ctx)
 	go reportActBlocked(ctx, set, events, leaseRef(o))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
-	reaper, err := controller.NewReaper(controller.Config{
+	ctrl, err := controller.New(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
 		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
 		Recorder: events,
@@ -359,9 +359,9 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	if cs.loop.fencer == nil {
 		warnings = append(warnings, noFencerWarning)
 	}
-	mux := newMux(reg, reaper.HasSynced, set.ActBlocked, warnings...)
+	mux := newMux(reg, ctrl.HasSynced, set.ActBlocked, warnings...)
 	var leading atomic.Bool // the nodes view shows the controllers' verdicts only while this replica leads
-	src := nodeSources{verdicts: reaper, leading: leading.Load}
+	src := nodeSources{verdicts: ctrl, leading: leading.Load}
 	if cs.loop.fencer != nil {
 		src.storage = cs.loop.fencer
 	}
@@ -383,7 +383,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 		slog.Info("vigil-manager: acting as leader")
 		leading.Store(true)
 		defer leading.Store(false)
-		if err := reaper.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
+		if err := ctrl.Run(ctx, o.workers); err != nil && ctx.Err() == nil {
 			slog.Error("vigil-manager: reaper stopped", "err", err)
 		}
 	}
