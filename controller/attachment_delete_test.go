@@ -103,7 +103,7 @@ func TestController_SyncAttachments_ReplacedAttachmentIsNoError(t *testing.T) {
 	ctx := context.Background()
 	f := attachFixture(t, AttachmentWait)
 	f.start()
-	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
+	if _, err := f.backend.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})

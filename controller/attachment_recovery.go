@@ -24,7 +24,7 @@ func (r *Controller) syncAttachments(ctx context.Context, name string) error {
 		return nil
 	}
 	var view grantsView
-	if set.FencerDriver != "" {
+	if set.BackendDriver != "" {
 		if view, err = r.proofs.grants(ctx, name); err != nil {
 			ref := nodeRef(name)
 			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventAttachmentNotFreed,
@@ -34,7 +34,7 @@ func (r *Controller) syncAttachments(ctx context.Context, name string) error {
 	blocked := r.blocked()
 	var recheck bool
 	for _, vol := range vols {
-		vol.Proven = vol.Driver == set.FencerDriver && view.proven(vol.Handle)
+		vol.Proven = vol.Driver == set.BackendDriver && view.proven(vol.Handle)
 		d := decideAttachment(vol, v, &set)
 		recheck = recheck || d.RecheckAfter > 0
 		if len(d.Actions) == 0 {
@@ -203,7 +203,7 @@ func (r *Controller) reportAttachmentWait(node string, vol *volumeOnNode, v Node
 		msg = "policy wait: no replacement pod waits for it yet"
 	case ReasonAttachNotProvenFenced:
 		msg = fmt.Sprintf("driver %s is not fenced by Vigil (fencing back end: %q), so the node is not proven fenced on it: Kubernetes' own timeout stands",
-			vol.Driver, set.FencerDriver)
+			vol.Driver, set.BackendDriver)
 	case ReasonAttachPodsOnNode:
 		msg = fmt.Sprintf("pods on the node still use it: %v", vol.PodsOnNode)
 	case ReasonAttachAttaching:

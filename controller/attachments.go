@@ -94,7 +94,7 @@ func decideAttachment(v *volumeOnNode, node NodeVerdict, set *Settings) attachme
 	case set.AttachmentPolicy == AttachmentWait && v.Replacement == "":
 		return attachmentDecision{Reason: ReasonAttachNoReplacement}
 	}
-	ours := v.Driver != "" && v.Driver == set.FencerDriver
+	ours := v.Driver != "" && v.Driver == set.BackendDriver
 	if !ours && !node.State.Fenced() {
 		return attachmentDecision{Reason: ReasonAttachNotProvenFenced}
 	}
@@ -145,7 +145,7 @@ func reapAttachmentActions(s *Snapshot, node NodeVerdict, set *Settings) []Actio
 		if a.NodeName != s.Pod.Spec.NodeName || !attachmentGoes(&a) || !isProtectedDriver(d, set.ExtraProtectedProvisioners) {
 			continue
 		}
-		if (d == "" || d != set.FencerDriver) && !node.State.Fenced() {
+		if (d == "" || d != set.BackendDriver) && !node.State.Fenced() {
 			continue
 		}
 		out = append(out, Action{Kind: ActionDeleteVolumeAttachment, Name: a.Name, UID: a.UID, PVName: a.PVName})

@@ -32,7 +32,7 @@ func TestDecideAttachment_Table(t *testing.T) {
 		return v
 	}
 	set := func(p AttachmentPolicy) *Settings {
-		return &Settings{AttachmentPolicy: p, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{otherDriver}}
+		return &Settings{AttachmentPolicy: p, BackendDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{otherDriver}}
 	}
 	cases := []struct {
 		name   string
@@ -121,7 +121,7 @@ func attachFixture(t *testing.T, policy AttachmentPolicy) *fixture {
 	repl.UID, repl.Status.Phase = "uid-new", corev1.PodPending
 	f.objects = append(f.objects, n1, newNode("node-2", corev1.ConditionTrue, -time.Hour), repl,
 		newPVC("app", "data-db-0", "pv-a", nil), pv, newVA("va-a1", "pv-a", "node-1"))
-	f.fencer.grant("node-1", "handle-pv-a")
+	f.backend.grant("node-1", "handle-pv-a")
 	return f
 }
 
@@ -129,7 +129,7 @@ func TestController_SyncAttachments_WaitPolicyFreesForTheReplacement(t *testing.
 	f := attachFixture(t, AttachmentWait)
 	f.start()
 	ctx := context.Background()
-	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
+	if _, err := f.backend.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})
@@ -213,7 +213,7 @@ func TestController_SyncAttachments_LeavesAnAttachInProgress(t *testing.T) {
 		}
 	}
 	f.start()
-	if _, err := f.fencer.fenceAll(ctx, "node-1"); err != nil {
+	if _, err := f.backend.fenceAll(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
 	f.ctrl.nodes.markFenced("node-1", t0, fencePlan{})

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // defaultLeaseDuration is a node Lease's duration when it names none (the
@@ -78,7 +78,7 @@ func (w *controlPlaneWatch) leaseStale(name string, now time.Time) bool {
 
 // setHeartbeating records which engines heartbeat in a report that answered:
 // silent for less than threshold, and not announcing a graceful stop.
-func (w *controlPlaneWatch) setHeartbeating(rep fencing.Report, threshold time.Duration) {
+func (w *controlPlaneWatch) setHeartbeating(rep fenceapi.Report, threshold time.Duration) {
 	hb := make(map[string]bool, len(rep.Nodes))
 	for _, n := range rep.Nodes {
 		if silence, ok := rep.Silence(n.Node); ok && silence < threshold {

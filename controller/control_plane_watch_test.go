@@ -29,7 +29,7 @@ func outageFixture(t *testing.T, ready corev1.ConditionStatus) *fixture {
 		pv := "pv-" + n
 		f.objects = append(f.objects, pod, newNode(n, ready, -time.Hour),
 			newPVC("app", "data-"+n, pv, nil), newPV(pv, vigil.DriverName), newVA("va-"+n, pv, n))
-		f.fencer.grant(n, "handle-"+pv)
+		f.backend.grant(n, "handle-"+pv)
 	}
 	return f
 }
@@ -40,7 +40,7 @@ func (f *fixture) heartbeats(silent ...string) {
 	for _, n := range silent {
 		m[n] = time.Minute
 	}
-	f.fencer.setReport(heartbeatReport(f.now, m))
+	f.backend.setReport(heartbeatReport(f.now, m))
 }
 
 func (f *fixture) poll() {
@@ -81,11 +81,11 @@ func (f *fixture) syncAll(ctx context.Context) {
 
 func (f *fixture) expectNothingFenced() {
 	f.t.Helper()
-	if f.fencer.fenceCalls != 0 {
-		f.t.Errorf("FenceNode called %d times, want none", f.fencer.fenceCalls)
+	if f.backend.fenceCalls != 0 {
+		f.t.Errorf("FenceNode called %d times, want none", f.backend.fenceCalls)
 	}
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		if !f.fencer.live(n, "handle-pv-"+n) || f.ctrl.nodes.fenced(n) {
+		if !f.backend.live(n, "handle-pv-"+n) || f.ctrl.nodes.fenced(n) {
 			f.t.Errorf("%s lost its grant or is marked fenced", n)
 		}
 	}
@@ -162,7 +162,7 @@ func TestController_ControlPlaneOutage_OneZombieIsStillFenced(t *testing.T) {
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-node-1") || !f.ctrl.nodes.fenced("node-1") {
+	if f.backend.live("node-1", "handle-pv-node-1") || !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the zombie node-1 was not fenced after the grace")
 	}
 	f.client.ClearActions()

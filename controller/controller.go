@@ -24,15 +24,15 @@ import (
 var ErrCacheSync = errors.New("controller: informer caches did not sync")
 
 // Config is what New needs. Client, Informers, Settings, Recorder and
-// Metrics are required; Fencer, Recoveries, ActBlocked and Now are optional.
+// Metrics are required; FenceBackend, Recoveries, ActBlocked and Now are optional.
 type Config struct {
 	Client    kubernetes.Interface
 	Informers informers.SharedInformerFactory
 	Settings  SettingsReader
-	// Fencer is the fencing back end (the datapath). nil: nothing is fenced by
+	// FenceBackend is the fencing back end (the datapath). nil: nothing is fenced by
 	// Vigil, storage isolation is not judged, and the fast trigger fires only on
 	// the proofs Kubernetes gives (a deleted node, the out-of-service taint).
-	Fencer Fencer
+	FenceBackend FenceBackend
 	// Recoveries writes NodeRecovery records; nil: none are written.
 	Recoveries RecoveryClient
 	// ActBlocked, when it returns an error, keeps the controllers from acting
@@ -68,7 +68,7 @@ type queueKey struct {
 type Controller struct {
 	client     kubernetes.Interface
 	settings   SettingsReader
-	fencer     Fencer
+	backend    FenceBackend
 	proofs     *proofs
 	recoveries *recoveries
 	actBlocked func() error
@@ -116,7 +116,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("controller: index persistent volumes: %w", err)
 	}
 	r := &Controller{
-		client: cfg.Client, settings: cfg.Settings, fencer: cfg.Fencer, actBlocked: cfg.ActBlocked, metrics: cfg.Metrics,
+		client: cfg.Client, settings: cfg.Settings, backend: cfg.FenceBackend, actBlocked: cfg.ActBlocked, metrics: cfg.Metrics,
 		events: newEvents(cfg.Recorder, now), now: now,
 		listers: listers{
 			nodes: nodeInf.Lister(), pvcs: pvcInf.Lister(), pvs: pvInf.Lister(),
@@ -133,8 +133,8 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "vigil-reaper"}),
 	}
-	if cfg.Fencer != nil {
-		r.proofs = newProofs(cfg.Fencer, r.nodes, now)
+	if cfg.FenceBackend != nil {
+		r.proofs = newProofs(cfg.FenceBackend, r.nodes, now)
 	}
 	r.recoveries = newRecoveries(cfg.Recoveries, cfg.Metrics, r.ownerPodUIDs)
 	r.synced = []cache.InformerSynced{
@@ -461,7 +461,7 @@ func (r *Controller) ownerPodUIDs(key string) []types.UID {
 	return out
 }
 
-// proofSource is the reaper's access to node grants (nil without a Fencer).
+// proofSource is the reaper's access to node grants (nil without a FenceBackend).
 func (r *Controller) proofSource() proofSource {
 	if r.proofs == nil {
 		return nil

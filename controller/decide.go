@@ -93,12 +93,12 @@ type Settings struct {
 	CrashLoopPodDeletion       bool
 	CrashLoopRestartLimit      int
 	DryRun                     bool
-	// FencerDriver is the CSI driver whose volumes the fencing back end can prove
+	// BackendDriver is the CSI driver whose volumes the fencing back end can prove
 	// fenced ("" without a back end). Not a setting: the manager's wiring.
-	FencerDriver string
+	BackendDriver string
 }
 
-func readSettings(r SettingsReader, fencerDriver string) Settings {
+func readSettings(r SettingsReader, backendDriver string) Settings {
 	return Settings{
 		Policy:                     r.NodeDownPodDeletionPolicy(),
 		AttachmentPolicy:           r.VolumeAttachmentRecoveryPolicy(),
@@ -109,7 +109,7 @@ func readSettings(r SettingsReader, fencerDriver string) Settings {
 		CrashLoopPodDeletion:       r.CrashLoopPodDeletion(),
 		CrashLoopRestartLimit:      r.CrashLoopRestartLimit(),
 		DryRun:                     r.DryRun(),
-		FencerDriver:               fencerDriver,
+		BackendDriver:              backendDriver,
 	}
 }
 

@@ -32,7 +32,7 @@ func snapshotOf(pod *corev1.Pod, set *Settings, proven provenFunc, notReadySince
 	}
 	obs := tracker.observe(pod.Spec.NodeName, node, t0)
 	if proven != nil {
-		set.FencerDriver = vigil.DriverName
+		set.BackendDriver = vigil.DriverName
 		obs.Fenced, obs.FencedAt = true, notReadySince
 	}
 	return l.snapshot(context.Background(), pod, node, obs, set, proofOf(proven))
@@ -43,7 +43,7 @@ func stsPod(vols ...corev1.Volume) *corev1.Pod {
 }
 
 func defaultSet() *Settings {
-	return &Settings{Policy: PolicyDeleteBoth, AttachmentPolicy: AttachmentImmediate, FencerDriver: vigil.DriverName,
+	return &Settings{Policy: PolicyDeleteBoth, AttachmentPolicy: AttachmentImmediate, BackendDriver: vigil.DriverName,
 		NotReadyDebounce: 15 * time.Second, NodeDownGracePeriod: 30 * time.Second}
 }
 

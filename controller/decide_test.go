@@ -195,7 +195,7 @@ func (c tableCase) build() (*Snapshot, *Settings) {
 		pod.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
 	}
 	set := &Settings{Policy: c.policy, AttachmentPolicy: c.attach, NotReadyDebounce: 15 * time.Second,
-		NodeDownGracePeriod: 30 * time.Second, FastFencedTrigger: c.fast != fastOff, FencerDriver: vigil.DriverName}
+		NodeDownGracePeriod: 30 * time.Second, FastFencedTrigger: c.fast != fastOff, BackendDriver: vigil.DriverName}
 	l := testListers(objs...)
 	nodeObj, _ := l.nodes.Get(node)
 	tracker := newNodeTracker()

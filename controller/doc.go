@@ -42,7 +42,7 @@
 //     provisioner; an inline nfs, iscsi, CSI, … volume is never proven, so the
 //     slim pod cache keeps the first one of each pod, by name and kind
 //     (volume_kind.go). The fast trigger needs every volume of the pod proven
-//     fenced by the back end's attachment table (fence_proof.go); Kubernetes'
+//     fenced by the back end's attachment table (grant_proof.go); Kubernetes'
 //     own proofs (deleted node, out-of-service taint) stand alone. Volumes of
 //     drivers other than the back end's are never proven by Vigil.
 //  4. Free attachments (attachments.go, attachment_recovery.go) by
@@ -78,8 +78,8 @@
 // pod_cache.go), so tens of thousands of pods fit in a small manager.
 //
 // The package declares the small interfaces it needs and leaves their
-// implementation to others: SettingsReader (*settings.Settings), Fencer (the
-// datapath, datapath/fencer; its value types in package fencing) and
-// RecoveryClient (*v1alpha1.Client). The end-to-end proof in a real cluster is
+// implementation to others: SettingsReader (*settings.Settings), FenceBackend
+// (the datapath, datapath/fencebackend; its value types in package fenceapi)
+// and RecoveryClient (*v1alpha1.Client). The end-to-end proof in a real cluster is
 // test/e2e's TestLoop.
 package controller

@@ -8,20 +8,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
-// failedVolumeLister is a Fencer that also reports the volumes it refuses all
+// failedVolumeLister is a FenceBackend that also reports the volumes it refuses all
 // I/O on until an operator acts, because writing their data to disk failed
 // (the datapath's does). The storage watch asks it at each poll.
 type failedVolumeLister interface {
-	FailedVolumes(ctx context.Context) ([]fencing.FailedVolume, error)
+	FailedVolumes(ctx context.Context) ([]fenceapi.FailedVolume, error)
 }
 
 // newlyFailed is the pure part of the failed-volume watch: the volumes of
 // report that were not failed at the last poll (before), and the handles
 // failed now. A volume cleared and failed again is new again.
-func newlyFailed(report []fencing.FailedVolume, before map[string]bool) (fresh []fencing.FailedVolume, now map[string]bool) {
+func newlyFailed(report []fenceapi.FailedVolume, before map[string]bool) (fresh []fenceapi.FailedVolume, now map[string]bool) {
 	now = make(map[string]bool, len(report))
 	for _, f := range report {
 		now[f.Handle] = true
@@ -37,7 +37,7 @@ func newlyFailed(report []fencing.FailedVolume, before map[string]bool) (fresh [
 // the storage watch calls it. A back end that does not answer changes
 // nothing.
 func (r *Controller) pollFailedVolumes(ctx context.Context) {
-	fl, ok := r.fencer.(failedVolumeLister)
+	fl, ok := r.backend.(failedVolumeLister)
 	if !ok {
 		return
 	}
@@ -58,8 +58,8 @@ func (r *Controller) pollFailedVolumes(ctx context.Context) {
 
 // warnFailed puts the Warning Event on the volume's PersistentVolume, or
 // logs it when no PersistentVolume has that handle.
-func (r *Controller) warnFailed(ctx context.Context, f fencing.FailedVolume) {
-	objs, err := r.pvIndex.ByIndex(pvByHandleIndex, r.fencer.Driver()+"^"+f.Handle)
+func (r *Controller) warnFailed(ctx context.Context, f fenceapi.FailedVolume) {
+	objs, err := r.pvIndex.ByIndex(pvByHandleIndex, r.backend.Driver()+"^"+f.Handle)
 	var pv *corev1.PersistentVolume
 	if err == nil && len(objs) > 0 {
 		pv, _ = objs[0].(*corev1.PersistentVolume)

@@ -11,24 +11,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 func TestNewlyFailed(t *testing.T) {
-	a, b := fencing.FailedVolume{Handle: "a"}, fencing.FailedVolume{Handle: "b"}
+	a, b := fenceapi.FailedVolume{Handle: "a"}, fenceapi.FailedVolume{Handle: "b"}
 	for _, tc := range []struct {
 		name   string
-		report []fencing.FailedVolume
+		report []fenceapi.FailedVolume
 		before map[string]bool
-		fresh  []fencing.FailedVolume
+		fresh  []fenceapi.FailedVolume
 		now    map[string]bool
 	}{
 		{"nothing failed", nil, map[string]bool{}, nil, map[string]bool{}},
-		{"first failure", []fencing.FailedVolume{a}, map[string]bool{}, []fencing.FailedVolume{a}, map[string]bool{"a": true}},
-		{"still failed", []fencing.FailedVolume{a}, map[string]bool{"a": true}, nil, map[string]bool{"a": true}},
-		{"a second one", []fencing.FailedVolume{a, b}, map[string]bool{"a": true}, []fencing.FailedVolume{b}, map[string]bool{"a": true, "b": true}},
+		{"first failure", []fenceapi.FailedVolume{a}, map[string]bool{}, []fenceapi.FailedVolume{a}, map[string]bool{"a": true}},
+		{"still failed", []fenceapi.FailedVolume{a}, map[string]bool{"a": true}, nil, map[string]bool{"a": true}},
+		{"a second one", []fenceapi.FailedVolume{a, b}, map[string]bool{"a": true}, []fenceapi.FailedVolume{b}, map[string]bool{"a": true, "b": true}},
 		{"cleared", nil, map[string]bool{"a": true}, nil, map[string]bool{}},
-		{"first poll of a new leader", []fencing.FailedVolume{a}, nil, []fencing.FailedVolume{a}, map[string]bool{"a": true}},
+		{"first poll of a new leader", []fenceapi.FailedVolume{a}, nil, []fenceapi.FailedVolume{a}, map[string]bool{"a": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fresh, now := newlyFailed(tc.report, tc.before)
@@ -48,10 +48,10 @@ func TestController_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 	f.start()
 	ctx := context.Background()
 	reachable, warned := true, false
-	f.fencer.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0}))
-	failed := fencing.FailedVolume{Handle: "handle-pv-a", Since: t0, Reason: "flushing its data to disk failed (flush: input/output error)",
+	f.backend.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0}))
+	failed := fenceapi.FailedVolume{Handle: "handle-pv-a", Since: t0, Reason: "flushing its data to disk failed (flush: input/output error)",
 		Clear: "vigil-manager datapath clear-failure handle-pv-a"}
-	f.fencer.setFailed(failed, fencing.FailedVolume{Handle: "no-pv", Since: t0, Reason: "r", Clear: "c"})
+	f.backend.setFailed(failed, fenceapi.FailedVolume{Handle: "no-pv", Since: t0, Reason: "r", Clear: "c"})
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	evs := f.expectEvents("Warning " + EventVolumeFailed)
 	if len(evs) == 1 {
@@ -66,19 +66,19 @@ func TestController_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 	}
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	f.expectEvents() // still failed: no second Event
-	f.fencer.setErr(errors.New("refused"))
+	f.backend.setErr(errors.New("refused"))
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if got := testutil.ToFloat64(f.ctrl.metrics.VolumesFailed); got != 2 {
 		t.Errorf("an unreachable back end changed the gauge to %v", got)
 	}
-	f.fencer.setErr(nil)
-	f.fencer.setFailed()
+	f.backend.setErr(nil)
+	f.backend.setFailed()
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if got := testutil.ToFloat64(f.ctrl.metrics.VolumesFailed); got != 0 {
 		t.Errorf("failed-volume gauge %v after the operator cleared them, want 0", got)
 	}
 	failed.Since = t0.Add(time.Hour)
-	f.fencer.setFailed(failed)
+	f.backend.setFailed(failed)
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	f.expectEvents("Warning " + EventVolumeFailed) // failed again: a new Event
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // FenceReason says why a node is fenced; it appears in Events, the taint's value
@@ -40,9 +40,9 @@ type fenceDecision struct {
 // (a node cut off from the API server only is fenced then, and from then on its
 // I/O is refused: that is the point). Nothing is fenced ahead of time with the
 // fast trigger off.
-func decideFence(o nodeObservation, v NodeVerdict, set *Settings, hasFencer bool, now time.Time) fenceDecision {
+func decideFence(o nodeObservation, v NodeVerdict, set *Settings, hasBackend bool, now time.Time) fenceDecision {
 	switch {
-	case !set.FastFencedTrigger || !hasFencer || o.Fenced:
+	case !set.FastFencedTrigger || !hasBackend || o.Fenced:
 		return fenceDecision{}
 	case o.Isolated:
 		return fenceDecision{Fence: true, Reason: FenceReasonStorageIsolated}
@@ -86,7 +86,7 @@ func (r *Controller) fenceNode(ctx context.Context, name string, node *corev1.No
 		return fmt.Errorf("fence node %s: %w", name, err)
 	}
 	start := r.now()
-	fenced, err := r.fencer.FenceVolumes(ctx, name, plan.Fence)
+	fenced, err := r.backend.FenceVolumes(ctx, name, plan.Fence)
 	if err != nil {
 		r.metrics.Fences.WithLabelValues(outcomeFailed).Inc()
 		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed,
@@ -116,7 +116,7 @@ func (r *Controller) fenceNode(ctx context.Context, name string, node *corev1.No
 	return nil
 }
 
-func describeFenced(fs []fencing.Fenced) string {
+func describeFenced(fs []fenceapi.Fenced) string {
 	if len(fs) == 0 {
 		return "no volume of a pod to reap left live"
 	}

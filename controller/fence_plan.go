@@ -130,7 +130,7 @@ func (r *Controller) fencePods(node string, set *Settings) []fencePod {
 		vols := r.listers.volumes(pod)
 		p := fencePod{Key: pod.Namespace + "/" + pod.Name, UID: pod.UID}
 		for i := range vols {
-			if vols[i].Inline == "" && vols[i].Driver == set.FencerDriver && vols[i].Handle != "" {
+			if vols[i].Inline == "" && vols[i].Driver == set.BackendDriver && vols[i].Handle != "" {
 				p.Handles = append(p.Handles, vols[i].Handle)
 			}
 		}
@@ -152,7 +152,7 @@ func reapable(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *Settings
 		return why, false
 	}
 	for i := range vols {
-		if vols[i].Inline != "" || vols[i].Driver != set.FencerDriver || vols[i].Handle == "" {
+		if vols[i].Inline != "" || vols[i].Driver != set.BackendDriver || vols[i].Handle == "" {
 			return ReasonVolumeNotProvable, false
 		}
 	}

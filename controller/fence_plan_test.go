@@ -85,8 +85,8 @@ func TestDecideFenceVolumes_Table(t *testing.T) {
 }
 
 func TestReapable_Table(t *testing.T) {
-	sts := &Settings{Policy: PolicyDeleteStatefulSetPod, FencerDriver: vigil.DriverName}
-	both := &Settings{Policy: PolicyDeleteBoth, FencerDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{"other.csi"}}
+	sts := &Settings{Policy: PolicyDeleteStatefulSetPod, BackendDriver: vigil.DriverName}
+	both := &Settings{Policy: PolicyDeleteBoth, BackendDriver: vigil.DriverName, ExtraProtectedProvisioners: []string{"other.csi"}}
 	vigilVol := []VolumeInfo{{Name: "data", Driver: vigil.DriverName, Handle: "h"}}
 	optedOut := newPod("ns", "p", "n", nil)
 	optedOut.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
@@ -106,7 +106,7 @@ func TestReapable_Table(t *testing.T) {
 		{"DaemonSet", plain, OwnerDaemonSet, vigilVol, both, ReasonOwnerNotCovered, false},
 		{"Job", plain, OwnerJob, vigilVol, both, ReasonOwnerNotCovered, false},
 		{"bare pod", plain, OwnerNone, vigilVol, both, ReasonOwnerNotCovered, false},
-		{"policy do-nothing", plain, OwnerStatefulSet, vigilVol, &Settings{Policy: PolicyDoNothing, FencerDriver: vigil.DriverName}, ReasonPolicyDoNothing, false},
+		{"policy do-nothing", plain, OwnerStatefulSet, vigilVol, &Settings{Policy: PolicyDoNothing, BackendDriver: vigil.DriverName}, ReasonPolicyDoNothing, false},
 		{"a volume of another protected driver cannot be proven by the back end", plain, OwnerStatefulSet,
 			append([]VolumeInfo{{Name: "x", Driver: "other.csi", Handle: "o"}}, vigilVol...), both, ReasonVolumeNotProvable, false},
 		{"an inline network volume cannot be proven", plain, OwnerStatefulSet,
@@ -152,7 +152,7 @@ func strandFixture(t *testing.T) *fixture {
 		{"data-agent", "pv-agent"}, {"data-job", "pv-job"}, {"data-bare", "pv-bare"}, {"data-sh-0", "pv-sh"},
 	} {
 		f.objects = append(f.objects, newPVC("app", c.claim, c.pv, nil), newPV(c.pv, vigil.DriverName), newVA("va-"+c.pv, c.pv, "node-1"))
-		f.fencer.grant("node-1", "handle-"+c.pv)
+		f.backend.grant("node-1", "handle-"+c.pv)
 	}
 	return f
 }
@@ -168,7 +168,7 @@ func (f *fixture) strandedPods(reaped map[string]bool) []string {
 			continue
 		}
 		for _, v := range f.ctrl.listers.volumes(pod) {
-			if !f.fencer.live("node-1", v.Handle) {
+			if !f.backend.live("node-1", v.Handle) {
 				out = append(out, fmt.Sprintf("%s on %s", pod.Name, v.Handle))
 			}
 		}
@@ -206,8 +206,8 @@ func TestController_SyncNode_FenceNeverStrandsAPod(t *testing.T) {
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if want := [][]string{{"handle-pv-db"}}; !reflect.DeepEqual(f.fencer.fenceAsked, want) {
-		t.Errorf("fenced %q; want only the volume of the pod that will be reaped, %q", f.fencer.fenceAsked, want)
+	if want := [][]string{{"handle-pv-db"}}; !reflect.DeepEqual(f.backend.fenceAsked, want) {
+		t.Errorf("fenced %q; want only the volume of the pod that will be reaped, %q", f.backend.fenceAsked, want)
 	}
 	evs := f.expectEvents("Warning "+EventNodeFenced, "Warning "+EventNodeDown)
 	for _, want := range []string{"handle-pv-db→epoch", "left 7 volume(s)", "handle-pv-keep (used by pod app/keep-0, which will not be reaped (opted-out-by-annotation))",
@@ -248,7 +248,7 @@ func TestController_SyncNode_ReturnBeforeReapStillReaps(t *testing.T) {
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") {
+	if f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("not fenced at once on storage isolation")
 	}
 	f.client.ClearActions()
@@ -292,13 +292,13 @@ func TestController_SyncNode_ReturnBeforeReapStillReaps(t *testing.T) {
 	if f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("the fence episode did not end once its pods were gone")
 	}
-	f.fencer.grant("node-1", "handle-pv-late")
+	f.backend.grant("node-1", "handle-pv-late")
 	f.ctrl.nodes.setIsolated("node-1", true, f.now.Add(-4*time.Second))
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.fenceCalls != 2 || f.fencer.live("node-1", "handle-pv-late") {
-		t.Errorf("second isolation: %d fence calls, late-0's volume live %t; want a second fence", f.fencer.fenceCalls, f.fencer.live("node-1", "handle-pv-late"))
+	if f.backend.fenceCalls != 2 || f.backend.live("node-1", "handle-pv-late") {
+		t.Errorf("second isolation: %d fence calls, late-0's volume live %t; want a second fence", f.backend.fenceCalls, f.backend.live("node-1", "handle-pv-late"))
 	}
 }
 
@@ -310,7 +310,7 @@ func TestDecide_ReturnedNodeHonoursOptOut(t *testing.T) {
 	s := &Snapshot{Pod: pod, Owner: OwnerStatefulSet, Node: newNode("node-1", corev1.ConditionTrue, -time.Hour),
 		NodeObserved: nodeObservation{Fenced: true, FencedAt: t0, FencedPods: map[types.UID]bool{pod.UID: true}},
 		Volumes:      []VolumeInfo{{Name: "data", Driver: vigil.DriverName, Handle: "h", Fenced: true}}}
-	set := &Settings{Policy: PolicyDeleteBoth, FastFencedTrigger: true, FencerDriver: vigil.DriverName}
+	set := &Settings{Policy: PolicyDeleteBoth, FastFencedTrigger: true, BackendDriver: vigil.DriverName}
 	if d := decide(s, set, t0); d.Kind != DecisionSkip || d.Reason != ReasonOptedOut {
 		t.Errorf("decide = %s %s, want skip %s", d.Kind, d.Reason, ReasonOptedOut)
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // A fence is taken from the node's live grants at one instant. A grant given
@@ -70,7 +70,7 @@ func decideRefence(in refenceInput) ([]string, refenceWhy) {
 // silentPast reports whether the report shows node silent for at least
 // threshold; a node the report does not name, or one that announced a
 // graceful stop, is not.
-func silentPast(rep fencing.Report, node string, threshold time.Duration) bool {
+func silentPast(rep fenceapi.Report, node string, threshold time.Duration) bool {
 	d, ok := rep.Silence(node)
 	return ok && d >= threshold
 }
@@ -80,7 +80,7 @@ func silentPast(rep fencing.Report, node string, threshold time.Duration) bool {
 // are read through the shared proof fetch; the connectivity report only when
 // there is something to fence.
 func (r *Controller) refence(ctx context.Context, name string, o nodeObservation, set *Settings) error {
-	in := refenceInput{Enabled: set.FastFencedTrigger && r.fencer != nil, Fenced: o.Fenced, Isolated: o.Isolated}
+	in := refenceInput{Enabled: set.FastFencedTrigger && r.backend != nil, Fenced: o.Fenced, Isolated: o.Isolated}
 	if _, why := decideRefence(in); why != refenceNothingFresh {
 		return nil // off, not fenced or not isolated: no grant can change that
 	}
@@ -94,7 +94,7 @@ func (r *Controller) refence(ctx context.Context, name string, o nodeObservation
 	}
 	in.Plan = decideFenceVolumes(live, r.fencePods(name, set))
 	if len(in.Plan.Fence) > 0 {
-		rep, err := r.fencer.Connectivity(ctx)
+		rep, err := r.backend.Connectivity(ctx)
 		if err != nil {
 			return fmt.Errorf("connectivity before fencing node %s again: %w", name, err)
 		}
@@ -122,7 +122,7 @@ func (r *Controller) fenceAgain(ctx context.Context, name string, handles []stri
 		r.events.emit(ref, ref.UID, corev1.EventTypeNormal, EventWouldFence, fmt.Sprintf("%s: %s; would fence them again", why, what))
 		return nil
 	}
-	fenced, err := r.fencer.FenceVolumes(ctx, name, handles)
+	fenced, err := r.backend.FenceVolumes(ctx, name, handles)
 	if err != nil {
 		r.metrics.Fences.WithLabelValues(outcomeFailed).Inc()
 		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventFenceFailed, fmt.Sprintf("%s; cannot fence them again: %v; retrying", what, err))

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 func TestDecideRefence_Table(t *testing.T) {
@@ -49,7 +49,7 @@ func TestDecideRefence_Table(t *testing.T) {
 
 func TestSilentPast(t *testing.T) {
 	rep := heartbeatReport(t0, map[string]time.Duration{"silent": 4 * time.Second, "talking": 0})
-	rep.Nodes = append(rep.Nodes, fencing.NodeConnectivity{Node: "leaving", LastHeartbeat: t0.Add(-time.Minute), LeavingUntil: t0.Add(time.Minute)})
+	rep.Nodes = append(rep.Nodes, fenceapi.NodeConnectivity{Node: "leaving", LastHeartbeat: t0.Add(-time.Minute), LeavingUntil: t0.Add(time.Minute)})
 	for node, want := range map[string]bool{"silent": true, "talking": false, "leaving": false, "unknown": false} {
 		if got := silentPast(rep, node, 3*time.Second); got != want {
 			t.Errorf("silentPast(%s) = %t, want %t", node, got, want)
@@ -74,28 +74,28 @@ func TestController_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T)
 	f.expectEvents("Warning "+EventNodeFenced, "Warning "+EventNodeDown)
 	regrant := func() {
 		t.Helper()
-		f.fencer.grant("node-1", "handle-pv-a") // the raced ControllerPublish
-		f.now = f.now.Add(2 * grantsMaxAge)     // the next look, past the proof cache
+		f.backend.grant("node-1", "handle-pv-a") // the raced ControllerPublish
+		f.now = f.now.Add(2 * grantsMaxAge)      // the next look, past the proof cache
 	}
 
 	// The engine heartbeats in a report read now (the watch has not caught
 	// up yet): positive evidence, the grant stays.
 	regrant()
-	f.fencer.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": 0, "node-2": 0}))
+	f.backend.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": 0, "node-2": 0}))
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.fencer.live("node-1", "handle-pv-a") {
+	if !f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("a grant of a node whose engine heartbeats was fenced again")
 	}
 	f.expectEvents()
 
 	// Silent: fenced again.
-	f.fencer.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": time.Minute, "node-2": 0}))
+	f.backend.setReport(heartbeatReport(f.now, map[string]time.Duration{"node-1": time.Minute, "node-2": 0}))
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") {
+	if f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("a fresh live grant on a node still storage-isolated and fenced was left live")
 	}
 	evs := f.expectEvents("Warning " + EventNodeRefenced)
@@ -114,7 +114,7 @@ func TestController_SyncNode_FreshGrantOnIsolatedNodeIsFencedAgain(t *testing.T)
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.fencer.live("node-1", "handle-pv-a") {
+	if !f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("a grant of a node no longer storage-isolated was fenced again")
 	}
 }

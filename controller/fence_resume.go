@@ -20,7 +20,7 @@ import (
 // it down, would leave those pods on volumes whose I/O is refused, for good.
 // So the first time a leader syncs a node that is not down and that it has not
 // fenced, it reads the node's grants once (the shared, bounded fetch of
-// fence_proof.go): every pod on the node that uses a volume on which the
+// grant_proof.go): every pod on the node that uses a volume on which the
 // node's row is fenced is taken as a pod the fence committed to, and the
 // returned-node path (finishFence, decideReturned) reaps it, with every check
 // of the decision table. Without the datapath's answer nothing is resumed; the
@@ -89,7 +89,7 @@ func (r *Controller) resumePods(node string, set *Settings) []resumePod {
 		p := resumePod{Key: pod.Namespace + "/" + pod.Name, UID: pod.UID, Deleting: pod.DeletionTimestamp != nil}
 		vols := r.listers.volumes(pod)
 		for i := range vols {
-			if vols[i].Inline == "" && vols[i].Driver == set.FencerDriver && vols[i].Handle != "" {
+			if vols[i].Inline == "" && vols[i].Driver == set.BackendDriver && vols[i].Handle != "" {
 				p.Handles = append(p.Handles, vols[i].Handle)
 			}
 		}
@@ -104,7 +104,7 @@ func (r *Controller) resumePods(node string, set *Settings) []resumePod {
 // and decideReturned reaps them. With the fast trigger off nothing is proven,
 // so nothing is looked for.
 func (r *Controller) resumeFence(ctx context.Context, name string, set *Settings) {
-	if r.fencer == nil || !set.FastFencedTrigger || set.FencerDriver == "" || r.nodes.fenced(name) || r.nodes.resumeChecked(name) {
+	if r.backend == nil || !set.FastFencedTrigger || set.BackendDriver == "" || r.nodes.fenced(name) || r.nodes.resumeChecked(name) {
 		return
 	}
 	view, err := r.proofs.grants(ctx, name)

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 func TestDecideResume_Table(t *testing.T) {
@@ -67,7 +67,7 @@ func TestDecideResume_Table(t *testing.T) {
 func newLeaderOnReturnedNode(t *testing.T, fenced bool) *fixture {
 	f := fencedFixture(t, corev1.ConditionTrue)
 	if fenced {
-		if _, err := f.fencer.fenceAll(context.Background(), "node-1"); err != nil {
+		if _, err := f.backend.fenceAll(context.Background(), "node-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,14 +94,14 @@ func TestController_SyncNode_NewLeaderResumesFenceOfReturnedNode(t *testing.T) {
 		t.Errorf("decisions delete/%s = %v, want 1", ReasonFencedNodeReturned, got)
 	}
 	// Looked at once per leadership: the next sync does not ask again.
-	calls := f.fencer.grantsCalls
+	calls := f.backend.grantsCalls
 	f.now = f.now.Add(2 * grantsMaxAge)
 	f.ctrl.nodes.endFence("node-1")
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.grantsCalls != calls {
-		t.Errorf("grants read %d more time(s) after the node was checked", f.fencer.grantsCalls-calls)
+	if f.backend.grantsCalls != calls {
+		t.Errorf("grants read %d more time(s) after the node was checked", f.backend.grantsCalls-calls)
 	}
 }
 
@@ -123,7 +123,7 @@ func TestController_SyncNode_NewLeaderLeavesLiveNodeAlone(t *testing.T) {
 
 func TestController_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) {
 	f := newLeaderOnReturnedNode(t, true)
-	f.fencer.setErr(errors.New("connection refused"))
+	f.backend.setErr(errors.New("connection refused"))
 	ctx := context.Background()
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestController_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) 
 	}
 	f.expectActions()
 	// The datapath answers on a later sync: the fence is resumed then.
-	f.fencer.setErr(nil)
+	f.backend.setErr(nil)
 	f.now = f.now.Add(resumeRetry)
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
@@ -150,10 +150,10 @@ func TestController_SyncNode_NewLeaderWithoutGrantsResumesNothing(t *testing.T) 
 // Only a fenced row is an open promise: a released one is a cleanup done, a
 // live one a node that can write.
 func TestNewGrantsView_FencedRowsOnly(t *testing.T) {
-	v := newGrantsView([]fencing.Grant{
-		{Handle: "a", State: fencing.StateGranted},
-		{Handle: "b", State: fencing.StateFenced},
-		{Handle: "c", State: fencing.StateReleased},
+	v := newGrantsView([]fenceapi.Grant{
+		{Handle: "a", State: fenceapi.StateGranted},
+		{Handle: "b", State: fenceapi.StateFenced},
+		{Handle: "c", State: fenceapi.StateReleased},
 	}, t0)
 	if want := map[string]bool{"b": true}; !reflect.DeepEqual(v.fenced, want) {
 		t.Errorf("fenced %v, want %v", v.fenced, want)

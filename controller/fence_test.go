@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 	"github.com/vigil-storage/vigil/settings"
 )
 
@@ -27,11 +27,11 @@ func TestDecideFence_Table(t *testing.T) {
 	fast := &Settings{FastFencedTrigger: true, NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
 	slow := &Settings{NodeDownGracePeriod: 2 * time.Second, NotReadyDebounce: 15 * time.Second}
 	cases := []struct {
-		name      string
-		obs       nodeObservation
-		set       *Settings
-		hasFencer bool
-		want      fenceDecision
+		name       string
+		obs        nodeObservation
+		set        *Settings
+		hasBackend bool
+		want       fenceDecision
 	}{
 		{"ready and heartbeating is never fenced", nodeObservation{Node: ready}, fast, true, fenceDecision{}},
 		{"storage-isolated is fenced at once, even if Kubernetes says Ready",
@@ -57,7 +57,7 @@ func TestDecideFence_Table(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			v := nodeVerdict(tc.obs, tc.set.NotReadyDebounce, t0)
-			if got := decideFence(tc.obs, v, tc.set, tc.hasFencer, t0); got != tc.want {
+			if got := decideFence(tc.obs, v, tc.set, tc.hasBackend, t0); got != tc.want {
 				t.Errorf("got %+v, want %+v (verdict %s)", got, tc.want, v.State)
 			}
 		})
@@ -110,7 +110,7 @@ func fencedFixture(t *testing.T, ready corev1.ConditionStatus) *fixture {
 		newPod("app", "db-0", "node-1", controllerRef("apps/v1", "StatefulSet", "db", "uid-sts"), pvcVolume("data", "data-db-0")),
 		newNode("node-1", ready, -time.Hour), newNode("node-2", corev1.ConditionTrue, -time.Hour),
 		newPVC("app", "data-db-0", "pv-a", nil), newPV("pv-a", vigil.DriverName), newVA("va-a1", "pv-a", "node-1"))
-	f.fencer.grant("node-1", "handle-pv-a")
+	f.backend.grant("node-1", "handle-pv-a")
 	return f
 }
 
@@ -122,7 +122,7 @@ func TestController_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") {
+	if f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("node-1 still holds a live grant after the fence")
 	}
 	f.expectActions("get nodes /node-1", "patch nodes /node-1 application/strategic-merge-patch+json")
@@ -151,20 +151,20 @@ func TestController_SyncNode_StorageIsolatedIsFencedTaintedThenReaped(t *testing
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if rows, _ := f.fencer.Grants(ctx, "node-1"); len(rows) != 1 || rows[0].Epoch != 2 {
+	if rows, _ := f.backend.Grants(ctx, "node-1"); len(rows) != 1 || rows[0].Epoch != 2 {
 		t.Errorf("after a second fence the rows are %+v, want epoch 2 still (no second fence of a fenced volume)", rows)
 	}
 }
 
-func TestController_SyncNode_FencerUnavailableProvesNothing(t *testing.T) {
+func TestController_SyncNode_BackendUnavailableProvesNothing(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionUnknown)
 	f.start()
-	f.fencer.setErr(errors.New("connection refused"))
+	f.backend.setErr(errors.New("connection refused"))
 	f.ctrl.nodes.observedDown("node-1", true, t0.Add(-time.Minute))
 	ctx := context.Background()
 	err := f.ctrl.syncNode(ctx, "node-1")
-	if err == nil || !errors.Is(err, fencing.ErrUnavailable) {
-		t.Fatalf("err = %v, want a retryable error wrapping fencing.ErrUnavailable", err)
+	if err == nil || !errors.Is(err, fenceapi.ErrUnavailable) {
+		t.Fatalf("err = %v, want a retryable error wrapping fenceapi.ErrUnavailable", err)
 	}
 	if f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("node marked fenced although the back end did not answer")
@@ -188,14 +188,14 @@ func TestController_SyncNode_KubernetesDownFencedAfterGrace(t *testing.T) {
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !f.fencer.live("node-1", "handle-pv-a") || f.fencer.fenceCalls != 0 {
+	if !f.backend.live("node-1", "handle-pv-a") || f.backend.fenceCalls != 0 {
 		t.Fatal("fenced within the grace")
 	}
 	f.now = t0.Add(2 * time.Second)
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.live("node-1", "handle-pv-a") || !f.ctrl.nodes.fenced("node-1") {
+	if f.backend.live("node-1", "handle-pv-a") || !f.ctrl.nodes.fenced("node-1") {
 		t.Fatal("not fenced after the grace")
 	}
 }
@@ -209,7 +209,7 @@ func TestController_SyncNode_DryRunFencesNothing(t *testing.T) {
 	if err := f.ctrl.syncNode(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") {
+	if f.backend.fenceCalls != 0 || !f.backend.live("node-1", "handle-pv-a") {
 		t.Fatal("dry run fenced")
 	}
 	f.expectActions()
@@ -225,7 +225,7 @@ func TestController_SyncNode_FastTriggerOffFencesNothing(t *testing.T) {
 	if err := f.ctrl.syncNode(context.Background(), "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.fenceCalls != 0 {
+	if f.backend.fenceCalls != 0 {
 		t.Fatal("fenced with the fast trigger off")
 	}
 }
@@ -317,8 +317,8 @@ func TestController_SyncNode_BlockedByABadManagedValueFencesNothing(t *testing.T
 	if err := f.ctrl.syncNode(ctx, "node-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f.fencer.fenceCalls != 0 || !f.fencer.live("node-1", "handle-pv-a") || f.ctrl.nodes.fenced("node-1") {
-		t.Fatalf("a blocked manager fenced node-1 (%d fence calls)", f.fencer.fenceCalls)
+	if f.backend.fenceCalls != 0 || !f.backend.live("node-1", "handle-pv-a") || f.ctrl.nodes.fenced("node-1") {
+		t.Fatalf("a blocked manager fenced node-1 (%d fence calls)", f.backend.fenceCalls)
 	}
 	f.expectActions() // no taint
 	evs := f.expectEvents("Normal " + EventWouldFence)

@@ -75,7 +75,7 @@ func (r *Controller) syncNode(ctx context.Context, name string) error {
 			return nil
 		}
 	}
-	if fd := decideFence(o, v, &set, r.fencer != nil, r.now()); fd.Fence && fd.Reason == FenceReasonNodeDown {
+	if fd := decideFence(o, v, &set, r.backend != nil, r.now()); fd.Fence && fd.Reason == FenceReasonNodeDown {
 		// The outage holds follow the storage watch's polls; a fence on
 		// Kubernetes' verdict takes them fresh, then judges again.
 		r.updateOutage(ctx)
@@ -84,7 +84,7 @@ func (r *Controller) syncNode(ctx context.Context, name string) error {
 		}
 	}
 	r.noteTransition(name, node, v, &set)
-	fd := decideFence(o, v, &set, r.fencer != nil, r.now())
+	fd := decideFence(o, v, &set, r.backend != nil, r.now())
 	if fd.Fence {
 		var uid string
 		if node != nil {

@@ -39,7 +39,7 @@ type fixture struct {
 	// actBlocked is the Config's ActBlocked.
 	reader     SettingsReader
 	actBlocked func() error
-	fencer     *fakeFencer // nil: the manager runs without a fencing back end
+	backend    *fakeBackend // nil: the manager runs without a fencing back end
 	recorder   *record.FakeRecorder
 	client     *fake.Clientset
 	ctrl       *Controller
@@ -49,7 +49,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, policy PodDeletionPolicy) *fixture {
-	return &fixture{t: t, settings: newFakeSettings(policy), fencer: newFakeFencer(), recorder: record.NewFakeRecorder(200), now: t0}
+	return &fixture{t: t, settings: newFakeSettings(policy), backend: newFakeBackend(), recorder: record.NewFakeRecorder(200), now: t0}
 }
 
 // start builds the reaper over the fixture's objects; listerOnly objects go only
@@ -67,8 +67,8 @@ func (f *fixture) start(listerOnly ...runtime.Object) {
 	if f.reader != nil {
 		cfg.Settings = f.reader
 	}
-	if f.fencer != nil {
-		cfg.Fencer = f.fencer
+	if f.backend != nil {
+		cfg.FenceBackend = f.backend
 	}
 	r, err := New(cfg)
 	if err != nil {
@@ -400,9 +400,9 @@ func TestController_SyncPod_InlineNetworkVolumeStopsTheFastReap(t *testing.T) {
 	}
 	// The pod will never be reaped on the fast trigger, so its claim is not
 	// fenced either: a fence would strand it.
-	if !f.ctrl.nodes.fenced("node-1") || !f.fencer.live("node-1", "handle-pv-a") {
+	if !f.ctrl.nodes.fenced("node-1") || !f.backend.live("node-1", "handle-pv-a") {
 		t.Fatalf("node-1 fenced %t, the pod's claim live %t; want the node fenced and the claim left live",
-			f.ctrl.nodes.fenced("node-1"), f.fencer.live("node-1", "handle-pv-a"))
+			f.ctrl.nodes.fenced("node-1"), f.backend.live("node-1", "handle-pv-a"))
 	}
 	f.events()
 	f.client.ClearActions()

@@ -19,7 +19,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // RecoveryClient is what the recorder needs of the NodeRecovery API;
@@ -177,7 +177,7 @@ func (rs *recoveries) detected(node, uid, reason string, at time.Time) {
 }
 
 // fenced records the volumes fenced on the node.
-func (rs *recoveries) fenced(node string, fs []fencing.Fenced, at time.Time) {
+func (rs *recoveries) fenced(node string, fs []fenceapi.Fenced, at time.Time) {
 	rs.with(node, func(_ *recoveryState, s *v1alpha1.NodeRecoveryStatus) {
 		if s.FencedAt == nil {
 			s.FencedAt = mt(at)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // fakeRecoveryClient keeps NodeRecoveries in memory, with resourceVersions.
@@ -130,8 +130,8 @@ func TestRecoveries_TimelineFromDetectionToNodeReturn(t *testing.T) {
 
 	rs.detected("node-1", "uid-node-1", "storage-isolated", at(0))
 	rs.detected("node-1", "uid-node-1", "ready-unknown", at(0.1)) // idempotent while open
-	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.2))
-	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.3)) // a new leader's repeat adds nothing
+	rs.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.2))
+	rs.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-a", Epoch: 4}}, at(0.3)) // a new leader's repeat adds nothing
 	rs.tainted("node-1", at(0.25))
 	pod := newPod("app", "db-0", "node-1", sts)
 	pod.UID = "uid-db-0"
@@ -191,7 +191,7 @@ func TestRecoveries_TimelineFromDetectionToNodeReturn(t *testing.T) {
 		t.Error("closed recovery still open in memory")
 	}
 	// A closed record takes no more steps; a new failure opens a new one.
-	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-b", Epoch: 9}}, at(40))
+	rs.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-b", Epoch: 9}}, at(40))
 	rs.detected("node-1", "uid-node-1", "ready-unknown", at(50))
 	rs.flush(ctx)
 	if n := len(client.objs); n != 2 {
@@ -220,7 +220,7 @@ func TestRecoveries_SecondEpisodeInTheSameSecond(t *testing.T) {
 	rs.nodeUp("node-1", newNode("node-1", corev1.ConditionTrue, 0), t0.Add(200*time.Millisecond))
 	rs.flush(ctx)
 	rs.detected("node-1", "", "storage-isolated", t0.Add(500*time.Millisecond))
-	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(600*time.Millisecond))
+	rs.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(600*time.Millisecond))
 	rs.flush(ctx)
 	if len(client.objs) != 2 {
 		t.Fatalf("%d records, want 2: %v", len(client.objs), client.objs)
@@ -253,7 +253,7 @@ func TestRecoveries_FailedWritesAreRetriedAndANewLeaderContinues(t *testing.T) {
 	client.failing = false
 	rs.flush(ctx)
 	client.only(t)
-	rs.fenced("node-1", []fencing.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(time.Second))
+	rs.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-a", Epoch: 2}}, t0.Add(time.Second))
 	rs.flush(ctx)
 
 	// A new leader loads the open record and continues it.
@@ -265,7 +265,7 @@ func TestRecoveries_FailedWritesAreRetriedAndANewLeaderContinues(t *testing.T) {
 		t.Fatal("the new leader does not see the open recovery")
 	}
 	next.detected("node-1", "", "ready-unknown", t0.Add(2*time.Second)) // must not open a second record
-	next.fenced("node-1", []fencing.Fenced{{Handle: "vol-b", Epoch: 3}}, t0.Add(3*time.Second))
+	next.fenced("node-1", []fenceapi.Fenced{{Handle: "vol-b", Epoch: 3}}, t0.Add(3*time.Second))
 	next.flush(ctx)
 	got := client.only(t)
 	if len(got.Status.Volumes) != 2 || got.Status.Phase != v1alpha1.PhaseFenced {
@@ -291,7 +291,7 @@ func TestRecoveries_RackOfRecordsWrittenTogether(t *testing.T) {
 	}
 	rs.flush(ctx)
 	for i, n := range nodes {
-		rs.fenced(n, []fencing.Fenced{{Handle: "vol-" + n, Epoch: uint64(i + 2)}}, t0.Add(time.Second))
+		rs.fenced(n, []fenceapi.Fenced{{Handle: "vol-" + n, Epoch: uint64(i + 2)}}, t0.Add(time.Second))
 	}
 	rs.flush(ctx)
 	for _, n := range nodes {

@@ -39,7 +39,7 @@ func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, node *corev1.No
 	for i := range s.Volumes {
 		s.Attachments = append(s.Attachments, l.attachments(s.Volumes[i].PVName)...)
 	}
-	if proof == nil || !set.FastFencedTrigger || !obs.Fenced || set.FencerDriver == "" {
+	if proof == nil || !set.FastFencedTrigger || !obs.Fenced || set.BackendDriver == "" {
 		return s
 	}
 	view, err := proof(ctx, pod.Spec.NodeName)
@@ -49,7 +49,7 @@ func (l *listers) snapshot(ctx context.Context, pod *corev1.Pod, node *corev1.No
 	}
 	for i := range s.Volumes {
 		v := &s.Volumes[i]
-		v.Fenced = v.Handle != "" && v.Driver == set.FencerDriver && view.proven(v.Handle)
+		v.Fenced = v.Handle != "" && v.Driver == set.BackendDriver && view.proven(v.Handle)
 	}
 	return s
 }

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // connectivityPoll is how often the leader asks the fencing back end which
@@ -27,7 +27,7 @@ const connectivityPoll = 250 * time.Millisecond
 // is true. A node isolated before stays isolated while it is silent, suppressed
 // or not: only positive evidence (a heartbeat, or an announced graceful stop)
 // ends its isolation. Kubernetes' own verdicts still stand.
-func isolation(r fencing.Report, threshold time.Duration, before map[string]bool, now time.Time) (isolated map[string]time.Time, suppressed bool) {
+func isolation(r fenceapi.Report, threshold time.Duration, before map[string]bool, now time.Time) (isolated map[string]time.Time, suppressed bool) {
 	silent := map[string]time.Time{}
 	for _, n := range r.Nodes {
 		silence, ok := r.Silence(n.Node)
@@ -45,12 +45,12 @@ func isolation(r fencing.Report, threshold time.Duration, before map[string]bool
 	return isolated, suppressed
 }
 
-// watchStorage polls the Fencer's connectivity report until ctx ends and turns
+// watchStorage polls the FenceBackend's connectivity report until ctx ends and turns
 // it into isolation marks on the node tracker, queueing every node whose mark
 // changed. Only the leader runs it. A back end that does not answer changes no
 // mark: nothing can be fenced then anyway.
 func (r *Controller) watchStorage(ctx context.Context) {
-	if r.fencer == nil {
+	if r.backend == nil {
 		return
 	}
 	t := time.NewTicker(connectivityPoll)
@@ -69,19 +69,19 @@ func (r *Controller) watchStorage(ctx context.Context) {
 func (r *Controller) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
 	log := klog.FromContext(ctx)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	rep, err := r.fencer.Connectivity(pctx)
+	rep, err := r.backend.Connectivity(pctx)
 	cancel()
 	if err != nil {
 		r.metrics.DatapathReachable.Set(0)
 		if *reachable && ctx.Err() == nil {
-			log.Error(err, "fencing back end unreachable: storage isolation is not judged and nothing can be fenced until it answers", "driver", r.fencer.Driver())
+			log.Error(err, "fencing back end unreachable: storage isolation is not judged and nothing can be fenced until it answers", "driver", r.backend.Driver())
 		}
 		*reachable = false
 		return
 	}
 	r.metrics.DatapathReachable.Set(1)
 	if !*reachable {
-		log.Info("fencing back end answers again", "driver", r.fencer.Driver())
+		log.Info("fencing back end answers again", "driver", r.backend.Driver())
 	}
 	*reachable = true
 	threshold := r.settings.DatapathConnectivityLossThreshold()

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 func drainKeys(f *fixture) map[queueKey]bool {
@@ -30,7 +30,7 @@ func TestController_PollStorage_MarksIsolationAndQueuesChanges(t *testing.T) {
 	f.start()
 	ctx := context.Background()
 	reachable, warned := true, false
-	f.fencer.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 4 * time.Second, "node-2": 0, "node-3": 0}))
+	f.backend.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 4 * time.Second, "node-2": 0, "node-3": 0}))
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if keys := drainKeys(f); len(keys) != 1 || !keys[queueKey{kind: keyNode, name: "node-1"}] {
 		t.Fatalf("queued %v, want node-1", keys)
@@ -49,33 +49,33 @@ func TestController_PollStorage_MarksIsolationAndQueuesChanges(t *testing.T) {
 	}
 	f.expectEvents()
 	// Unreachable back end: marks stay, the gauge says so.
-	f.fencer.setErr(errors.New("refused"))
+	f.backend.setErr(errors.New("refused"))
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if !f.ctrl.nodes.isolatedNodes()["node-1"] || reachable || testutil.ToFloat64(f.ctrl.metrics.DatapathReachable) != 0 {
 		t.Fatal("an unreachable back end changed the marks or was not reported")
 	}
 	// It heartbeats again: the mark goes and the node is judged again.
-	f.fencer.setErr(nil)
-	f.fencer.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0, "node-3": 0}))
+	f.backend.setErr(nil)
+	f.backend.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0, "node-3": 0}))
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	if keys := drainKeys(f); !keys[queueKey{kind: keyNode, name: "node-1"}] || len(f.ctrl.nodes.isolatedNodes()) != 0 {
 		t.Fatalf("heartbeats back: queued %v, isolated %v", keys, f.ctrl.nodes.isolatedNodes())
 	}
 }
 
-// blockingFencer blocks FenceVolumes until released, to catch work that outlives Run.
-type blockingFencer struct {
-	*fakeFencer
+// blockingBackend blocks FenceVolumes until released, to catch work that outlives Run.
+type blockingBackend struct {
+	*fakeBackend
 	entered chan struct{}
 	release chan struct{}
 	mu      sync.Mutex
 	done    bool
 }
 
-func (b *blockingFencer) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
+func (b *blockingBackend) FenceVolumes(ctx context.Context, node string, handles []string) ([]fenceapi.Fenced, error) {
 	close(b.entered)
 	<-b.release
-	out, err := b.fakeFencer.FenceVolumes(ctx, node, handles)
+	out, err := b.fakeBackend.FenceVolumes(ctx, node, handles)
 	b.mu.Lock()
 	b.done = true
 	b.mu.Unlock()
@@ -87,10 +87,10 @@ func (b *blockingFencer) FenceVolumes(ctx context.Context, node string, handles 
 // waiting for its workers).
 func TestController_Run_WaitsForWorkersBeforeReturning(t *testing.T) {
 	f := fencedFixture(t, corev1.ConditionTrue)
-	bf := &blockingFencer{fakeFencer: f.fencer, entered: make(chan struct{}), release: make(chan struct{})}
-	f.fencer = nil
+	bf := &blockingBackend{fakeBackend: f.backend, entered: make(chan struct{}), release: make(chan struct{})}
+	f.backend = nil
 	f.start()
-	f.ctrl.fencer = bf
+	f.ctrl.backend = bf
 	f.ctrl.proofs = newProofs(bf, f.ctrl.nodes, f.ctrl.now)
 	// The storage watch runs too: its report must keep node-1 isolated.
 	bf.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 5 * time.Second, "node-2": 0, "node-3": 0}))

@@ -101,8 +101,8 @@
 // the node while FenceNode runs is fenced too (it looks again while the node
 // still has live grants, up to four passes). On a disk error it reports every
 // failed volume; the others are fenced and durable, and calling again fences
-// the rest. The datapath/fencer package wraps these calls as the manager's
-// Fencer; fencing/fencingtest's conformance suite runs against it over a real
+// the rest. The datapath/fencebackend package wraps these calls as the controller's
+// fence back end; fenceapi/fenceapitest's conformance suite runs against it over a real
 // server.
 //
 // # Connectivity and graceful stops

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 	"github.com/vigil-storage/vigil/httpapi"
 )
 
@@ -25,10 +25,10 @@ type nodeVerdicts interface {
 }
 
 // storageView is what the nodes view reads of the fencing back end: the reads
-// of controller.Fencer (the datapath implements both).
+// of controller.FenceBackend (the datapath implements both).
 type storageView interface {
-	Connectivity(ctx context.Context) (fencing.Report, error)
-	Grants(ctx context.Context, node string) ([]fencing.Grant, error)
+	Connectivity(ctx context.Context) (fenceapi.Report, error)
+	Grants(ctx context.Context, node string) ([]fenceapi.Grant, error)
 }
 
 // nodeSources are the manager's parts the nodes view is built from.
@@ -178,7 +178,7 @@ func (l *loopNodes) pollStorage(ctx context.Context) *storagePoll {
 	if err != nil {
 		return &storagePoll{At: at, Err: err}
 	}
-	p := &storagePoll{At: at, Conn: linkOf(r, at), Grants: map[string][]fencing.Grant{}}
+	p := &storagePoll{At: at, Conn: linkOf(r, at), Grants: map[string][]fenceapi.Grant{}}
 	names := map[string]bool{}
 	if nodes, err := l.nodes.List(labels.Everything()); err == nil {
 		for _, n := range nodes {

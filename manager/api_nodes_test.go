@@ -14,7 +14,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/fencing/fencingtest"
+	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 	"github.com/vigil-storage/vigil/httpapi"
 )
 
@@ -38,7 +38,7 @@ func (f *fixedVerdicts) set(st ...controller.NodeStatus) {
 
 type nodesFixture struct {
 	nodes    *loopNodes
-	fake     *fencingtest.Fake
+	fake     *fenceapitest.Fake
 	verdicts *fixedVerdicts
 	client   *fake.Clientset
 }
@@ -53,7 +53,7 @@ func newNodesFixture(t *testing.T, withStorage bool) *nodesFixture {
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: vigil.DriverName, VolumeHandle: "vol-a"}}}}
 	client := fake.NewClientset(testNode("node-1", corev1.ConditionTrue), testNode("node-2", corev1.ConditionTrue), pv)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	f := &nodesFixture{fake: fencingtest.NewFake(reportNow), verdicts: &fixedVerdicts{}, client: client}
+	f := &nodesFixture{fake: fenceapitest.NewFake(reportNow), verdicts: &fixedVerdicts{}, client: client}
 	src := nodeSources{verdicts: f.verdicts, leading: func() bool { return true }}
 	if withStorage {
 		src.storage = f.fake
@@ -106,7 +106,7 @@ func TestLoopNodes_Poll_ReadsTheDatapath(t *testing.T) {
 	if v := got["node-2"]; hbAge(v) != "500ms" || !v.Leaving || v.Verdict != httpapi.VerdictLeaving {
 		t.Errorf("node-2: %+v age %s", v, hbAge(v))
 	}
-	if n := f.fake.Calls(fencingtest.MethodGrants); n != 2 {
+	if n := f.fake.Calls(fenceapitest.MethodGrants); n != 2 {
 		t.Errorf("%d Grants calls in one poll, want one per node (2)", n)
 	}
 }
@@ -128,7 +128,7 @@ func TestLoopNodes_Poll_DatapathUnavailable(t *testing.T) {
 		t.Fatalf("cut off: %+v", rep)
 	}
 	f.fake.SetUnavailable(false)
-	f.fake.FailWith(fencingtest.MethodGrants, errors.New("grants: boom"))
+	f.fake.FailWith(fenceapitest.MethodGrants, errors.New("grants: boom"))
 	f.nodes.poll(ctx)
 	if rep := f.report(t); rep.Datapath != httpapi.DatapathUnavailable {
 		t.Fatalf("grants failing: %+v", rep)
@@ -144,7 +144,7 @@ func TestLoopNodes_NoDatapath(t *testing.T) {
 	if rep.Datapath != httpapi.DatapathNone || len(rep.Nodes) != 2 || rep.Nodes[0].HeartbeatAgeSeconds != nil {
 		t.Fatalf("%+v", rep)
 	}
-	if n := f.fake.Calls(fencingtest.MethodConnectivity); n != 0 {
+	if n := f.fake.Calls(fenceapitest.MethodConnectivity); n != 0 {
 		t.Errorf("%d datapath calls without a datapath", n)
 	}
 }
@@ -206,13 +206,13 @@ func TestLoopNodes_Run_NotifiesTheFirstView(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if f.fake.Calls(fencingtest.MethodConnectivity) < 1 {
+	if f.fake.Calls(fenceapitest.MethodConnectivity) < 1 {
 		t.Error("run did not poll the datapath")
 	}
 }
 
-// The datapath's Fencer satisfies what the view reads.
-var _ storageView = controller.Fencer(nil)
+// The datapath's fence back end satisfies what the view reads.
+var _ storageView = controller.FenceBackend(nil)
 
 func must(t testing.TB, err error) {
 	t.Helper()

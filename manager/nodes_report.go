@@ -9,7 +9,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 	"github.com/vigil-storage/vigil/httpapi"
 )
 
@@ -37,7 +37,7 @@ type storagePoll struct {
 	// Conn is each node's link to the datapath, by node.
 	Conn map[string]nodeLink
 	// Grants are each node's rows, by node.
-	Grants map[string][]fencing.Grant
+	Grants map[string][]fenceapi.Grant
 }
 
 // nodeLink is one node's link to the datapath, on the manager's clock.
@@ -52,7 +52,7 @@ type nodeLink struct {
 // linkOf reads a connectivity report taken when the manager's clock read at:
 // times on the datapath's clock become times on the manager's, so ages hold
 // whatever the two clocks say.
-func linkOf(r fencing.Report, at time.Time) map[string]nodeLink {
+func linkOf(r fenceapi.Report, at time.Time) map[string]nodeLink {
 	out := make(map[string]nodeLink, len(r.Nodes))
 	for _, n := range r.Nodes {
 		l := nodeLink{Leaving: n.LeavingUntil.After(r.Now)}
@@ -204,8 +204,8 @@ func addStorage(v *httpapi.NodeView, s *storagePoll, st *controller.NodeStatus, 
 	fencedRows := false
 	for _, g := range s.Grants[v.Name] {
 		switch {
-		case g.State == fencing.StateGranted:
-		case g.State == fencing.StateFenced && failure:
+		case g.State == fenceapi.StateGranted:
+		case g.State == fenceapi.StateFenced && failure:
 			fencedRows = true
 		default:
 			continue

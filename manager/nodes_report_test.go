@@ -12,7 +12,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/controller"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 	"github.com/vigil-storage/vigil/httpapi"
 )
 
@@ -124,10 +124,10 @@ func TestNodesReport_Leader_VerdictsHeartbeatsAndGrants(t *testing.T) {
 				"node-1": {LastBeat: before(12 * time.Second)}, "node-2": {LastBeat: before(700 * time.Millisecond)},
 				"node-3": {LastBeat: before(2 * time.Second), Leaving: true}, "node-7": {},
 			},
-			Grants: map[string][]fencing.Grant{
-				"node-1": {{Handle: "vol-a", Epoch: 8, State: fencing.StateFenced}, {Handle: "vol-old", Epoch: 3, State: fencing.StateReleased}},
-				"node-2": {{Handle: "vol-a", Epoch: 9, State: fencing.StateGranted}},
-				"node-5": {{Handle: "vol-b", Epoch: 4, State: fencing.StateFenced}, {Handle: "vol-c", Epoch: 2, State: fencing.StateGranted}},
+			Grants: map[string][]fenceapi.Grant{
+				"node-1": {{Handle: "vol-a", Epoch: 8, State: fenceapi.StateFenced}, {Handle: "vol-old", Epoch: 3, State: fenceapi.StateReleased}},
+				"node-2": {{Handle: "vol-a", Epoch: 9, State: fenceapi.StateGranted}},
+				"node-5": {{Handle: "vol-b", Epoch: 4, State: fenceapi.StateFenced}, {Handle: "vol-c", Epoch: 2, State: fenceapi.StateGranted}},
 			}},
 		PVs: map[string]string{"vol-a": "pv-a", "vol-c": "pv-c"},
 	}
@@ -180,9 +180,9 @@ func TestNodesReport_Leader_VerdictsHeartbeatsAndGrants(t *testing.T) {
 func TestNodesReport_Standby_FencedFromTheDatapath(t *testing.T) {
 	rep := nodesReport(nodesInput{
 		Nodes: []*corev1.Node{testNode("node-1", corev1.ConditionUnknown, vigil.FencedTaintKey), testNode("node-2", corev1.ConditionTrue)},
-		Storage: &storagePoll{At: reportNow, Conn: map[string]nodeLink{}, Grants: map[string][]fencing.Grant{
-			"node-1": {{Handle: "vol-a", Epoch: 8, State: fencing.StateFenced}},
-			"node-2": {{Handle: "vol-b", Epoch: 8, State: fencing.StateFenced}}, // not tainted: a past failure
+		Storage: &storagePoll{At: reportNow, Conn: map[string]nodeLink{}, Grants: map[string][]fenceapi.Grant{
+			"node-1": {{Handle: "vol-a", Epoch: 8, State: fenceapi.StateFenced}},
+			"node-2": {{Handle: "vol-b", Epoch: 8, State: fenceapi.StateFenced}}, // not tainted: a past failure
 		}},
 	}, reportNow)
 	got := byNodeName(rep)
@@ -214,7 +214,7 @@ func TestNodesReport_DatapathUnavailable_SaysWhy(t *testing.T) {
 // manager's, so a skew between the two clocks does not change an age.
 func TestLinkOf_MovesTimesOntoTheManagersClock(t *testing.T) {
 	dpNow := reportNow.Add(time.Hour) // the datapath's clock is an hour ahead
-	links := linkOf(fencing.Report{Now: dpNow, Since: dpNow.Add(-time.Minute), Nodes: []fencing.NodeConnectivity{
+	links := linkOf(fenceapi.Report{Now: dpNow, Since: dpNow.Add(-time.Minute), Nodes: []fenceapi.NodeConnectivity{
 		{Node: "a", LastHeartbeat: dpNow.Add(-1500 * time.Millisecond)},
 		{Node: "b", LastHeartbeat: dpNow.Add(-time.Second), LeavingUntil: dpNow.Add(30 * time.Second)},
 		{Node: "c", LeavingUntil: dpNow.Add(-time.Second)},
@@ -250,7 +250,7 @@ func TestPVsByHandle_OnlyVigilsDriver(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkNodesReport_500Nodes ./manager
 func BenchmarkNodesReport_500Nodes(b *testing.B) {
 	in := nodesInput{Leading: true, PVs: map[string]string{},
-		Storage: &storagePoll{At: reportNow, Conn: map[string]nodeLink{}, Grants: map[string][]fencing.Grant{}}}
+		Storage: &storagePoll{At: reportNow, Conn: map[string]nodeLink{}, Grants: map[string][]fenceapi.Grant{}}}
 	for i := range 500 {
 		name := "node-" + strconv.Itoa(i)
 		ready := corev1.ConditionTrue
@@ -264,11 +264,11 @@ func BenchmarkNodesReport_500Nodes(b *testing.B) {
 		for v := range 40 {
 			h := name + "-vol-" + strconv.Itoa(v)
 			in.PVs[h] = "pv-" + h
-			st := fencing.StateGranted
+			st := fenceapi.StateGranted
 			if ready != corev1.ConditionTrue {
-				st = fencing.StateFenced
+				st = fenceapi.StateFenced
 			}
-			in.Storage.Grants[name] = append(in.Storage.Grants[name], fencing.Grant{Handle: h, Epoch: uint64(v + 1), State: st})
+			in.Storage.Grants[name] = append(in.Storage.Grants[name], fenceapi.Grant{Handle: h, Epoch: uint64(v + 1), State: st})
 		}
 	}
 	b.ReportAllocs()

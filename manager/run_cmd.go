@@ -349,7 +349,7 @@ func runWith(ctx context.Context, c *cli.Context, o runOptions, cs clients,
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.resync, informers.WithTransform(controller.TransformForCache))
 	ctrl, err := controller.New(controller.Config{
 		Client: client, Informers: factory, Settings: set, Metrics: metrics,
-		Fencer: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
+		FenceBackend: cs.loop.fencer, Recoveries: cs.loop.recoveries, ActBlocked: set.ActBlocked,
 		Recorder: events,
 	})
 	if err != nil {

@@ -18,11 +18,11 @@ import (
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/controller"
 	"github.com/vigil-storage/vigil/datapath/client"
-	"github.com/vigil-storage/vigil/datapath/fencer"
+	"github.com/vigil-storage/vigil/datapath/fencebackend"
 )
 
 // The datapath is the manager's fencing back end.
-var _ controller.Fencer = (*fencer.Fencer)(nil)
+var _ controller.FenceBackend = (*fencebackend.Backend)(nil)
 
 // Flags of `vigil-manager run` that wire the closed loop: the fencing back end
 // and the NodeRecovery records.
@@ -90,7 +90,7 @@ const noFencerWarning = "no --datapath: nothing is fenced by Vigil, storage isol
 
 // loopWiring is what the closed loop adds to the controller Config.
 type loopWiring struct {
-	fencer     controller.Fencer
+	fencer     controller.FenceBackend
 	recoveries controller.RecoveryClient
 	close      func()
 }
@@ -103,7 +103,7 @@ func wireLoop(ctx context.Context, o loopOptions, cfg *rest.Config) (loopWiring,
 		if err != nil {
 			return w, fmt.Errorf("--%s: %w", flagDatapath, err)
 		}
-		w.fencer, w.close = fencer.New(dp), func() { _ = dp.Close() }
+		w.fencer, w.close = fencebackend.New(dp), func() { _ = dp.Close() }
 		slog.Info("vigil-manager: fencing back end", "datapath", o.datapath)
 	} else {
 		slog.Warn("vigil-manager: " + noFencerWarning)

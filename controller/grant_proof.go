@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // grantsMaxAge is how old a node's grants, as the fencing back end last reported
@@ -34,13 +34,13 @@ func (g grantsView) fetched() bool { return !g.at.IsZero() }
 // or absent). Proof that the node's grant is revoked is the only proof.
 func (g grantsView) proven(handle string) bool { return g.fetched() && !g.live[handle] }
 
-func newGrantsView(gs []fencing.Grant, at time.Time) grantsView {
+func newGrantsView(gs []fenceapi.Grant, at time.Time) grantsView {
 	v := grantsView{at: at, live: make(map[string]bool, len(gs)), fenced: map[string]bool{}}
 	for _, g := range gs {
 		switch {
 		case g.State.Live():
 			v.live[g.Handle] = true
-		case g.State == fencing.StateFenced:
+		case g.State == fenceapi.StateFenced:
 			v.fenced[g.Handle] = true
 		}
 	}
@@ -69,30 +69,30 @@ func (t *nodeTracker) grants(name string) grantsView {
 // longer than this.
 const proofFetchTimeout = 3 * time.Second
 
-// proofs fetches node grants from the Fencer for the reaper and attachment
+// proofs fetches node grants from the FenceBackend for the reaper and attachment
 // recovery: one fetch per node at a time, shared by every worker that asks
 // meanwhile (its error too), and none while the last answer is fresher than
 // grantsMaxAge, so 110 pods of one node cost one call. A worker waits at most
 // timeout; it then goes on with nothing proven.
 type proofs struct {
-	fencer  Fencer
+	backend FenceBackend
 	nodes   *nodeTracker
 	now     func() time.Time
 	timeout time.Duration
 	flight  singleflight.Group
 }
 
-func newProofs(f Fencer, nodes *nodeTracker, now func() time.Time) *proofs {
-	return &proofs{fencer: f, nodes: nodes, now: now, timeout: proofFetchTimeout}
+func newProofs(f FenceBackend, nodes *nodeTracker, now func() time.Time) *proofs {
+	return &proofs{backend: f, nodes: nodes, now: now, timeout: proofFetchTimeout}
 }
 
 // errProofWait: a worker stopped waiting for a node's grants.
 var errProofWait = errors.New("the fencing back end has not answered")
 
-// grants returns the node's grants no older than grantsMaxAge. Without a Fencer
+// grants returns the node's grants no older than grantsMaxAge. Without a FenceBackend
 // nothing is ever proven.
 func (p *proofs) grants(ctx context.Context, node string) (grantsView, error) {
-	if p == nil || p.fencer == nil {
+	if p == nil || p.backend == nil {
 		return grantsView{}, nil
 	}
 	if v := p.nodes.grants(node); v.fetched() && p.now().Sub(v.at) < grantsMaxAge {
@@ -114,29 +114,29 @@ func (p *proofs) grants(ctx context.Context, node string) (grantsView, error) {
 		}
 		return r.Val.(grantsView), nil
 	case <-t.C:
-		return grantsView{}, fmt.Errorf("grants of node %s on %s: %w within %s", node, p.fencer.Driver(), errProofWait, p.timeout)
+		return grantsView{}, fmt.Errorf("grants of node %s on %s: %w within %s", node, p.backend.Driver(), errProofWait, p.timeout)
 	case <-ctx.Done():
 		return grantsView{}, ctx.Err()
 	}
 }
 
-// refresh asks the Fencer now (grants' shared fetch, or the fence that has
+// refresh asks the FenceBackend now (grants' shared fetch, or the fence that has
 // just fenced the node).
 func (p *proofs) refresh(ctx context.Context, node string) (grantsView, error) {
 	at := p.now()
-	gs, err := p.fencer.Grants(ctx, node)
+	gs, err := p.backend.Grants(ctx, node)
 	if err != nil {
-		return grantsView{}, fmt.Errorf("grants of node %s on %s: %w", node, p.fencer.Driver(), err)
+		return grantsView{}, fmt.Errorf("grants of node %s on %s: %w", node, p.backend.Driver(), err)
 	}
 	v := newGrantsView(gs, at)
 	p.nodes.setGrants(node, v)
 	return v, nil
 }
 
-// driver is the CSI driver the Fencer proves volumes of; "" without one.
+// driver is the CSI driver the FenceBackend proves volumes of; "" without one.
 func (p *proofs) driver() string {
-	if p == nil || p.fencer == nil {
+	if p == nil || p.backend == nil {
 		return ""
 	}
-	return p.fencer.Driver()
+	return p.backend.Driver()
 }

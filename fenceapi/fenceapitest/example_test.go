@@ -1,4 +1,4 @@
-package fencingtest_test
+package fenceapitest_test
 
 import (
 	"context"
@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vigil-storage/vigil/fencing"
-	"github.com/vigil-storage/vigil/fencing/fencingtest"
+	"github.com/vigil-storage/vigil/fenceapi"
+	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 )
 
 // ExampleFake arranges a node that holds a volume and went silent, fences it,
 // and shows an unreachable back end proving nothing: how a controller test
-// uses the fake as its Fencer.
+// uses the fake as its FenceBackend.
 func ExampleFake() {
 	ctx := context.Background()
-	f := fencingtest.NewFake(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	f := fenceapitest.NewFake(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	pv, _ := f.NewVolume(ctx, "pv-data")
 	_, _ = f.Grant(ctx, pv, "node-a")
 	_ = f.Heartbeat(ctx, "node-a")
@@ -29,7 +29,7 @@ func ExampleFake() {
 
 	f.SetUnavailable(true)
 	_, err := f.Grants(ctx, "node-a")
-	fmt.Println("unreachable:", errors.Is(err, fencing.ErrUnavailable), "calls:", f.Calls(fencingtest.MethodGrants))
+	fmt.Println("unreachable:", errors.Is(err, fenceapi.ErrUnavailable), "calls:", f.Calls(fenceapitest.MethodGrants))
 	// Output:
 	// node-a silent for 10s
 	// fenced pv-data at epoch 2

@@ -1,4 +1,4 @@
-package fencer_test
+package fencebackend_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
-	"github.com/vigil-storage/vigil/datapath/fencer"
+	"github.com/vigil-storage/vigil/datapath/fencebackend"
 )
 
 // Example fences a node that holds two volumes and shows the proof: the
@@ -33,7 +33,7 @@ func Example() {
 		_, _ = dp.Grant(ctx, v.ID, "node-a")
 	}
 
-	f := fencer.New(dp)
+	f := fencebackend.New(dp)
 	fenced, _ := f.FenceNode(ctx, "node-a")
 	again, _ := f.FenceNode(ctx, "node-a")
 	grants, _ := f.Grants(ctx, "node-a")

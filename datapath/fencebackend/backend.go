@@ -1,4 +1,4 @@
-package fencer
+package fencebackend
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
-// Datapath is what Fencer calls on the datapath; *datapath/client.Client
+// Datapath is what Backend calls on the datapath; *datapath/client.Client
 // satisfies it.
 type Datapath interface {
 	FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error)
@@ -22,30 +22,30 @@ type Datapath interface {
 	FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, error)
 }
 
-// Fencer fences nodes on the datapath. It is safe for concurrent use (as
+// Backend fences nodes on the datapath. It is safe for concurrent use (as
 // safe as its Datapath; the client is).
-type Fencer struct {
+type Backend struct {
 	dp Datapath
 }
 
-// New returns a Fencer over dp.
-func New(dp Datapath) *Fencer { return &Fencer{dp: dp} }
+// New returns a Backend over dp.
+func New(dp Datapath) *Backend { return &Backend{dp: dp} }
 
 // Driver is the CSI driver whose volumes the datapath serves.
-func (f *Fencer) Driver() string { return vigil.DriverName }
+func (b *Backend) Driver() string { return vigil.DriverName }
 
 // FenceNode fences node on every volume where it holds a live grant and
 // returns those volumes with their new epochs; every fence is durable when it
 // returns. A node without a live grant gets an empty list; calling it again is
 // safe. On an error some volumes may be fenced already: Grants tells which.
-func (f *Fencer) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error) {
-	fs, err := f.dp.FenceNode(ctx, node)
+func (b *Backend) FenceNode(ctx context.Context, node string) ([]fenceapi.Fenced, error) {
+	fs, err := b.dp.FenceNode(ctx, node)
 	if err != nil {
 		return nil, wrap("fence node "+node, err)
 	}
-	out := make([]fencing.Fenced, len(fs))
+	out := make([]fenceapi.Fenced, len(fs))
 	for i, v := range fs {
-		out[i] = fencing.Fenced{Handle: v.VolumeID, Epoch: v.Epoch}
+		out[i] = fenceapi.Fenced{Handle: v.VolumeID, Epoch: v.Epoch}
 	}
 	return out, nil
 }
@@ -61,8 +61,8 @@ const fenceVolumesParallel = 16
 // state; a named volume where node holds no live grant, or that the datapath
 // does not have, is left alone, so calling it again is safe. On an error some
 // volumes may be fenced already: Grants tells which.
-func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
-	rows, err := f.dp.NodeGrants(ctx, node)
+func (b *Backend) FenceVolumes(ctx context.Context, node string, handles []string) ([]fenceapi.Fenced, error) {
+	rows, err := b.dp.NodeGrants(ctx, node)
 	if err != nil {
 		return nil, wrap("grants of node "+node, err)
 	}
@@ -72,7 +72,7 @@ func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string
 	}
 	var (
 		mu   sync.Mutex
-		out  []fencing.Fenced
+		out  []fenceapi.Fenced
 		errs []error
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, fenceVolumesParallel)
@@ -86,7 +86,7 @@ func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string
 		wg.Add(1)
 		go func(id string) {
 			defer func() { <-sem; wg.Done() }()
-			epoch, err := f.dp.Fence(ctx, id, node)
+			epoch, err := b.dp.Fence(ctx, id, node)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -95,7 +95,7 @@ func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string
 			case err != nil:
 				errs = append(errs, wrap(fmt.Sprintf("fence node %s on volume %s", node, id), err))
 			default:
-				out = append(out, fencing.Fenced{Handle: id, Epoch: epoch})
+				out = append(out, fenceapi.Fenced{Handle: id, Epoch: epoch})
 			}
 		}(a.VolumeID)
 	}
@@ -105,18 +105,18 @@ func (f *Fencer) FenceVolumes(ctx context.Context, node string, handles []string
 }
 
 // Grants lists node's row on every volume that has one.
-func (f *Fencer) Grants(ctx context.Context, node string) ([]fencing.Grant, error) {
-	as, err := f.dp.NodeGrants(ctx, node)
+func (b *Backend) Grants(ctx context.Context, node string) ([]fenceapi.Grant, error) {
+	as, err := b.dp.NodeGrants(ctx, node)
 	if err != nil {
 		return nil, wrap("grants of node "+node, err)
 	}
-	out := make([]fencing.Grant, len(as))
+	out := make([]fenceapi.Grant, len(as))
 	for i, a := range as {
 		st, err := state(a)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = fencing.Grant{Handle: a.VolumeID, Epoch: a.Epoch, State: st, Updated: a.Updated}
+		out[i] = fenceapi.Grant{Handle: a.VolumeID, Epoch: a.Epoch, State: st, Updated: a.Updated}
 	}
 	return out, nil
 }
@@ -125,28 +125,28 @@ func (f *Fencer) Grants(ctx context.Context, node string) ([]fencing.Grant, erro
 // heartbeated or did I/O since the datapath started, and which nodes announced
 // a graceful stop. A node with a live grant is listed even if it has been
 // silent since the start.
-func (f *Fencer) Connectivity(ctx context.Context) (fencing.Report, error) {
-	r, err := f.dp.Nodes(ctx)
+func (b *Backend) Connectivity(ctx context.Context) (fenceapi.Report, error) {
+	r, err := b.dp.Nodes(ctx)
 	if err != nil {
-		return fencing.Report{}, wrap("nodes", err)
+		return fenceapi.Report{}, wrap("nodes", err)
 	}
-	out := fencing.Report{Now: r.Now, Since: r.Started, Nodes: make([]fencing.NodeConnectivity, len(r.Nodes))}
+	out := fenceapi.Report{Now: r.Now, Since: r.Started, Nodes: make([]fenceapi.NodeConnectivity, len(r.Nodes))}
 	for i, n := range r.Nodes {
-		out.Nodes[i] = fencing.NodeConnectivity{Node: n.Node, LastHeartbeat: n.LastSeen(), LeavingUntil: n.LeavingUntil}
+		out.Nodes[i] = fenceapi.NodeConnectivity{Node: n.Node, LastHeartbeat: n.LastSeen(), LeavingUntil: n.LeavingUntil}
 	}
 	return out, nil
 }
 
 // FailedVolumes lists the volumes whose data failed to flush to disk: the
 // datapath refuses their I/O until an operator clears them.
-func (f *Fencer) FailedVolumes(ctx context.Context) ([]fencing.FailedVolume, error) {
-	fs, err := f.dp.FailedVolumes(ctx)
+func (b *Backend) FailedVolumes(ctx context.Context) ([]fenceapi.FailedVolume, error) {
+	fs, err := b.dp.FailedVolumes(ctx)
 	if err != nil {
 		return nil, wrap("failed volumes", err)
 	}
-	out := make([]fencing.FailedVolume, len(fs))
+	out := make([]fenceapi.FailedVolume, len(fs))
 	for i, v := range fs {
-		out[i] = fencing.FailedVolume{Handle: v.VolumeID, Since: v.Since,
+		out[i] = fenceapi.FailedVolume{Handle: v.VolumeID, Since: v.Since,
 			Reason: fmt.Sprintf("flushing its data to disk failed (%s: %s)", v.Op, v.Error),
 			Clear:  datapath.ClearFailureCommand + " " + v.VolumeID}
 	}
@@ -155,17 +155,17 @@ func (f *Fencer) FailedVolumes(ctx context.Context) ([]fencing.FailedVolume, err
 
 // state maps a datapath attachment state; an unknown one is an error, so a
 // newer server's state is never read as proof that a node cannot write.
-func state(a datapath.Attachment) (fencing.State, error) {
+func state(a datapath.Attachment) (fenceapi.State, error) {
 	switch a.State {
 	case datapath.StateGranted:
-		return fencing.StateGranted, nil
+		return fenceapi.StateGranted, nil
 	case datapath.StateFenced:
-		return fencing.StateFenced, nil
+		return fenceapi.StateFenced, nil
 	case datapath.StateReleased:
-		return fencing.StateReleased, nil
+		return fenceapi.StateReleased, nil
 	}
 	return "", fmt.Errorf("%w: datapath reports node %s on volume %s in state %q, which this manager does not know (known: %s, %s, %s)",
-		fencing.ErrUnavailable, a.Node, a.VolumeID, a.State, datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
+		fenceapi.ErrUnavailable, a.Node, a.VolumeID, a.State, datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
 }
 
 // wrap marks every failure but a refusal of the caller's input as the back
@@ -174,5 +174,5 @@ func wrap(op string, err error) error {
 	if errors.Is(err, datapath.ErrInvalidArgument) {
 		return fmt.Errorf("datapath: %s: %w", op, err)
 	}
-	return fmt.Errorf("%w: datapath: %s: %w", fencing.ErrUnavailable, op, err)
+	return fmt.Errorf("%w: datapath: %s: %w", fenceapi.ErrUnavailable, op, err)
 }

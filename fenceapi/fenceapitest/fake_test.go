@@ -1,4 +1,4 @@
-package fencingtest_test
+package fenceapitest_test
 
 import (
 	"context"
@@ -8,35 +8,35 @@ import (
 	"time"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/fencing"
-	"github.com/vigil-storage/vigil/fencing/fencingtest"
+	"github.com/vigil-storage/vigil/fenceapi"
+	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 )
 
 var start = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func TestFake_Conformance(t *testing.T) {
-	fencingtest.RunConformance(t, fencingtest.Backend{
-		New: func(t *testing.T) (fencingtest.Fencer, fencingtest.Control) {
-			f := fencingtest.NewFake(start)
+	fenceapitest.RunConformance(t, fenceapitest.Backend{
+		New: func(t *testing.T) (fenceapitest.FenceBackend, fenceapitest.Control) {
+			f := fenceapitest.NewFake(start)
 			return f, f
 		},
 	})
 }
 
 func TestFake_Calls_CountedEvenWhenFailing(t *testing.T) {
-	f := fencingtest.NewFake(start)
+	f := fenceapitest.NewFake(start)
 	ctx := context.Background()
 	_, _ = f.FenceNode(ctx, "n1")
 	f.SetUnavailable(true)
 	_, _ = f.FenceNode(ctx, "n1")
 	_, _ = f.Grants(ctx, "n1")
-	if got := f.Calls(fencingtest.MethodFenceNode); got != 2 {
+	if got := f.Calls(fenceapitest.MethodFenceNode); got != 2 {
 		t.Fatalf("FenceNode calls = %d, want 2", got)
 	}
-	if got := f.Calls(fencingtest.MethodGrants); got != 1 {
+	if got := f.Calls(fenceapitest.MethodGrants); got != 1 {
 		t.Fatalf("Grants calls = %d, want 1", got)
 	}
-	if got := f.Calls(fencingtest.MethodConnectivity); got != 0 {
+	if got := f.Calls(fenceapitest.MethodConnectivity); got != 0 {
 		t.Fatalf("Connectivity calls = %d, want 0", got)
 	}
 	if f.Driver() != vigil.DriverName {
@@ -45,32 +45,32 @@ func TestFake_Calls_CountedEvenWhenFailing(t *testing.T) {
 }
 
 func TestFake_FailWith_ChangesNothingUntilCleared(t *testing.T) {
-	f := fencingtest.NewFake(start)
+	f := fenceapitest.NewFake(start)
 	ctx := context.Background()
 	h, _ := f.NewVolume(ctx, "pv-1")
 	e, _ := f.Grant(ctx, h, "n1")
 	boom := errors.New("boom")
-	f.FailWith(fencingtest.MethodFenceNode, boom)
+	f.FailWith(fenceapitest.MethodFenceNode, boom)
 	if fs, err := f.FenceNode(ctx, "n1"); !errors.Is(err, boom) || fs != nil {
 		t.Fatalf("injected failure: %v, %v", fs, err)
 	}
 	if gs, _ := f.Grants(ctx, "n1"); len(gs) != 1 || !gs[0].State.Live() || gs[0].Epoch != e {
 		t.Fatalf("a failed FenceNode changed the rows: %+v", gs)
 	}
-	f.FailWith(fencingtest.MethodFenceNode, nil)
+	f.FailWith(fenceapitest.MethodFenceNode, nil)
 	if fs, err := f.FenceNode(ctx, "n1"); err != nil || len(fs) != 1 || fs[0].Epoch != e+1 {
 		t.Fatalf("after clearing the failure: %+v, %v", fs, err)
 	}
 }
 
 func TestFake_SetHook_HoldsACallInFlight(t *testing.T) {
-	f := fencingtest.NewFake(start)
+	f := fenceapitest.NewFake(start)
 	ctx := context.Background()
 	h, _ := f.NewVolume(ctx, "pv-1")
 	_, _ = f.Grant(ctx, h, "n1")
 	entered, release := make(chan string, 1), make(chan struct{})
 	f.SetHook(func(_ context.Context, method, node string) error {
-		if method == fencingtest.MethodFenceNode {
+		if method == fenceapitest.MethodFenceNode {
 			entered <- node
 			<-release
 		}
@@ -78,7 +78,7 @@ func TestFake_SetHook_HoldsACallInFlight(t *testing.T) {
 	})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	var fenced []fencing.Fenced
+	var fenced []fenceapi.Fenced
 	go func() { defer wg.Done(); fenced, _ = f.FenceNode(ctx, "n1") }()
 	if node := <-entered; node != "n1" {
 		t.Fatalf("hook saw node %q", node)
@@ -92,14 +92,14 @@ func TestFake_SetHook_HoldsACallInFlight(t *testing.T) {
 	if len(fenced) != 1 {
 		t.Fatalf("FenceNode after release = %+v", fenced)
 	}
-	f.SetHook(func(context.Context, string, string) error { return fencing.ErrUnavailable })
-	if _, err := f.Connectivity(ctx); !errors.Is(err, fencing.ErrUnavailable) {
+	f.SetHook(func(context.Context, string, string) error { return fenceapi.ErrUnavailable })
+	if _, err := f.Connectivity(ctx); !errors.Is(err, fenceapi.ErrUnavailable) {
 		t.Fatalf("hook error not returned: %v", err)
 	}
 }
 
 func TestFake_Control_BadInput(t *testing.T) {
-	f := fencingtest.NewFake(start)
+	f := fenceapitest.NewFake(start)
 	ctx := context.Background()
 	if _, err := f.NewVolume(ctx, ""); err == nil {
 		t.Error("empty handle accepted")
@@ -115,7 +115,7 @@ func TestFake_Control_BadInput(t *testing.T) {
 		t.Error("bad node name accepted")
 	}
 	_, _ = f.Grant(ctx, h, "n1")
-	if _, err := f.Grant(ctx, h, "n2"); !errors.Is(err, fencingtest.ErrFakeAttachedElsewhere) {
+	if _, err := f.Grant(ctx, h, "n2"); !errors.Is(err, fenceapitest.ErrFakeAttachedElsewhere) {
 		t.Errorf("second RWO grant: %v", err)
 	}
 	if err := f.Leave(ctx, "n1", -time.Second); err == nil {
@@ -125,7 +125,7 @@ func TestFake_Control_BadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := f.Connectivity(ctx)
-	if len(r.Nodes) != 1 || !r.Nodes[0].LeavingUntil.Equal(start.Add(fencingtest.FakeMaxLeave)) {
-		t.Errorf("an hour's leave is not cut to %s: %+v", fencingtest.FakeMaxLeave, r.Nodes)
+	if len(r.Nodes) != 1 || !r.Nodes[0].LeavingUntil.Equal(start.Add(fenceapitest.FakeMaxLeave)) {
+		t.Errorf("an hour's leave is not cut to %s: %+v", fenceapitest.FakeMaxLeave, r.Nodes)
 	}
 }

@@ -1,4 +1,4 @@
-package fencingtest
+package fenceapitest
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"unicode"
 
 	"github.com/vigil-storage/vigil"
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
-// The Fencer methods of Fake, as Calls and FailWith name them.
+// The FenceBackend methods of Fake, as Calls and FailWith name them.
 const (
 	MethodFenceNode    = "FenceNode"
 	MethodFenceVolumes = "FenceVolumes"
@@ -32,11 +32,11 @@ const (
 
 // ErrFakeAttachedElsewhere is the fake's refusal to grant a volume another node
 // holds live.
-var ErrFakeAttachedElsewhere = errors.New("fencingtest: volume attached to another node")
+var ErrFakeAttachedElsewhere = errors.New("fenceapitest: volume attached to another node")
 
 // Fake is an in-memory fencing back end with its own clock. It behaves like
 // the datapath (it passes RunConformance), arranges its state through the
-// Control methods, and helps tests of the code that calls a Fencer: it counts
+// Control methods, and helps tests of the code that calls a FenceBackend: it counts
 // calls, returns injected errors, runs a hook before each call, and can be cut
 // off (SetUnavailable). It is safe for concurrent use. The zero value is not
 // usable; call NewFake.
@@ -56,7 +56,7 @@ type Fake struct {
 
 type fakeVolume struct {
 	epoch uint64
-	rows  map[string]fencing.Grant
+	rows  map[string]fenceapi.Grant
 }
 
 type fakeLeave struct{ until, announced time.Time }
@@ -90,7 +90,7 @@ func (f *Fake) Advance(d time.Duration) {
 	f.now = f.now.Add(d)
 }
 
-// SetUnavailable makes every Fencer call fail with fencing.ErrUnavailable
+// SetUnavailable makes every FenceBackend call fail with fenceapi.ErrUnavailable
 // (true) until called with false. Control methods keep working.
 func (f *Fake) SetUnavailable(cut bool) {
 	f.mu.Lock()
@@ -98,7 +98,7 @@ func (f *Fake) SetUnavailable(cut bool) {
 	f.cut = cut
 }
 
-// FailWith makes every call of the Fencer method (MethodFenceNode, …) return
+// FailWith makes every call of the FenceBackend method (MethodFenceNode, …) return
 // err, changing nothing, until FailWith(method, nil).
 func (f *Fake) FailWith(method string, err error) {
 	f.mu.Lock()
@@ -111,7 +111,7 @@ func (f *Fake) FailWith(method string, err error) {
 }
 
 // SetHook installs fn, called (without the fake's lock) at the start of every
-// Fencer call after it is counted; a non-nil error is returned as the call's,
+// FenceBackend call after it is counted; a non-nil error is returned as the call's,
 // with nothing changed. A hook may block to hold a call in flight. nil
 // removes it.
 func (f *Fake) SetHook(fn func(ctx context.Context, method, node string) error) {
@@ -120,7 +120,7 @@ func (f *Fake) SetHook(fn func(ctx context.Context, method, node string) error) 
 	f.hook = fn
 }
 
-// Calls returns how many times the Fencer method was called (failed calls
+// Calls returns how many times the FenceBackend method was called (failed calls
 // included).
 func (f *Fake) Calls(method string) int {
 	f.mu.Lock()
@@ -143,9 +143,9 @@ func (f *Fake) enter(ctx context.Context, method, node string) error {
 	case injected != nil:
 		return injected
 	case cut:
-		return fmt.Errorf("%w: fake back end cut off (%s)", fencing.ErrUnavailable, method)
+		return fmt.Errorf("%w: fake back end cut off (%s)", fenceapi.ErrUnavailable, method)
 	case ctx.Err() != nil:
-		return fmt.Errorf("%w: %s: %w", fencing.ErrUnavailable, method, ctx.Err())
+		return fmt.Errorf("%w: %s: %w", fenceapi.ErrUnavailable, method, ctx.Err())
 	}
 	return nil
 }
@@ -159,7 +159,7 @@ func (f *Fake) Driver() string {
 
 // FenceNode fences node on every volume where its grant is live, each with a
 // new epoch, sorted by handle.
-func (f *Fake) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error) {
+func (f *Fake) FenceNode(ctx context.Context, node string) ([]fenceapi.Fenced, error) {
 	if err := f.enter(ctx, MethodFenceNode, node); err != nil {
 		return nil, err
 	}
@@ -168,13 +168,13 @@ func (f *Fake) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, er
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []fencing.Fenced
+	var out []fenceapi.Fenced
 	for _, h := range f.handlesLocked() {
 		v := f.vols[h]
 		if g, ok := v.rows[node]; ok && g.State.Live() {
 			v.epoch++
-			v.rows[node] = fencing.Grant{Handle: h, Epoch: v.epoch, State: fencing.StateFenced, Updated: f.now}
-			out = append(out, fencing.Fenced{Handle: h, Epoch: v.epoch})
+			v.rows[node] = fenceapi.Grant{Handle: h, Epoch: v.epoch, State: fenceapi.StateFenced, Updated: f.now}
+			out = append(out, fenceapi.Fenced{Handle: h, Epoch: v.epoch})
 		}
 	}
 	return out, nil
@@ -183,7 +183,7 @@ func (f *Fake) FenceNode(ctx context.Context, node string) ([]fencing.Fenced, er
 // FenceVolumes fences node on each of handles where its grant is live, each
 // with a new epoch, sorted by handle; other volumes and unknown handles are
 // left alone.
-func (f *Fake) FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error) {
+func (f *Fake) FenceVolumes(ctx context.Context, node string, handles []string) ([]fenceapi.Fenced, error) {
 	if err := f.enter(ctx, MethodFenceVolumes, node); err != nil {
 		return nil, err
 	}
@@ -196,20 +196,20 @@ func (f *Fake) FenceVolumes(ctx context.Context, node string, handles []string) 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []fencing.Fenced
+	var out []fenceapi.Fenced
 	for _, h := range f.handlesLocked() {
 		v := f.vols[h]
 		if g, ok := v.rows[node]; ok && named[h] && g.State.Live() {
 			v.epoch++
-			v.rows[node] = fencing.Grant{Handle: h, Epoch: v.epoch, State: fencing.StateFenced, Updated: f.now}
-			out = append(out, fencing.Fenced{Handle: h, Epoch: v.epoch})
+			v.rows[node] = fenceapi.Grant{Handle: h, Epoch: v.epoch, State: fenceapi.StateFenced, Updated: f.now}
+			out = append(out, fenceapi.Fenced{Handle: h, Epoch: v.epoch})
 		}
 	}
 	return out, nil
 }
 
 // Grants returns node's row on every volume that has one, sorted by handle.
-func (f *Fake) Grants(ctx context.Context, node string) ([]fencing.Grant, error) {
+func (f *Fake) Grants(ctx context.Context, node string) ([]fenceapi.Grant, error) {
 	if err := f.enter(ctx, MethodGrants, node); err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func (f *Fake) Grants(ctx context.Context, node string) ([]fencing.Grant, error)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []fencing.Grant
+	var out []fenceapi.Grant
 	for _, h := range f.handlesLocked() {
 		if g, ok := f.vols[h].rows[node]; ok {
 			out = append(out, g)
@@ -229,16 +229,16 @@ func (f *Fake) Grants(ctx context.Context, node string) ([]fencing.Grant, error)
 
 // Connectivity lists every node that heartbeated, holds a live grant, or has
 // an announced stop no heartbeat cleared, sorted by name.
-func (f *Fake) Connectivity(ctx context.Context) (fencing.Report, error) {
+func (f *Fake) Connectivity(ctx context.Context) (fenceapi.Report, error) {
 	if err := f.enter(ctx, MethodConnectivity, ""); err != nil {
-		return fencing.Report{}, err
+		return fenceapi.Report{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	byNode := map[string]*fencing.NodeConnectivity{}
-	get := func(n string) *fencing.NodeConnectivity {
+	byNode := map[string]*fenceapi.NodeConnectivity{}
+	get := func(n string) *fenceapi.NodeConnectivity {
 		if byNode[n] == nil {
-			byNode[n] = &fencing.NodeConnectivity{Node: n}
+			byNode[n] = &fenceapi.NodeConnectivity{Node: n}
 		}
 		return byNode[n]
 	}
@@ -255,7 +255,7 @@ func (f *Fake) Connectivity(ctx context.Context) (fencing.Report, error) {
 	for n, l := range f.leaving {
 		get(n).LeavingUntil = l.until
 	}
-	r := fencing.Report{Now: f.now, Since: f.since}
+	r := fenceapi.Report{Now: f.now, Since: f.since}
 	for _, n := range byNode {
 		r.Nodes = append(r.Nodes, *n)
 	}
@@ -275,14 +275,14 @@ func (f *Fake) handlesLocked() []string {
 // NewVolume adds a ReadWriteOnce volume whose handle is name.
 func (f *Fake) NewVolume(_ context.Context, name string) (string, error) {
 	if name == "" {
-		return "", errors.New("fencingtest: volume handle is empty")
+		return "", errors.New("fenceapitest: volume handle is empty")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.vols[name] != nil {
-		return "", fmt.Errorf("fencingtest: volume %s exists", name)
+		return "", fmt.Errorf("fenceapitest: volume %s exists", name)
 	}
-	f.vols[name] = &fakeVolume{rows: map[string]fencing.Grant{}}
+	f.vols[name] = &fakeVolume{rows: map[string]fenceapi.Grant{}}
 	return name, nil
 }
 
@@ -297,7 +297,7 @@ func (f *Fake) Grant(_ context.Context, handle, node string) (uint64, error) {
 	defer f.mu.Unlock()
 	v := f.vols[handle]
 	if v == nil {
-		return 0, fmt.Errorf("fencingtest: no volume %s", handle)
+		return 0, fmt.Errorf("fenceapitest: no volume %s", handle)
 	}
 	if g, ok := v.rows[node]; ok && g.State.Live() {
 		return g.Epoch, nil
@@ -308,7 +308,7 @@ func (f *Fake) Grant(_ context.Context, handle, node string) (uint64, error) {
 		}
 	}
 	v.epoch++
-	v.rows[node] = fencing.Grant{Handle: handle, Epoch: v.epoch, State: fencing.StateGranted, Updated: f.now}
+	v.rows[node] = fenceapi.Grant{Handle: handle, Epoch: v.epoch, State: fenceapi.StateGranted, Updated: f.now}
 	return v.epoch, nil
 }
 
@@ -318,10 +318,10 @@ func (f *Fake) Release(_ context.Context, handle, node string) error {
 	defer f.mu.Unlock()
 	v := f.vols[handle]
 	if v == nil {
-		return fmt.Errorf("fencingtest: no volume %s", handle)
+		return fmt.Errorf("fenceapitest: no volume %s", handle)
 	}
 	if g, ok := v.rows[node]; ok && g.State.Live() {
-		g.State, g.Updated = fencing.StateReleased, f.now
+		g.State, g.Updated = fenceapi.StateReleased, f.now
 		v.rows[node] = g
 	}
 	return nil
@@ -349,7 +349,7 @@ func (f *Fake) Leave(_ context.Context, node string, d time.Duration) error {
 		return err
 	}
 	if d <= 0 {
-		return fmt.Errorf("fencingtest: leave of node %s for %s: the duration must be positive", node, d)
+		return fmt.Errorf("fenceapitest: leave of node %s for %s: the duration must be positive", node, d)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -362,9 +362,9 @@ func (f *Fake) Leave(_ context.Context, node string, d time.Duration) error {
 func validNode(node string) error {
 	switch {
 	case node == "" || len(node) > 253:
-		return fmt.Errorf("fencingtest: node %.40q: want 1 to 253 bytes", node)
+		return fmt.Errorf("fenceapitest: node %.40q: want 1 to 253 bytes", node)
 	case strings.ContainsFunc(node, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }):
-		return fmt.Errorf("fencingtest: node %q contains white space or a control character", node)
+		return fmt.Errorf("fenceapitest: node %q contains white space or a control character", node)
 	}
 	return nil
 }

@@ -1,12 +1,13 @@
-// Package fencing holds the value types of Vigil's fencing contract: what a
-// fencing back end (the datapath today; csi-addons NetworkFence objects or an
-// array's own API later) reports about nodes and volumes, and what fencing a node
-// returns. It has no behaviour and no dependencies, so the controller, which
-// declares the Fencer interface it calls (controller.Fencer), and every back end,
-// which implements it (datapath/fencer), can share these types without either
-// importing the other. The conformance suite every back end must pass lives in
-// fencing/fencingtest.
-package fencing
+// Package fenceapi is the contract between the controller and a fence back
+// end: a storage that can fence a node out of a volume (revoke its grant, so
+// its writes are refused) and say what it knows of nodes and volumes. It owns
+// the contract's value types (Grant, Fenced, Report, FailedVolume) and
+// ErrUnavailable, and nothing else: no behaviour, no dependencies. The
+// controller declares the interface it calls (controller.FenceBackend); each
+// back end implements it (datapath/fencebackend for the datapath) and must
+// pass fenceapi/fenceapitest's conformance suite. Neither side imports the
+// other.
+package fenceapi
 
 import (
 	"errors"

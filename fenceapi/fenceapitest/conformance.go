@@ -1,4 +1,4 @@
-package fencingtest
+package fenceapitest
 
 import (
 	"context"
@@ -9,22 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-storage/vigil/fencing"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
-// Fencer is the back end under test: the method set of controller.Fencer,
+// FenceBackend is the back end under test: the method set of controller.FenceBackend,
 // declared again here because the controller's tests import this package, and
 // FenceNode, the whole-node fence an operator's tools may call.
-type Fencer interface {
+type FenceBackend interface {
 	Driver() string
-	FenceNode(ctx context.Context, node string) ([]fencing.Fenced, error)
-	FenceVolumes(ctx context.Context, node string, handles []string) ([]fencing.Fenced, error)
-	Grants(ctx context.Context, node string) ([]fencing.Grant, error)
-	Connectivity(ctx context.Context) (fencing.Report, error)
+	FenceNode(ctx context.Context, node string) ([]fenceapi.Fenced, error)
+	FenceVolumes(ctx context.Context, node string, handles []string) ([]fenceapi.Fenced, error)
+	Grants(ctx context.Context, node string) ([]fenceapi.Grant, error)
+	Connectivity(ctx context.Context) (fenceapi.Report, error)
 }
 
 // Control arranges a back end's state for the suite, through a path of its
-// own: SetUnavailable cuts the Fencer off, never the Control.
+// own: SetUnavailable cuts the FenceBackend off, never the Control.
 type Control interface {
 	// NewVolume creates a ReadWriteOnce volume and returns its handle.
 	NewVolume(ctx context.Context, name string) (handle string, err error)
@@ -41,7 +41,7 @@ type Control interface {
 	Leave(ctx context.Context, node string, d time.Duration) error
 	// Advance moves the back end's clock forward by d.
 	Advance(d time.Duration)
-	// SetUnavailable cuts the Fencer off from the back end (true), or lets it
+	// SetUnavailable cuts the FenceBackend off from the back end (true), or lets it
 	// reach the back end again (false).
 	SetUnavailable(cut bool)
 }
@@ -50,7 +50,7 @@ type Control interface {
 type Backend struct {
 	// New returns a fresh back end (no volumes, no nodes) and its control.
 	// It registers its own cleanup with t.
-	New func(t *testing.T) (Fencer, Control)
+	New func(t *testing.T) (FenceBackend, Control)
 }
 
 // RunConformance runs every behaviour a fencing back end must have against b,
@@ -59,7 +59,7 @@ type Backend struct {
 func RunConformance(t *testing.T, b Backend) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, f Fencer, c Control)
+		fn   func(t *testing.T, f FenceBackend, c Control)
 	}{
 		{"DriverIsNamed", testDriver},
 		{"FenceNodeRevokesOnlyLiveGrants", testFenceNodeOnlyLive},
@@ -109,13 +109,13 @@ func grant(t *testing.T, c Control, handle, node string) uint64 {
 
 // grantsOf returns node's rows by handle, checking that each volume appears
 // once and carries an update time.
-func grantsOf(t *testing.T, f Fencer, node string) map[string]fencing.Grant {
+func grantsOf(t *testing.T, f FenceBackend, node string) map[string]fenceapi.Grant {
 	t.Helper()
 	gs, err := f.Grants(ctx(t), node)
 	if err != nil {
 		t.Fatalf("Grants(%s): %v", node, err)
 	}
-	out := make(map[string]fencing.Grant, len(gs))
+	out := make(map[string]fenceapi.Grant, len(gs))
 	for _, g := range gs {
 		if _, dup := out[g.Handle]; dup {
 			t.Fatalf("Grants(%s) lists volume %s twice: %+v", node, g.Handle, gs)
@@ -128,7 +128,7 @@ func grantsOf(t *testing.T, f Fencer, node string) map[string]fencing.Grant {
 	return out
 }
 
-func fenceNode(t *testing.T, f Fencer, node string) map[string]uint64 {
+func fenceNode(t *testing.T, f FenceBackend, node string) map[string]uint64 {
 	t.Helper()
 	fs, err := f.FenceNode(ctx(t), node)
 	if err != nil {
@@ -153,13 +153,13 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-func testDriver(t *testing.T, f Fencer, _ Control) {
+func testDriver(t *testing.T, f FenceBackend, _ Control) {
 	if f.Driver() == "" {
 		t.Fatal("Driver() is empty; it must name the CSI driver whose volumes the back end fences")
 	}
 }
 
-func testFenceNodeOnlyLive(t *testing.T, f Fencer, c Control) {
+func testFenceNodeOnlyLive(t *testing.T, f FenceBackend, c Control) {
 	v1, v2, v3, v4 := newVolume(t, c, "v1"), newVolume(t, c, "v2"), newVolume(t, c, "v3"), newVolume(t, c, "v4")
 	e1, e2 := grant(t, c, v1, "node-a"), grant(t, c, v2, "node-a")
 	grant(t, c, v3, "node-a")
@@ -178,7 +178,7 @@ func testFenceNodeOnlyLive(t *testing.T, f Fencer, c Control) {
 	}
 	rows := grantsOf(t, f, "node-a")
 	for _, h := range []string{v1, v2} {
-		if g := rows[h]; g.State != fencing.StateFenced || g.State.Live() || g.Epoch != fenced[h] {
+		if g := rows[h]; g.State != fenceapi.StateFenced || g.State.Live() || g.Epoch != fenced[h] {
 			t.Fatalf("node-a on %s after FenceNode: %+v; want fenced at epoch %d", h, g, fenced[h])
 		}
 	}
@@ -194,7 +194,7 @@ func testFenceNodeOnlyLive(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testFenceNodeIdempotent(t *testing.T, f Fencer, c Control) {
+func testFenceNodeIdempotent(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	grant(t, c, v, "node-a")
 	if got := fenceNode(t, f, "node-a"); len(got) != 1 {
@@ -213,7 +213,7 @@ func testFenceNodeIdempotent(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testFenceNodeConcurrent(t *testing.T, f Fencer, c Control) {
+func testFenceNodeConcurrent(t *testing.T, f FenceBackend, c Control) {
 	want := map[string]bool{}
 	for i := range 20 {
 		h := newVolume(t, c, fmt.Sprintf("v%02d", i))
@@ -253,7 +253,7 @@ func testFenceNodeConcurrent(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func fenceVolumes(t *testing.T, f Fencer, node string, handles ...string) map[string]uint64 {
+func fenceVolumes(t *testing.T, f FenceBackend, node string, handles ...string) map[string]uint64 {
 	t.Helper()
 	fs, err := f.FenceVolumes(ctx(t), node, handles)
 	if err != nil {
@@ -272,7 +272,7 @@ func fenceVolumes(t *testing.T, f Fencer, node string, handles ...string) map[st
 // testFenceVolumesOnlyNamed: of the node's volumes, only the named ones where
 // its grant is live are fenced; a live grant not named keeps working, and a
 // named volume the back end does not know is no error.
-func testFenceVolumesOnlyNamed(t *testing.T, f Fencer, c Control) {
+func testFenceVolumesOnlyNamed(t *testing.T, f FenceBackend, c Control) {
 	v1, v2, v3, v4 := newVolume(t, c, "v1"), newVolume(t, c, "v2"), newVolume(t, c, "v3"), newVolume(t, c, "v4")
 	e1, e2 := grant(t, c, v1, "node-a"), grant(t, c, v2, "node-a")
 	grant(t, c, v3, "node-a")
@@ -287,7 +287,7 @@ func testFenceVolumesOnlyNamed(t *testing.T, f Fencer, c Control) {
 		t.Fatalf("FenceVolumes(node-a, %s %s %s no-such-volume) fenced %v; want exactly the named live grant %s", v1, v3, v4, got, v1)
 	}
 	rows := grantsOf(t, f, "node-a")
-	if g := rows[v1]; g.State != fencing.StateFenced || fenced[v1] <= e1 || g.Epoch != fenced[v1] {
+	if g := rows[v1]; g.State != fenceapi.StateFenced || fenced[v1] <= e1 || g.Epoch != fenced[v1] {
 		t.Fatalf("node-a on %s after FenceVolumes: %+v; want fenced at an epoch above %d", v1, g, e1)
 	}
 	if g := rows[v2]; !g.State.Live() || g.Epoch != e2 {
@@ -304,7 +304,7 @@ func testFenceVolumesOnlyNamed(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testFenceVolumesIdempotent(t *testing.T, f Fencer, c Control) {
+func testFenceVolumesIdempotent(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	grant(t, c, v, "node-a")
 	if got := fenceVolumes(t, f, "node-a", v, v); len(got) != 1 {
@@ -320,7 +320,7 @@ func testFenceVolumesIdempotent(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testEpochsOnlyGrow(t *testing.T, f Fencer, c Control) {
+func testEpochsOnlyGrow(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	var last uint64
 	step := func(what string, e uint64) {
@@ -347,27 +347,27 @@ func testEpochsOnlyGrow(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testGrantsReflect(t *testing.T, f Fencer, c Control) {
+func testGrantsReflect(t *testing.T, f FenceBackend, c Control) {
 	if rows := grantsOf(t, f, "stranger"); len(rows) != 0 {
 		t.Fatalf("Grants of a node never granted = %v; want none", rows)
 	}
 	v := newVolume(t, c, "v")
 	e := grant(t, c, v, "node-a")
-	if g := grantsOf(t, f, "node-a")[v]; g.State != fencing.StateGranted || g.Epoch != e || g.Handle != v {
+	if g := grantsOf(t, f, "node-a")[v]; g.State != fenceapi.StateGranted || g.Epoch != e || g.Handle != v {
 		t.Fatalf("after grant: %+v; want granted at %d", g, e)
 	}
 	if err := c.Release(ctx(t), v, "node-a"); err != nil {
 		t.Fatal(err)
 	}
-	if g := grantsOf(t, f, "node-a")[v]; g.State != fencing.StateReleased || g.State.Live() {
+	if g := grantsOf(t, f, "node-a")[v]; g.State != fenceapi.StateReleased || g.State.Live() {
 		t.Fatalf("after release: %+v; want released", g)
 	}
 	e2 := grant(t, c, v, "node-a")
-	if g := grantsOf(t, f, "node-a")[v]; g.State != fencing.StateGranted || g.Epoch != e2 || e2 <= e {
+	if g := grantsOf(t, f, "node-a")[v]; g.State != fenceapi.StateGranted || g.Epoch != e2 || e2 <= e {
 		t.Fatalf("after a new grant: %+v; want granted at a new epoch above %d", g, e)
 	}
 	fenced := fenceNode(t, f, "node-a")
-	if g := grantsOf(t, f, "node-a")[v]; g.State != fencing.StateFenced || g.Epoch != fenced[v] {
+	if g := grantsOf(t, f, "node-a")[v]; g.State != fenceapi.StateFenced || g.Epoch != fenced[v] {
 		t.Fatalf("after FenceNode: %+v; want fenced at %d", g, fenced[v])
 	}
 	if rows := grantsOf(t, f, "node-b"); len(rows) != 0 {
@@ -375,7 +375,7 @@ func testGrantsReflect(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func connectivity(t *testing.T, f Fencer) fencing.Report {
+func connectivity(t *testing.T, f FenceBackend) fenceapi.Report {
 	t.Helper()
 	r, err := f.Connectivity(ctx(t))
 	if err != nil {
@@ -387,14 +387,14 @@ func connectivity(t *testing.T, f Fencer) fencing.Report {
 	return r
 }
 
-func wantSilence(t *testing.T, r fencing.Report, node string, want time.Duration, wantOK bool) {
+func wantSilence(t *testing.T, r fenceapi.Report, node string, want time.Duration, wantOK bool) {
 	t.Helper()
 	if d, ok := r.Silence(node); ok != wantOK || d != want {
 		t.Fatalf("Silence(%s) = %s, %v; want %s, %v (report %+v)", node, d, ok, want, wantOK, r)
 	}
 }
 
-func testConnectivity(t *testing.T, f Fencer, c Control) {
+func testConnectivity(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	grant(t, c, v, "silent")
 	c.Advance(2 * time.Second)
@@ -413,7 +413,7 @@ func testConnectivity(t *testing.T, f Fencer, c Control) {
 	wantSilence(t, connectivity(t, f), "silent", 0, true)
 }
 
-func testLeave(t *testing.T, f Fencer, c Control) {
+func testLeave(t *testing.T, f FenceBackend, c Control) {
 	if err := c.Heartbeat(ctx(t), "node-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func testLeave(t *testing.T, f Fencer, c Control) {
 	wantSilence(t, connectivity(t, f), "node-a", time.Second, true)
 }
 
-func testHeartbeatClearsLeave(t *testing.T, f Fencer, c Control) {
+func testHeartbeatClearsLeave(t *testing.T, f FenceBackend, c Control) {
 	if err := c.Leave(ctx(t), "node-a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func testHeartbeatClearsLeave(t *testing.T, f Fencer, c Control) {
 	wantSilence(t, connectivity(t, f), "node-a", 7*time.Second, true)
 }
 
-func testUnavailable(t *testing.T, f Fencer, c Control) {
+func testUnavailable(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	e := grant(t, c, v, "node-a")
 	if err := c.Heartbeat(ctx(t), "node-a"); err != nil {
@@ -463,18 +463,18 @@ func testUnavailable(t *testing.T, f Fencer, c Control) {
 	}
 	c.SetUnavailable(true)
 	fs, err := f.FenceNode(ctx(t), "node-a")
-	if !errors.Is(err, fencing.ErrUnavailable) || len(fs) != 0 {
+	if !errors.Is(err, fenceapi.ErrUnavailable) || len(fs) != 0 {
 		t.Fatalf("FenceNode while cut off = %v, %v; want nothing and ErrUnavailable", fs, err)
 	}
-	if fs, err := f.FenceVolumes(ctx(t), "node-a", []string{v}); !errors.Is(err, fencing.ErrUnavailable) || len(fs) != 0 {
+	if fs, err := f.FenceVolumes(ctx(t), "node-a", []string{v}); !errors.Is(err, fenceapi.ErrUnavailable) || len(fs) != 0 {
 		t.Fatalf("FenceVolumes while cut off = %v, %v; want nothing and ErrUnavailable", fs, err)
 	}
 	gs, err := f.Grants(ctx(t), "node-a")
-	if !errors.Is(err, fencing.ErrUnavailable) || len(gs) != 0 {
+	if !errors.Is(err, fenceapi.ErrUnavailable) || len(gs) != 0 {
 		t.Fatalf("Grants while cut off = %v, %v; want nothing and ErrUnavailable", gs, err)
 	}
 	r, err := f.Connectivity(ctx(t))
-	if !errors.Is(err, fencing.ErrUnavailable) || len(r.Nodes) != 0 {
+	if !errors.Is(err, fenceapi.ErrUnavailable) || len(r.Nodes) != 0 {
 		t.Fatalf("Connectivity while cut off = %+v, %v; want nothing and ErrUnavailable", r, err)
 	}
 	c.SetUnavailable(false)
@@ -483,7 +483,7 @@ func testUnavailable(t *testing.T, f Fencer, c Control) {
 	}
 }
 
-func testBadNode(t *testing.T, f Fencer, c Control) {
+func testBadNode(t *testing.T, f FenceBackend, c Control) {
 	v := newVolume(t, c, "v")
 	e := grant(t, c, v, "node-a")
 	for _, bad := range []string{"", "node a", "node\x00a"} {

@@ -7,18 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-storage/vigil/fencing/fencingtest"
+	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 )
 
 // A hung fencing back end holds no worker for longer than the fetch bound:
 // 32 workers asking for one node's grants share one fetch, and all of them
 // go on, with nothing proven, once it times out.
 func TestProofs_HungBackEndHoldsNoWorker(t *testing.T) {
-	f := fencingtest.NewFake(time.Now())
+	f := fenceapitest.NewFake(time.Now())
 	release := make(chan struct{})
 	defer close(release)
 	f.SetHook(func(ctx context.Context, method, _ string) error {
-		if method != fencingtest.MethodGrants {
+		if method != fenceapitest.MethodGrants {
 			return nil
 		}
 		select {
@@ -51,14 +51,14 @@ func TestProofs_HungBackEndHoldsNoWorker(t *testing.T) {
 			t.Fatal("a worker got a proof from a back end that never answered")
 		}
 	}
-	if n := f.Calls(fencingtest.MethodGrants); n > 2 {
+	if n := f.Calls(fenceapitest.MethodGrants); n > 2 {
 		t.Errorf("%d fetches of one node's grants; want them shared", n)
 	}
 }
 
 // A worker whose own context ends stops waiting at once.
 func TestProofs_CallerContextEndsTheWait(t *testing.T) {
-	f := fencingtest.NewFake(time.Now())
+	f := fenceapitest.NewFake(time.Now())
 	f.SetHook(func(ctx context.Context, _, _ string) error { <-ctx.Done(); return ctx.Err() })
 	p := newProofs(f, newNodeTracker(), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())

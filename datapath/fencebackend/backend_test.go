@@ -1,4 +1,4 @@
-package fencer_test
+package fencebackend_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
-	"github.com/vigil-storage/vigil/datapath/fencer"
-	"github.com/vigil-storage/vigil/fencing"
-	"github.com/vigil-storage/vigil/fencing/fencingtest"
+	"github.com/vigil-storage/vigil/datapath/fencebackend"
+	"github.com/vigil-storage/vigil/fenceapi"
+	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 )
 
 // clock is the datapath server's clock in these tests, moved by Advance.
@@ -93,8 +93,8 @@ func (c *control) Advance(d time.Duration) { c.clock.Advance(d) }
 func (c *control) SetUnavailable(cut bool) { c.cut.set(cut) }
 
 // newBackend starts a real datapath server with a test clock and returns a
-// Fencer over a cuttable connection and a control over its own connection.
-func newBackend(t *testing.T) (*fencer.Fencer, *control) {
+// Backend over a cuttable connection and a control over its own connection.
+func newBackend(t *testing.T) (*fencebackend.Backend, *control) {
 	clk := &clock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
 	srv := datapathtest.Start(t, datapath.Options{Now: clk.Now})
 	ctx := context.Background()
@@ -110,17 +110,17 @@ func newBackend(t *testing.T) (*fencer.Fencer, *control) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dp.Close() })
-	return fencer.New(dp), &control{dp: own, clock: clk, cut: cut}
+	return fencebackend.New(dp), &control{dp: own, clock: clk, cut: cut}
 }
 
-func TestFencer_Conformance(t *testing.T) {
-	fencingtest.RunConformance(t, fencingtest.Backend{
-		New: func(t *testing.T) (fencingtest.Fencer, fencingtest.Control) { return newBackend(t) },
+func TestBackend_Conformance(t *testing.T) {
+	fenceapitest.RunConformance(t, fenceapitest.Backend{
+		New: func(t *testing.T) (fenceapitest.FenceBackend, fenceapitest.Control) { return newBackend(t) },
 	})
 }
 
-func TestFencer_Driver_IsVigils(t *testing.T) {
-	if got := fencer.New(nil).Driver(); got != vigil.DriverName {
+func TestBackend_Driver_IsVigils(t *testing.T) {
+	if got := fencebackend.New(nil).Driver(); got != vigil.DriverName {
 		t.Fatalf("Driver() = %q, want %q", got, vigil.DriverName)
 	}
 }
@@ -145,7 +145,7 @@ func (f *fakeDatapath) FailedVolumes(context.Context) ([]datapath.FailedVolume, 
 	return f.failed, f.err
 }
 
-func TestFencer_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
+func TestBackend_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		err         error
@@ -158,34 +158,34 @@ func TestFencer_Errors_OnlyInputRefusalsAreNotUnavailable(t *testing.T) {
 		{&datapath.RemoteError{Message: "disk full", Sentinel: datapath.ErrNoSpace}, true},
 	}
 	for _, c := range cases {
-		f := fencer.New(&fakeDatapath{err: c.err})
+		f := fencebackend.New(&fakeDatapath{err: c.err})
 		_, e1 := f.FenceNode(ctx, "n1")
 		_, e2 := f.Grants(ctx, "n1")
 		_, e3 := f.Connectivity(ctx)
 		_, e4 := f.FailedVolumes(ctx)
 		_, e5 := f.FenceVolumes(ctx, "n1", []string{"vol-0000000000000001"})
 		for _, err := range []error{e1, e2, e3, e4, e5} {
-			if !errors.Is(err, c.err) || errors.Is(err, fencing.ErrUnavailable) != c.unavailable {
+			if !errors.Is(err, c.err) || errors.Is(err, fenceapi.ErrUnavailable) != c.unavailable {
 				t.Errorf("datapath error %v became %v; want it wrapped, ErrUnavailable %v", c.err, err, c.unavailable)
 			}
 		}
 	}
 }
 
-func TestFencer_Grants_UnknownStateIsNoProof(t *testing.T) {
-	f := fencer.New(&fakeDatapath{rows: []datapath.Attachment{
+func TestBackend_Grants_UnknownStateIsNoProof(t *testing.T) {
+	f := fencebackend.New(&fakeDatapath{rows: []datapath.Attachment{
 		{VolumeID: "vol-0000000000000001", Node: "n1", Epoch: 3, State: datapath.StateFenced},
 		{VolumeID: "vol-0000000000000002", Node: "n1", Epoch: 4, State: "suspended"},
 	}})
 	gs, err := f.Grants(context.Background(), "n1")
-	if !errors.Is(err, fencing.ErrUnavailable) || gs != nil || !strings.Contains(err.Error(), `"suspended"`) {
+	if !errors.Is(err, fenceapi.ErrUnavailable) || gs != nil || !strings.Contains(err.Error(), `"suspended"`) {
 		t.Fatalf("Grants with an unknown state = %+v, %v; want no rows and ErrUnavailable naming it", gs, err)
 	}
 }
 
-func TestFencer_Connectivity_LastHeartbeatIsLastSeen(t *testing.T) {
+func TestBackend_Connectivity_LastHeartbeatIsLastSeen(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	f := fencer.New(&fakeDatapath{nodes: datapath.NodesReport{Now: now, Started: now.Add(-time.Hour), Nodes: []datapath.NodeStatus{
+	f := fencebackend.New(&fakeDatapath{nodes: datapath.NodesReport{Now: now, Started: now.Add(-time.Hour), Nodes: []datapath.NodeStatus{
 		{Node: "io-only", LastIO: now.Add(-time.Second)},
 		{Node: "both", LastHeartbeat: now.Add(-5 * time.Second), LastIO: now.Add(-2 * time.Second), LeavingUntil: now.Add(time.Minute)},
 	}}})
@@ -201,10 +201,10 @@ func TestFencer_Connectivity_LastHeartbeatIsLastSeen(t *testing.T) {
 	}
 }
 
-// TestFencer_FailedVolumes_SaysWhyAndHowToClear: a failed volume comes out
+// TestBackend_FailedVolumes_SaysWhyAndHowToClear: a failed volume comes out
 // with its handle, when and why it failed, and the command that clears it,
 // from a real server whose flush failed.
-func TestFencer_FailedVolumes_SaysWhyAndHowToClear(t *testing.T) {
+func TestBackend_FailedVolumes_SaysWhyAndHowToClear(t *testing.T) {
 	faults := datapathtest.NewFaults()
 	srv := datapathtest.Start(t, datapath.Options{OpenFile: faults.Open})
 	v, err := srv.Store.CreateVolume("pvc-1", 1<<20, datapath.AccessRWO)
@@ -215,7 +215,7 @@ func TestFencer_FailedVolumes_SaysWhyAndHowToClear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fencer.New(srv.DialRoles(t))
+	f := fencebackend.New(srv.DialRoles(t))
 	if fs, err := f.FailedVolumes(context.Background()); err != nil || len(fs) != 0 {
 		t.Fatalf("FailedVolumes before any failure = %+v, %v", fs, err)
 	}
