@@ -37,7 +37,7 @@ const (
 	TopologyNodeKey = "topology.vigil.io/node"
 )
 
-// DefaultDatapathAddress is where `vigil-manager datapath serve` listens by
+// DefaultDatapathAddress is where `vigil-datapath serve` listens by
 // default (loopback; the gRPC volume server).
 const DefaultDatapathAddress = "127.0.0.1:9600"
 

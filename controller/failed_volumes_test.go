@@ -50,12 +50,12 @@ func TestController_PollStorage_FailedVolumeWarnsOnItsPV(t *testing.T) {
 	reachable, warned := true, false
 	f.backend.setReport(heartbeatReport(t0, map[string]time.Duration{"node-1": 0, "node-2": 0}))
 	failed := fenceapi.FailedVolume{Handle: "handle-pv-a", Since: t0, Reason: "flushing its data to disk failed (flush: input/output error)",
-		Clear: "vigil-manager datapath clear-failure handle-pv-a"}
+		Clear: "vigil-datapath clear-failure handle-pv-a"}
 	f.backend.setFailed(failed, fenceapi.FailedVolume{Handle: "no-pv", Since: t0, Reason: "r", Clear: "c"})
 	f.ctrl.pollStorage(ctx, &reachable, &warned)
 	evs := f.expectEvents("Warning " + EventVolumeFailed)
 	if len(evs) == 1 {
-		for _, want := range []string{"handle-pv-a", "input/output error", "may be lost", "`vigil-manager datapath clear-failure handle-pv-a`", "kind=PersistentVolume"} {
+		for _, want := range []string{"handle-pv-a", "input/output error", "may be lost", "`vigil-datapath clear-failure handle-pv-a`", "kind=PersistentVolume"} {
 			if !strings.Contains(evs[0], want) {
 				t.Errorf("event %q lacks %q", evs[0], want)
 			}

@@ -274,16 +274,19 @@
 // could not end it. Writes that go over gRPC (WithBulk(false), an older
 // server) are not ordered by sessions.
 //
-// `vigil-manager datapath serve --listen ADDR --data-dir DIR` with --token-file
+// The server is its own binary, vigil-datapath (cmd/vigil-datapath; its
+// command line is manager.DatapathApp, which `vigil-manager datapath` still
+// runs as a deprecated alias for one release).
+// `vigil-datapath serve --listen ADDR --data-dir DIR` with --token-file
 // (a tokens file) and/or --controller-service-accounts and
 // --engine-service-account (TokenReview), and --tls-cert-file with
 // --tls-private-key-file, runs the server (default 127.0.0.1:9600,
 // vigil.DefaultDatapathAddress). On
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
 // flushes every volume (fdatasync) and closes the database.
-// `vigil-manager datapath status` prints a running server's volumes and
+// `vigil-datapath status` prints a running server's volumes and
 // attachment tables, its failed volumes, and its nodes (last heartbeat and
-// I/O, announced stops, live grants); `vigil-manager datapath clear-failure
+// I/O, announced stops, live grants); `vigil-datapath clear-failure
 // VOLUME` clears a failed volume.
 //
 // # Performance

@@ -4,7 +4,7 @@ import "errors"
 
 // ClearFailureCommand is what an operator runs, followed by the volume's id,
 // to end a volume's failure (ErrVolumeFailed).
-const ClearFailureCommand = "vigil-manager datapath clear-failure"
+const ClearFailureCommand = "vigil-datapath clear-failure"
 
 // Sentinel errors. Every error the server or the client returns for one of these
 // conditions satisfies errors.Is against the sentinel, on both sides of the wire.

@@ -16,7 +16,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
 
-// DefaultListenAddress is where `vigil-manager datapath serve` listens unless
+// DefaultListenAddress is where `vigil-datapath serve` listens unless
 // told otherwise: loopback only.
 const DefaultListenAddress = vigil.DefaultDatapathAddress
 

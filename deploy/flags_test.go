@@ -48,7 +48,7 @@ func binaries(t *testing.T) []string {
 
 // apps are the command lines of Vigil's binaries, by name.
 func apps() map[string]*cli.App {
-	return map[string]*cli.App{"vigil-manager": manager.App(), "vigil-engine-node": enginenode.App(nil)}
+	return map[string]*cli.App{"vigil-manager": manager.App(), manager.DatapathBinary: manager.DatapathApp(), "vigil-engine-node": enginenode.App(nil)}
 }
 
 // TestWorkloads_VigilCommands_FlagsExist: every Vigil container runs a binary

@@ -17,7 +17,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath/tokenreview"
 )
 
-// Flags of `vigil-manager datapath serve` that say who may call it and how
+// Flags of `vigil-datapath serve` that say who may call it and how
 // (identities, TLS).
 const (
 	flagServeTokenFile      = "token-file"

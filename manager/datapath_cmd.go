@@ -18,42 +18,40 @@ import (
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
-// datapathCommand is `vigil-manager datapath serve`: the volume server.
-func datapathCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "datapath",
-		Usage: "the datapath volume server (volumes, grants, fencing epochs, I/O)",
-		Subcommands: []*cli.Command{{
-			Name:  "serve",
-			Usage: "serve volumes over gRPC until SIGTERM or SIGINT, then flush and exit",
-			Description: "Every caller proves who it is: the controller role (the manager, the CSI controller) creates, deletes,\n" +
-				"grants, fences and releases; an engine does I/O, heartbeats and Leave as its own node only. Identities come\n" +
-				"from a tokens file (--" + flagServeTokenFile + ") or from ServiceAccount tokens checked with TokenReview (--" + flagServeControllerSAs + ",\n" +
-				"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".",
-			Flags: append([]cli.Flag{
-				&cli.StringFlag{Name: flagServeListen, Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
-					Usage: "address to listen on (host:port); loopback unless you choose otherwise, and off loopback only with TLS or --" + flagServeInsecure},
-				&cli.StringFlag{Name: "data-dir", Required: true, EnvVars: []string{"VIGIL_DATAPATH_DATA_DIR"},
-					Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
-				&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
-					Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
-				&cli.IntFlag{Name: "over-provisioning-percentage", Value: 100, EnvVars: []string{"VIGIL_DATAPATH_OVER_PROVISIONING_PERCENTAGE"},
-					Usage: "how much of --capacity the volumes' sizes may add up to: 100 reserves each volume's whole size on disk when it is created (fallocate), " +
-						"so a write inside a volume never meets a full disk, and refuses a volume the disk has no room for; 101 to 1000 makes volumes thin, " +
-						"and a full disk then fails writes"},
-				&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
-					Usage: "how long calls in progress may take to finish at shutdown"},
-			}, datapathServeAuthFlags()...),
-			Action: datapathServe,
-		}, {
-			Name:   "status",
-			Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, and its nodes (last heartbeat and I/O, announced stops, live grants)",
-			Flags:  datapathClientFlags(),
-			Action: datapathStatus,
-		}, datapathClearFailureCommand()},
-	}
+// datapathCommands are the commands of vigil-datapath (datapath_app.go):
+// serve, status and clear-failure.
+func datapathCommands() []*cli.Command {
+	return []*cli.Command{{
+		Name:  "serve",
+		Usage: "serve volumes over gRPC until SIGTERM or SIGINT, then flush and exit",
+		Description: "Every caller proves who it is: the controller role (the manager, the CSI controller) creates, deletes,\n" +
+			"grants, fences and releases; an engine does I/O, heartbeats and Leave as its own node only. Identities come\n" +
+			"from a tokens file (--" + flagServeTokenFile + ") or from ServiceAccount tokens checked with TokenReview (--" + flagServeControllerSAs + ",\n" +
+			"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: flagServeListen, Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
+				Usage: "address to listen on (host:port); loopback unless you choose otherwise, and off loopback only with TLS or --" + flagServeInsecure},
+			&cli.StringFlag{Name: "data-dir", Required: true, EnvVars: []string{"VIGIL_DATAPATH_DATA_DIR"},
+				Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
+			&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
+				Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
+			&cli.IntFlag{Name: "over-provisioning-percentage", Value: 100, EnvVars: []string{"VIGIL_DATAPATH_OVER_PROVISIONING_PERCENTAGE"},
+				Usage: "how much of --capacity the volumes' sizes may add up to: 100 reserves each volume's whole size on disk when it is created (fallocate), " +
+					"so a write inside a volume never meets a full disk, and refuses a volume the disk has no room for; 101 to 1000 makes volumes thin, " +
+					"and a full disk then fails writes"},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
+				Usage: "how long calls in progress may take to finish at shutdown"},
+		}, datapathServeAuthFlags()...),
+		Action: datapathServe,
+	}, {
+		Name:   "status",
+		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, and its nodes (last heartbeat and I/O, announced stops, live grants)",
+		Flags:  datapathClientFlags(),
+		Action: datapathStatus,
+	}, datapathClearFailureCommand()}
 }
 
 // datapathClientFlags are the flags of the commands that call a running
@@ -157,7 +155,7 @@ func age(d time.Duration) string {
 
 func datapathServe(c *cli.Context) error {
 	if c.Args().Len() > 0 {
-		return fmt.Errorf("datapath serve takes no arguments, got %q", c.Args().Slice())
+		return cliflags.Usagef("serve takes no arguments, got %q", c.Args().Slice())
 	}
 	sec, err := parseServeSecurity(c)
 	if err != nil {
@@ -165,7 +163,7 @@ func datapathServe(c *cli.Context) error {
 	}
 	grace := c.Duration("shutdown-grace")
 	if grace < 0 {
-		return fmt.Errorf("--shutdown-grace %s: must not be negative", grace)
+		return cliflags.Usagef("--shutdown-grace %s: must not be negative", grace)
 	}
 	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity"),
 		OverProvisioningPercentage: c.Int("over-provisioning-percentage")})

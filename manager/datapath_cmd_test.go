@@ -27,7 +27,7 @@ func TestDatapathServe_Child(t *testing.T) {
 	if args == "" {
 		t.Skip("only runs as the child of TestDatapathServe_SIGTERMFlushesAndExits")
 	}
-	if err := App().Run(append([]string{"vigil-manager"}, strings.Split(args, "\x1f")...)); err != nil {
+	if err := DatapathApp().Run(append([]string{DatapathBinary}, strings.Split(args, "\x1f")...)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -56,7 +56,7 @@ func writeFile(t *testing.T, name, content string) string {
 func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *bufio.Scanner) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
-	cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"datapath", "serve", "--listen", "127.0.0.1:0"}, args...), "\x1f"))
+	cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), "\x1f"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -124,17 +124,17 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 		t.Fatalf("node-3 fences: %v; want ErrPermissionDenied", err)
 	}
 	var refused strings.Builder
-	app := App()
+	app := DatapathApp()
 	app.Writer = &refused
-	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", writeFile(t, "t", "controller-token-0123"),
+	if err := app.Run([]string{DatapathBinary, "status", "--addr", addr, "--token-file", writeFile(t, "t", "controller-token-0123"),
 		"--timeout", "3s"}); err == nil {
 		t.Fatalf("datapath status in plaintext to a TLS server succeeded:\n%s", refused.String())
 	}
 	ctlToken := writeFile(t, "ctl", "controller-token-0123\n")
 	var status strings.Builder
-	app = App()
+	app = DatapathApp()
 	app.Writer = &status
-	if err := app.Run([]string{"vigil-manager", "datapath", "status", "--addr", addr, "--token-file", ctlToken, "--ca-file", certs.CA}); err != nil {
+	if err := app.Run([]string{DatapathBinary, "status", "--addr", addr, "--token-file", ctlToken, "--ca-file", certs.CA}); err != nil {
 		t.Fatalf("datapath status: %v", err)
 	}
 	if !strings.Contains(status.String(), v.ID) || !strings.Contains(status.String(), "node-1") || !strings.Contains(status.String(), "granted") {
@@ -189,7 +189,7 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 `)
 	serve := func(args ...string) []string {
-		return append([]string{"datapath", "serve", "--data-dir", dir}, args...)
+		return append([]string{"serve", "--data-dir", dir}, args...)
 	}
 	sa := func(args ...string) []string {
 		return serve(append([]string{"--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", kubeconfig}, args...)...)
@@ -233,7 +233,7 @@ current-context: c
 		{"missing kubeconfig", serve("--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", filepath.Join(dir, "nope")), "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := App().Run(append([]string{"vigil-manager"}, tc.args...))
+			err := DatapathApp().Run(append([]string{DatapathBinary}, tc.args...))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want it to mention %q", err, tc.want)
 			}
@@ -257,7 +257,7 @@ func TestDatapathStatus_BadFlags(t *testing.T) {
 		{"empty token file", []string{"--token-file", writeFile(t, "empty", "\n")}, "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := App().Run(append([]string{"vigil-manager", "datapath", "status", "--timeout", "2s"}, tc.args...))
+			err := DatapathApp().Run(append([]string{DatapathBinary, "status", "--timeout", "2s"}, tc.args...))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want it to mention %q", err, tc.want)
 			}

@@ -15,9 +15,10 @@ import (
 	"github.com/vigil-storage/vigil/controller"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
-// datapathClearFailureCommand is `vigil-manager datapath clear-failure
+// datapathClearFailureCommand is `vigil-datapath clear-failure
 // VOLUME`: an operator ends a volume's failure (see datapath.ErrVolumeFailed).
 func datapathClearFailureCommand() *cli.Command {
 	return &cli.Command{
@@ -37,7 +38,7 @@ func datapathClearFailureCommand() *cli.Command {
 
 func datapathClearFailure(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("clear-failure takes exactly one argument, the volume's id (vol-…, as `datapath status` lists it); got %d", c.NArg())
+		return cliflags.Usagef("clear-failure takes exactly one argument, the volume's id (vol-…, as `datapath status` lists it); got %d", c.NArg())
 	}
 	id, addr := c.Args().First(), c.String("addr")
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
@@ -84,6 +85,6 @@ func printFailed(ctx context.Context, out io.Writer, dp failedLister) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "%d failed volumes refuse all I/O: a flush of their data to disk failed. Check the disk and the data, then run `vigil-manager datapath clear-failure VOLUME`\n", len(failed))
+	_, err = fmt.Fprintf(out, "%d failed volumes refuse all I/O: a flush of their data to disk failed. Check the disk and the data, then run `vigil-datapath clear-failure VOLUME`\n", len(failed))
 	return err
 }

@@ -9,13 +9,13 @@ import (
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
-// runDatapath runs `vigil-manager datapath ARGS…` and returns its output.
+// runDatapath runs `vigil-datapath ARGS…` and returns its output.
 func runDatapath(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out strings.Builder
-	app := App()
+	app := DatapathApp()
 	app.Writer, app.ErrWriter = &out, &out
-	err := app.Run(append([]string{"vigil-manager", "datapath"}, args...))
+	err := app.Run(append([]string{DatapathBinary}, args...))
 	return out.String(), err
 }
 

@@ -17,6 +17,7 @@ import (
 // Vigil's binaries the stack runs, from `make build` (StackConfig.VigilBinDir).
 const (
 	BinVigilManager    = "vigil-manager"
+	BinVigilDatapath   = "vigil-datapath"
 	BinVigilEngineNode = "vigil-engine-node"
 	BinVigilSandbox    = "vigil-sandbox"
 )
@@ -46,7 +47,7 @@ const DefaultStorageClass = "vigil"
 
 // StackConfig describes the Vigil volume stack StartStack runs on a sandbox.
 type StackConfig struct {
-	// VigilBinDir holds vigil-manager, vigil-engine-node and vigil-sandbox
+	// VigilBinDir holds vigil-manager, vigil-datapath, vigil-engine-node and vigil-sandbox
 	// (`make build` puts them in bin/); required.
 	VigilBinDir string
 	// TestbinDir holds csi-provisioner and csi-attacher; default the sandbox's
@@ -87,7 +88,7 @@ type Stack struct {
 	// DatapathPort is the port of DatapathAddr.
 	DatapathPort int `json:"datapathPort"`
 	// TokenFile holds the manager's datapath token (the controller role):
-	// for `vigil-manager run` and `datapath status`. Each engine has only its
+	// for `vigil-manager run` and `vigil-datapath status`. Each engine has only its
 	// node's (NodeTokenFile), the CSI controller its own (CSITokenFile).
 	TokenFile string `json:"tokenFile"`
 	// CSITokenFile holds the CSI controller's datapath token.
@@ -151,7 +152,7 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 		return c, fmt.Errorf("%w: HeartbeatInterval %s, KubeletPollInterval %s: want 0 (default) or more",
 			ErrInvalidConfig, c.HeartbeatInterval, c.KubeletPollInterval)
 	}
-	for _, b := range []string{filepath.Join(c.VigilBinDir, BinVigilManager), filepath.Join(c.VigilBinDir, BinVigilEngineNode),
+	for _, b := range []string{filepath.Join(c.VigilBinDir, BinVigilManager), filepath.Join(c.VigilBinDir, BinVigilDatapath), filepath.Join(c.VigilBinDir, BinVigilEngineNode),
 		filepath.Join(c.VigilBinDir, BinVigilSandbox), filepath.Join(c.TestbinDir, BinCSIProvisioner), filepath.Join(c.TestbinDir, BinCSIAttacher)} {
 		if fi, err := os.Stat(b); err != nil || fi.Mode()&0o111 == 0 {
 			return c, fmt.Errorf("%w: %s: run `make build` and `make testbin`", ErrBinariesMissing, b)
@@ -302,7 +303,7 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	if err := s.startPowerFS(ctx, cfg, stk); err != nil {
 		return err
 	}
-	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{mgr, "datapath", "serve",
+	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{filepath.Join(cfg.VigilBinDir, BinVigilDatapath), "serve",
 		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, security...)})
 	if err != nil {
 		return err

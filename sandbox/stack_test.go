@@ -74,7 +74,7 @@ func TestCleanupMounts_Nested(t *testing.T) {
 
 func TestStackConfig_WithDefaults_Auth(t *testing.T) {
 	bin := t.TempDir()
-	for _, b := range []string{BinVigilManager, BinVigilEngineNode, BinVigilSandbox, BinCSIProvisioner, BinCSIAttacher} {
+	for _, b := range []string{BinVigilManager, BinVigilDatapath, BinVigilEngineNode, BinVigilSandbox, BinCSIProvisioner, BinCSIAttacher} {
 		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}

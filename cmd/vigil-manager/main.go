@@ -12,6 +12,6 @@ import (
 func main() {
 	if err := cliflags.Run(manager.App(), os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "vigil-manager:", err)
-		os.Exit(1)
+		os.Exit(cliflags.ExitCode(err))
 	}
 }

@@ -3,6 +3,6 @@
 // datapath with TLS exactly as a cluster does. Keys are ECDSA P-256, made in
 // memory; nothing is fetched. It is not a PKI: a real installation brings its
 // own certificates (cert-manager, the cluster's CA) and gives their files to
-// `vigil-manager datapath serve --tls-cert-file --tls-private-key-file` and to
+// `vigil-datapath serve --tls-cert-file --tls-private-key-file` and to
 // the clients' CA flags.
 package devcerts

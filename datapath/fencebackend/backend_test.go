@@ -225,7 +225,7 @@ func TestBackend_FailedVolumes_SaysWhyAndHowToClear(t *testing.T) {
 	}
 	fs, err := f.FailedVolumes(context.Background())
 	if err != nil || len(fs) != 1 || fs[0].Handle != v.ID || fs[0].Since.IsZero() ||
-		!strings.Contains(fs[0].Reason, "input/output error") || fs[0].Clear != "vigil-manager datapath clear-failure "+v.ID {
+		!strings.Contains(fs[0].Reason, "input/output error") || fs[0].Clear != "vigil-datapath clear-failure "+v.ID {
 		t.Fatalf("FailedVolumes = %+v, %v", fs, err)
 	}
 }

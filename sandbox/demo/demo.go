@@ -108,7 +108,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.VigilBinDir == "" {
 		return c, fmt.Errorf("%w: VigilBinDir is empty: give the directory of `make build`'s binaries (bin/)", ErrBadConfig)
 	}
-	for _, b := range []string{sandbox.BinVigilManager, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox} {
+	for _, b := range []string{sandbox.BinVigilManager, sandbox.BinVigilDatapath, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox} {
 		if fi, err := os.Stat(filepath.Join(c.VigilBinDir, b)); err != nil || fi.Mode()&0o111 == 0 {
 			return c, fmt.Errorf("%w: %s: run `make build`", sandbox.ErrBinariesMissing, filepath.Join(c.VigilBinDir, b))
 		}

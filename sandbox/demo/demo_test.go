@@ -29,7 +29,7 @@ func fakeBins(t *testing.T, names ...string) string {
 }
 
 func TestRun_BadConfig(t *testing.T) {
-	vigilBins := fakeBins(t, sandbox.BinVigilManager, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox)
+	vigilBins := fakeBins(t, sandbox.BinVigilManager, sandbox.BinVigilDatapath, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox)
 	testbin := fakeBins(t, sandbox.BinEtcd, sandbox.BinKubeAPIServer, sandbox.BinKubeControllerManager, sandbox.BinKubeScheduler,
 		sandbox.BinKwok, sandbox.BinKwokctl)
 	ok := Config{WorkDir: t.TempDir(), VigilBinDir: vigilBins, BinDir: testbin, Out: &bytes.Buffer{}}

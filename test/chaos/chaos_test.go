@@ -26,7 +26,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{sandbox.BinVigilManager, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox} {
+	for _, b := range []string{sandbox.BinVigilManager, sandbox.BinVigilDatapath, sandbox.BinVigilEngineNode, sandbox.BinVigilSandbox} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			t.Fatalf("%s: run `make build` first (make chaos does): %v", b, err)
 		}

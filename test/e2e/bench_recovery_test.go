@@ -404,9 +404,9 @@ func TestBench_Reap110Pods(t *testing.T) {
 		{Node: "node-1", Token: node1Token}, {Node: "node-2", Token: node2Token}})), 0o600))
 	must(t, os.WriteFile(tokenFile, []byte(ctlToken+"\n"), 0o600))
 	addr := freeLoopback(t)
-	bin, err := filepath.Abs(managerBin)
+	dpBin, err := filepath.Abs(filepath.Join(filepath.Dir(managerBin), sandbox.BinVigilDatapath))
 	must(t, err)
-	startChild(t, bin, "datapath", "serve", "--listen", addr, "--data-dir", filepath.Join(dpDir, "data"), "--token-file", tokensFile)
+	startChild(t, dpBin, "serve", "--listen", addr, "--data-dir", filepath.Join(dpDir, "data"), "--token-file", tokensFile)
 	must(t, sandbox.Poll(ctx, 30*time.Second, "datapath answering", func(context.Context) (bool, string, error) {
 		cn, err := net.Dial("tcp", addr)
 		if err == nil {
