@@ -13,6 +13,7 @@ import (
 	"github.com/vigil-storage/vigil/internal/cliflags"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
+	"github.com/vigil-storage/vigil/sandbox/images"
 )
 
 func run(args ...string) error {
@@ -219,5 +220,28 @@ func TestApp_Powerfs_BadArgs(t *testing.T) {
 	err := run("powerfs", "--backing", filepath.Join(dir, "missing"), dir)
 	if err == nil || !strings.Contains(err.Error(), "backing directory") {
 		t.Errorf("powerfs over a missing backing directory = %v, want an error naming it", err)
+	}
+}
+
+func TestApp_ImagesBuild_BadInput(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args    []string
+		is      error
+		mention string
+	}{
+		{[]string{"--only", "tools,nginx"}, images.ErrUnknownImage, `"nginx"; the images are vigil, pause`},
+		{[]string{"--only", "tools", "--out", filepath.Join(file, "out")}, images.ErrBadOptions, "output directory"},
+		{[]string{"--only", "vigil", "--bin-dir", t.TempDir()}, images.ErrBadOptions, "run make build"},
+		{[]string{"--tag", "a b"}, images.ErrBadOptions, `tag "a b"`},
+		{[]string{"tools"}, nil, "takes no arguments"},
+	} {
+		err := run(append([]string{"images", "build", "--out", filepath.Join(t.TempDir(), "out")}, c.args...)...)
+		if err == nil || (c.is != nil && !errors.Is(err, c.is)) || !strings.Contains(err.Error(), c.mention) {
+			t.Errorf("images build %q = %v, want %v mentioning %q", c.args, err, c.is, c.mention)
+		}
 	}
 }
