@@ -168,4 +168,17 @@
 // mount PVCs and are pinned to chosen nodes; CreateStaticVolume makes pre-bound
 // driver.vigil.io PersistentVolumes; Poll and the Wait helpers fail with the
 // relevant objects and their events.
+//
+// # Containers
+//
+// ContainerdConfig describes a private containerd (Debian's containerd and
+// runc): its root, state, sockets, CNI configuration directory and log all
+// under one directory, so that one runs per node beside any other; its CRI
+// plugin sets restrict_oom_score_adj, without which runc fails every pod
+// sandbox on these machines, and takes the pause image of sandbox/images as its
+// sandbox_image. StartContainerd runs one on the host, Containerd.Import loads
+// an image tarball of sandbox/images into its k8s.io namespace, Containerd.Ctr
+// runs ctr against it, and Stop ends it (its shims and containers are not
+// stopped). The end-to-end test TestImages_RunInContainerd runs the images of
+// sandbox/images in one.
 package sandbox
