@@ -1,4 +1,4 @@
-# Make is Vigil's interface; .ci/run and the Dockerfile mirror it.
+# Make is Vigil's interface; .ci/run mirrors it.
 GO        ?= go
 BIN       := bin
 PKG       := github.com/vigil-storage/vigil
@@ -17,10 +17,11 @@ SCALE_RACK_SIZE ?= 50
 SCALE_PODS ?= 20000
 SCALE_PROTECTED ?= 5000
 FUZZTIME  ?= 2000x
-# The container image `make image` builds (deploy/base names it "vigil" in its
-# images: list; point that list at what you push).
-IMAGE     ?= vigil-storage/vigil:$(VERSION)
-CONTAINER_ENGINE ?= docker
+# The container images `make image` builds, without a container engine
+# (sandbox/images): one docker-archive tarball per image in IMAGE_DIR; the
+# vigil, pause and writer images are tagged IMAGE_TAG.
+IMAGE_DIR ?= $(BIN)/images
+IMAGE_TAG ?= dev
 
 .PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale bench-fio bench-apiserver-outage
 
@@ -77,13 +78,8 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-image: ## build the container image IMAGE from the Dockerfile (needs a running container engine)
-	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then \
-		echo "make image: no running container engine ('$(CONTAINER_ENGINE) info' fails), so the image cannot be built here."; \
-		echo "  Run it where Docker or Podman runs (CONTAINER_ENGINE=podman make image), or build with any OCI builder from the Dockerfile."; \
-		exit 2; \
-	fi
-	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image: build ## build the container images into IMAGE_DIR (bin/images) without Docker: vigil, pause, writer, tools and the CSI sidecars make testbin built
+	GO=$(GO) $(BIN)/vigil-sandbox images build --out $(IMAGE_DIR) --tag $(IMAGE_TAG) --bin-dir $(BIN) --source .
 
 # make run: the live demo (sandbox/demo); DEMO=auto cuts a node's power, shows
 # the recovery and exits. It needs root, like the sandbox.

@@ -21,7 +21,8 @@ import (
 	"github.com/vigil-storage/vigil/manager"
 )
 
-// binDir is where the image puts the binaries of `make build` (Dockerfile).
+// binDir is where the vigil image puts the binaries of `make build`
+// (sandbox/images.BinDir).
 const binDir = "/usr/local/bin"
 
 // pendingFlags are flags the manifests give that the code does not have yet:
