@@ -249,30 +249,3 @@ func TestBuild_BadInput(t *testing.T) {
 		}
 	}
 }
-
-// TestBuild_SidecarMissing_Skipped: building every image skips a sidecar that
-// make testbin has not built, and says why.
-func TestBuild_SidecarMissing_Skipped(t *testing.T) {
-	requireHostTools(t)
-	testbin := standIns(t, images.CSIProvisioner)
-	var progress strings.Builder
-	res, err := images.Build(context.Background(), images.Options{Out: t.TempDir(), VigilBinDir: standIns(t, "vigil-manager", "vigil-engine-node"),
-		TestbinDir: testbin, Pins: map[string]string{"EXTERNAL_PROVISIONER_VERSION": "v6.3.0", "EXTERNAL_ATTACHER_VERSION": "v4.13.0"},
-		SourceDir: repoRoot(), Progress: &progress})
-	if err != nil {
-		t.Fatal(err)
-	}
-	skipped := map[string]string{}
-	for _, r := range res {
-		if r.Skipped != "" {
-			skipped[r.Name] = r.Skipped
-		}
-	}
-	if len(skipped) != 3 || !strings.Contains(skipped[images.CSIAttacher], "run make testbin") ||
-		!strings.Contains(skipped[images.CSIRegistrar], "pins no NODE_DRIVER_REGISTRAR_VERSION") {
-		t.Errorf("skipped %q, want csi-attacher (not built), csi-node-driver-registrar and livenessprobe (not pinned)", skipped)
-	}
-	if !strings.Contains(progress.String(), "images: skip csi-attacher: ") || !strings.Contains(progress.String(), "images: [5/5] csi-provisioner: ") {
-		t.Errorf("progress lines:\n%s", progress.String())
-	}
-}
