@@ -23,24 +23,24 @@ import (
 // (onAttachment). Neither is an error, and neither is retried. Any other
 // failure is returned, so the caller stops before touching the pod and the sync
 // is retried.
-func (r *Controller) deleteAttachment(ctx context.Context, node string, a Action) (bool, error) {
+func (c *Controller) deleteAttachment(ctx context.Context, node string, a Action) (bool, error) {
 	uid := a.UID
-	if r.deleted.has(uid, r.now()) {
+	if c.deleted.has(uid, c.now()) {
 		return false, nil // its deletion was accepted already
 	}
-	err := r.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name,
+	err := c.client.StorageV1().VolumeAttachments().Delete(ctx, a.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		klog.FromContext(ctx).V(2).Info("volume attachment already gone or replaced", "attachment", a.Name, "uid", uid, "err", err)
-		r.deleted.add(uid, r.now())
+		c.deleted.add(uid, c.now())
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("delete volume attachment %s: %w", a.Name, err)
 	}
-	r.deleted.add(uid, r.now())
-	r.metrics.AttachmentsDeleted.Inc()
-	r.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
-	r.recoveries.attachmentFreed(node, a.Name, a.PVName, actionLabelDeleteAttachment, r.now())
+	c.deleted.add(uid, c.now())
+	c.metrics.AttachmentsDeleted.Inc()
+	c.metrics.AttachmentActions.WithLabelValues(actionLabelDeleteAttachment).Inc()
+	c.recoveries.attachmentFreed(node, a.Name, a.PVName, actionLabelDeleteAttachment, c.now())
 	return true, nil
 }

@@ -98,32 +98,32 @@ func (w *controlPlaneWatch) held(name string) bool {
 	return ok
 }
 
-func (r *Controller) onLease(obj any) {
+func (c *Controller) onLease(obj any) {
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		r.outage.observeLease(l, r.now())
+		c.outage.observeLease(l, c.now())
 	}
 }
 
-func (r *Controller) onLeaseDelete(obj any) {
+func (c *Controller) onLeaseDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		r.outage.forgetLease(l.Name)
+		c.outage.forgetLease(l.Name)
 	}
 }
 
 // updateOutage applies the control-plane outage rule to every cached node: a
 // node newly held gets a Warning Event, and every node whose hold began or
 // ended is queued to be judged again.
-func (r *Controller) updateOutage(ctx context.Context) {
-	nodes, err := r.listers.nodes.List(everything)
+func (c *Controller) updateOutage(ctx context.Context) {
+	nodes, err := c.listers.nodes.List(everything)
 	if err != nil {
 		return
 	}
-	pct := r.settings.ControlPlaneOutageThreshold()
-	now := r.now()
-	w := r.outage
+	pct := c.settings.ControlPlaneOutageThreshold()
+	now := c.now()
+	w := c.outage
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	in := make([]outageNode, 0, len(nodes))
@@ -143,7 +143,7 @@ func (r *Controller) updateOutage(ctx context.Context) {
 	for name := range w.holds {
 		if _, still := d.Held[name]; !still {
 			log.Info("node no longer held in a control-plane outage", "node", name)
-			r.queue.Add(queueKey{kind: keyNode, name: name})
+			c.queue.Add(queueKey{kind: keyNode, name: name})
 		}
 	}
 	for name := range d.Held {
@@ -155,17 +155,17 @@ func (r *Controller) updateOutage(ctx context.Context) {
 			how = "Ready, but its Lease is no longer renewed"
 		}
 		ref := nodeRef(name)
-		r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventControlPlaneOutage,
+		c.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventControlPlaneOutage,
 			fmt.Sprintf("node %s: Kubernetes calls it %s while its engine still heartbeats to the datapath, and so do others (%s; threshold %d%%): "+
 				"taken for a control-plane outage, not a node failure; nothing on the node is fenced or reaped on Kubernetes' verdict while it lasts",
 				name, how, describeScopes(d.Scopes), pct))
-		r.queue.Add(queueKey{kind: keyNode, name: name})
+		c.queue.Add(queueKey{kind: keyNode, name: name})
 	}
 	w.holds = d.Held
 	outage := 0.0
 	if len(d.Scopes) > 0 {
 		outage = 1
 	}
-	r.metrics.ControlPlaneOutage.Set(outage)
-	r.metrics.NodesHeldOutage.Set(float64(len(d.Held)))
+	c.metrics.ControlPlaneOutage.Set(outage)
+	c.metrics.NodesHeldOutage.Set(float64(len(d.Held)))
 }

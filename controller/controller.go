@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
+
+var everything = labels.Everything()
 
 // ErrCacheSync is returned by Run when the informer caches never synced.
 var ErrCacheSync = errors.New("controller: informer caches did not sync")
@@ -61,10 +64,11 @@ type queueKey struct {
 	name      string
 }
 
-// Controller runs Vigil's reconcilers on one queue: node health and the fence
-// coordinator (node_sync.go, fence.go, storage_watch.go), the pod reaper
-// (pod_reaper.go), attachment recovery (attachment_recovery.go) and crash-loop
-// handling (crash_loop.go), and records each recovery (recovery.go).
+// Controller runs Vigil's reconcilers (reconciler.go) on one rate-limited
+// queue fed by shared informers, beside the storage watch and the
+// NodeRecovery writer; only the leader runs it. It holds what the reconcilers
+// share: the informer caches, the node tracker, the fence back end and the
+// proofs read from it, the Event writer and the metrics.
 type Controller struct {
 	client     kubernetes.Interface
 	settings   SettingsReader
@@ -82,14 +86,20 @@ type Controller struct {
 	pvIndex    cache.Indexer // PersistentVolumes, indexed by driver^handle
 	nodes      *nodeTracker
 	outage     *controlPlaneWatch
-	crash      *crashLoops
-	deleted    deletedUIDs     // what this reaper deleted, until its informers catch up
+	deleted    deletedUIDs     // what this controller deleted, until its informers catch up
 	failedSeen map[string]bool // handles of failed volumes at the last poll (failed_volumes.go)
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
+
+	// The reconcilers, one per concern (reconciler.go).
+	health    *nodeHealth
+	fence     *nodeFence
+	reaper    *podReaper
+	attach    *attachmentRecovery
+	crashLoop *crashLoopDeletion
 }
 
-// New registers the informers, indexes and event handlers the reaper
+// New registers the informers, indexes and event handlers the controller
 // needs on cfg.Informers. Start the factory after calling it.
 func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil || cfg.Settings == nil || cfg.Recorder == nil || cfg.Metrics == nil {
@@ -115,7 +125,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := pvInf.Informer().AddIndexers(cache.Indexers{pvByHandleIndex: pvHandle}); err != nil {
 		return nil, fmt.Errorf("controller: index persistent volumes: %w", err)
 	}
-	r := &Controller{
+	c := &Controller{
 		client: cfg.Client, settings: cfg.Settings, backend: cfg.FenceBackend, actBlocked: cfg.ActBlocked, metrics: cfg.Metrics,
 		events: newEvents(cfg.Recorder, now), now: now,
 		listers: listers{
@@ -127,62 +137,63 @@ func New(cfg Config) (*Controller, error) {
 		pvIndex:    pvInf.Informer().GetIndexer(),
 		nodes:      newNodeTracker(),
 		outage:     newControlPlaneWatch(),
-		crash:      newCrashLoops(),
 		deleted:    newDeletedUIDs(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[queueKey](),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "vigil-reaper"}),
 	}
+	c.health, c.fence, c.reaper, c.attach = &nodeHealth{c}, &nodeFence{c}, &podReaper{c}, &attachmentRecovery{c}
+	c.crashLoop = &crashLoopDeletion{Controller: c, bound: newCrashLoops()}
 	if cfg.FenceBackend != nil {
-		r.proofs = newProofs(cfg.FenceBackend, r.nodes, now)
+		c.proofs = newProofs(cfg.FenceBackend, c.nodes, now)
 	}
-	r.recoveries = newRecoveries(cfg.Recoveries, cfg.Metrics, r.ownerPodUIDs)
-	r.synced = []cache.InformerSynced{
+	c.recoveries = newRecoveries(cfg.Recoveries, cfg.Metrics, c.ownerPodUIDs)
+	c.synced = []cache.InformerSynced{
 		podInf.HasSynced, nodeInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
 		pvInf.Informer().HasSynced, vaInf.Informer().HasSynced, rsInf.Informer().HasSynced,
 		leaseInf.Informer().HasSynced,
 	}
-	if err := r.addHandlers(podInf, nodeInf.Informer(), vaInf.Informer()); err != nil {
+	if err := c.addHandlers(podInf, nodeInf.Informer(), vaInf.Informer()); err != nil {
 		return nil, err
 	}
 	if _, err := leaseInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onLease,
-		UpdateFunc: func(_, obj any) { r.onLease(obj) },
-		DeleteFunc: r.onLeaseDelete,
+		AddFunc:    c.onLease,
+		UpdateFunc: func(_, obj any) { c.onLease(obj) },
+		DeleteFunc: c.onLeaseDelete,
 	}); err != nil {
 		return nil, fmt.Errorf("controller: node lease handler: %w", err)
 	}
-	return r, nil
+	return c, nil
 }
 
-func (r *Controller) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) error {
+func (c *Controller) addHandlers(podInf, nodeInf, vaInf cache.SharedIndexInformer) error {
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onPod,
-		UpdateFunc: func(_, obj any) { r.onPod(obj) },
-		DeleteFunc: r.onPodDelete,
+		AddFunc:    c.onPod,
+		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		DeleteFunc: c.onPodDelete,
 	}); err != nil {
 		return fmt.Errorf("controller: pod handler: %w", err)
 	}
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onNode,
-		UpdateFunc: r.onNodeUpdate,
-		DeleteFunc: r.onNode,
+		AddFunc:    c.onNode,
+		UpdateFunc: c.onNodeUpdate,
+		DeleteFunc: c.onNode,
 	}); err != nil {
 		return fmt.Errorf("controller: node handler: %w", err)
 	}
 	if _, err := vaInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onAttachment,
-		UpdateFunc: func(_, obj any) { r.onAttachment(obj) },
-		DeleteFunc: r.onAttachment,
+		AddFunc:    c.onAttachment,
+		UpdateFunc: func(_, obj any) { c.onAttachment(obj) },
+		DeleteFunc: c.onAttachment,
 	}); err != nil {
 		return fmt.Errorf("controller: volume attachment handler: %w", err)
 	}
 	return nil
 }
 
-// HasSynced reports whether every informer the reaper reads has synced.
-func (r *Controller) HasSynced() bool {
-	for _, s := range r.synced {
+// HasSynced reports whether every informer the controller reads has synced.
+func (c *Controller) HasSynced() bool {
+	for _, s := range c.synced {
 		if !s() {
 			return false
 		}
@@ -194,28 +205,28 @@ func (r *Controller) HasSynced() bool {
 // recovery writer until ctx ends, and returns only after every one of them has
 // stopped: nothing acts once Run has returned (leadership lost). Only the leader
 // calls Run; every replica may run the informers.
-func (r *Controller) Run(ctx context.Context, workers int) error {
+func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
-	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
-		r.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		c.queue.ShutDown()
 		return ErrCacheSync
 	}
-	if err := r.recoveries.load(ctx); err != nil {
+	if err := c.recoveries.load(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "open NodeRecoveries not loaded; new records will be written")
 	}
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
-		r.queue.ShutDown()
+		c.queue.ShutDown()
 		wg.Wait()
 	}()
-	r.enqueueAllNodes()
-	for _, f := range []func(context.Context){r.watchSettings, r.watchStorage, r.recoveries.run} {
+	c.enqueueAllNodes()
+	for _, f := range []func(context.Context){c.watchSettings, c.watchStorage, c.recoveries.run} {
 		wg.Go(func() { f(wctx) })
 	}
 	for range workers {
-		wg.Go(func() { wait.UntilWithContext(wctx, r.runWorker, time.Second) })
+		wg.Go(func() { wait.UntilWithContext(wctx, c.runWorker, time.Second) })
 	}
 	<-ctx.Done()
 	return nil
@@ -223,28 +234,28 @@ func (r *Controller) Run(ctx context.Context, workers int) error {
 
 // enqueueAllNodes queues every node that exists or still has pods, so a node that
 // went down (or was deleted) while no leader was running is judged.
-func (r *Controller) enqueueAllNodes() {
+func (c *Controller) enqueueAllNodes() {
 	names := map[string]struct{}{}
-	if nodes, err := r.listers.nodes.List(everything); err == nil {
+	if nodes, err := c.listers.nodes.List(everything); err == nil {
 		for _, n := range nodes {
 			names[n.Name] = struct{}{}
 		}
 	}
-	for _, n := range r.podsByNode.ListIndexFuncValues(nodeIndex) {
+	for _, n := range c.podsByNode.ListIndexFuncValues(nodeIndex) {
 		names[n] = struct{}{}
 	}
-	for _, n := range r.vaIndex.ListIndexFuncValues(attachmentByNodeIndex) {
+	for _, n := range c.vaIndex.ListIndexFuncValues(attachmentByNodeIndex) {
 		names[n] = struct{}{}
 	}
 	for n := range names {
-		r.queue.Add(queueKey{kind: keyNode, name: n})
+		c.queue.Add(queueKey{kind: keyNode, name: n})
 	}
 }
 
 // watchSettings re-judges every pod on a down node as soon as a setting changes,
 // so a new policy acts without waiting for a resync.
-func (r *Controller) watchSettings(ctx context.Context) {
-	changes, cancel := r.settings.Subscribe()
+func (c *Controller) watchSettings(ctx context.Context) {
+	changes, cancel := c.settings.Subscribe()
 	defer cancel()
 	for {
 		select {
@@ -254,8 +265,8 @@ func (r *Controller) watchSettings(ctx context.Context) {
 			if !ok {
 				return
 			}
-			r.requeueAfterSettingsChange()
-			r.updateOutage(ctx)
+			c.requeueAfterSettingsChange()
+			c.updateOutage(ctx)
 		}
 	}
 }
@@ -263,36 +274,36 @@ func (r *Controller) watchSettings(ctx context.Context) {
 // requeueAfterSettingsChange queues every node that is down or not Ready (a
 // changed debounce can make it down), their pods and attachments, and every pod
 // that looked crash-looping.
-func (r *Controller) requeueAfterSettingsChange() {
-	for _, n := range r.nodes.downNodes() {
-		r.enqueuePodsOn(n)
-		r.queue.Add(queueKey{kind: keyAttachments, name: n})
+func (c *Controller) requeueAfterSettingsChange() {
+	for _, n := range c.nodes.downNodes() {
+		c.enqueuePodsOn(n)
+		c.queue.Add(queueKey{kind: keyAttachments, name: n})
 	}
-	if nodes, err := r.listers.nodes.List(everything); err == nil {
+	if nodes, err := c.listers.nodes.List(everything); err == nil {
 		for _, n := range nodes {
 			if !isNodeReady(n) || outOfServiceTaint(n) != nil {
-				r.queue.Add(queueKey{kind: keyNode, name: n.Name})
+				c.queue.Add(queueKey{kind: keyNode, name: n.Name})
 			}
 		}
 	}
-	for name := range r.nodes.isolatedNodes() {
-		r.queue.Add(queueKey{kind: keyNode, name: name})
+	for name := range c.nodes.isolatedNodes() {
+		c.queue.Add(queueKey{kind: keyNode, name: name})
 	}
-	for _, o := range r.podsByNode.List() {
+	for _, o := range c.podsByNode.List() {
 		if p, ok := o.(*cachedPod); ok && p.CrashLoopRestarts > 0 {
-			r.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
+			c.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
 		}
 	}
 }
 
-func (r *Controller) enqueuePodsOn(node string) {
-	objs, err := r.podsByNode.ByIndex(nodeIndex, node)
+func (c *Controller) enqueuePodsOn(node string) {
+	objs, err := c.podsByNode.ByIndex(nodeIndex, node)
 	if err != nil {
 		return
 	}
 	for _, o := range objs {
 		if p, ok := o.(*cachedPod); ok {
-			r.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
+			c.queue.Add(queueKey{kind: keyPod, namespace: p.Namespace, name: p.Name})
 		}
 	}
 }
@@ -301,27 +312,27 @@ func (r *Controller) enqueuePodsOn(node string) {
 // tells the recovery records about it (it may be a replacement); and queues the
 // attachments of down nodes holding one of its volumes (it may be the
 // replacement waiting for them).
-func (r *Controller) onPod(obj any) {
+func (c *Controller) onPod(obj any) {
 	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
-	r.recoveries.observePod(pod, ownerKeyOf(pod.Namespace, pod.OwnerReferences), r.now())
-	r.queueAttachmentsOfClaims(pod)
+	c.recoveries.observePod(pod, ownerKeyOf(pod.Namespace, pod.OwnerReferences), c.now())
+	c.queueAttachmentsOfClaims(pod)
 	if pod.NodeName == "" {
 		return
 	}
-	if pod.DeletionTimestamp == nil && pod.CrashLoopRestarts == 0 && !r.nodes.isDown(pod.NodeName) {
-		node, err := r.listers.nodes.Get(pod.NodeName)
+	if pod.DeletionTimestamp == nil && pod.CrashLoopRestarts == 0 && !c.nodes.isDown(pod.NodeName) {
+		node, err := c.listers.nodes.Get(pod.NodeName)
 		if err == nil && isNodeReady(node) && outOfServiceTaint(node) == nil {
 			return
 		}
 	}
-	r.queue.Add(queueKey{kind: keyPod, namespace: pod.Namespace, name: pod.Name})
+	c.queue.Add(queueKey{kind: keyPod, namespace: pod.Namespace, name: pod.Name})
 }
 
 // onPodDelete queues the attachments of a down node that lost a pod.
-func (r *Controller) onPodDelete(obj any) {
+func (c *Controller) onPodDelete(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -329,64 +340,64 @@ func (r *Controller) onPodDelete(obj any) {
 	if !ok {
 		return
 	}
-	r.deleted.forget(pod.UID)
-	if pod.NodeName != "" && r.nodes.isDown(pod.NodeName) {
-		r.queue.Add(queueKey{kind: keyAttachments, name: pod.NodeName})
+	c.deleted.forget(pod.UID)
+	if pod.NodeName != "" && c.nodes.isDown(pod.NodeName) {
+		c.queue.Add(queueKey{kind: keyAttachments, name: pod.NodeName})
 	}
-	r.queueAttachmentsOfClaims(pod)
+	c.queueAttachmentsOfClaims(pod)
 }
 
 // queueAttachmentsOfClaims queues the down nodes that hold a VolumeAttachment of
 // one of the pod's claims.
-func (r *Controller) queueAttachmentsOfClaims(pod *cachedPod) {
+func (c *Controller) queueAttachmentsOfClaims(pod *cachedPod) {
 	for _, v := range pod.Volumes {
 		claim := v.Claim
 		if v.Ephemeral {
 			claim = pod.Name + "-" + v.Name
 		}
-		pvc, err := r.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
+		pvc, err := c.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
 		if err != nil || pvc.Spec.VolumeName == "" {
 			continue
 		}
-		for _, a := range r.attachments(pvc.Spec.VolumeName) {
-			if a.NodeName != pod.NodeName && r.nodes.isDown(a.NodeName) {
-				r.queue.Add(queueKey{kind: keyAttachments, name: a.NodeName})
+		for _, a := range c.attachments(pvc.Spec.VolumeName) {
+			if a.NodeName != pod.NodeName && c.nodes.isDown(a.NodeName) {
+				c.queue.Add(queueKey{kind: keyAttachments, name: a.NodeName})
 			}
 		}
 	}
 }
 
-func (r *Controller) onAttachment(obj any) {
+func (c *Controller) onAttachment(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if va, ok := obj.(*storagev1.VolumeAttachment); ok && r.nodes.isDown(va.Spec.NodeName) {
-		r.queue.Add(queueKey{kind: keyAttachments, name: va.Spec.NodeName})
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok && c.nodes.isDown(va.Spec.NodeName) {
+		c.queue.Add(queueKey{kind: keyAttachments, name: va.Spec.NodeName})
 	}
 }
 
-func (r *Controller) onNode(obj any) {
+func (c *Controller) onNode(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if n, ok := obj.(*corev1.Node); ok {
-		r.queue.Add(queueKey{kind: keyNode, name: n.Name})
+		c.queue.Add(queueKey{kind: keyNode, name: n.Name})
 	}
 }
 
 // onNodeUpdate queues a node whose health inputs changed, or on a resync; the
 // kubelet's periodic status updates alone queue nothing.
-func (r *Controller) onNodeUpdate(oldObj, newObj any) {
+func (c *Controller) onNodeUpdate(oldObj, newObj any) {
 	o, ok1 := oldObj.(*corev1.Node)
 	n, ok2 := newObj.(*corev1.Node)
 	if !ok1 || !ok2 {
 		return
 	}
 	if o.ResourceVersion == n.ResourceVersion || healthInputsDiffer(o, n) {
-		r.queue.Add(queueKey{kind: keyNode, name: n.Name})
+		c.queue.Add(queueKey{kind: keyNode, name: n.Name})
 	}
-	if r.nodes.isDown(n.Name) && len(o.Status.VolumesInUse) != len(n.Status.VolumesInUse) {
-		r.queue.Add(queueKey{kind: keyAttachments, name: n.Name})
+	if c.nodes.isDown(n.Name) && len(o.Status.VolumesInUse) != len(n.Status.VolumesInUse) {
+		c.queue.Add(queueKey{kind: keyAttachments, name: n.Name})
 	}
 }
 
@@ -398,57 +409,45 @@ func healthInputsDiffer(a, b *corev1.Node) bool {
 	return (outOfServiceTaint(a) == nil) != (outOfServiceTaint(b) == nil) || (fencedTaint(a) == nil) != (fencedTaint(b) == nil)
 }
 
-func (r *Controller) runWorker(ctx context.Context) {
-	for r.processNext(ctx) {
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
 	}
 }
 
 // processNext handles one key: success forgets its failures, an error requeues
 // it with backoff.
-func (r *Controller) processNext(ctx context.Context) bool {
-	key, shutdown := r.queue.Get()
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer r.queue.Done(key)
+	defer c.queue.Done(key)
 	if ctx.Err() != nil {
 		return false
 	}
-	if err := r.sync(ctx, key); err != nil {
+	if err := c.sync(ctx, key); err != nil {
 		klog.FromContext(ctx).Error(err, "sync failed; retrying", "kind", key.kind, "namespace", key.namespace, "name", key.name)
-		r.queue.AddRateLimited(key)
+		c.queue.AddRateLimited(key)
 		return true
 	}
-	r.queue.Forget(key)
+	c.queue.Forget(key)
 	return true
 }
 
-func (r *Controller) sync(ctx context.Context, key queueKey) error {
-	switch key.kind {
-	case keyPod:
-		return r.syncPod(ctx, key.namespace, key.name)
-	case keyNode:
-		return r.syncNode(ctx, key.name)
-	case keyAttachments:
-		return r.syncAttachments(ctx, key.name)
-	}
-	return nil
-}
-
 // blocked reports why the controllers may not act now ("" when they may).
-func (r *Controller) blocked() string {
-	if r.actBlocked == nil {
+func (c *Controller) blocked() string {
+	if c.actBlocked == nil {
 		return ""
 	}
-	if err := r.actBlocked(); err != nil {
+	if err := c.actBlocked(); err != nil {
 		return err.Error()
 	}
 	return ""
 }
 
 // ownerPodUIDs lists the UIDs of the pods an owner (ownerKeyOf) has now.
-func (r *Controller) ownerPodUIDs(key string) []types.UID {
-	objs, err := r.podsByNode.ByIndex(ownerIndex, key)
+func (c *Controller) ownerPodUIDs(key string) []types.UID {
+	objs, err := c.podsByNode.ByIndex(ownerIndex, key)
 	if err != nil {
 		return nil
 	}
@@ -461,10 +460,10 @@ func (r *Controller) ownerPodUIDs(key string) []types.UID {
 	return out
 }
 
-// proofSource is the reaper's access to node grants (nil without a FenceBackend).
-func (r *Controller) proofSource() proofSource {
-	if r.proofs == nil {
+// proofSource is the pod reaper's access to node grants (nil without a FenceBackend).
+func (c *Controller) proofSource() proofSource {
+	if c.proofs == nil {
 		return nil
 	}
-	return r.proofs.grants
+	return c.proofs.grants
 }

@@ -54,7 +54,7 @@ type VolumeInfo struct {
 	Fenced    bool   // proven fenced on the pod's node by the fencing back end
 }
 
-// Attachment is one VolumeAttachment as the reaper sees it.
+// Attachment is one VolumeAttachment as the controller sees it.
 type Attachment struct {
 	Name     string
 	UID      types.UID
@@ -154,7 +154,7 @@ const (
 	ReasonSharesUnfencedVolume Reason = "shares-volume-with-unreaped-pod"
 )
 
-// ActionKind is one API call of the reaper.
+// ActionKind is one API call of the pod reaper or attachment recovery.
 type ActionKind uint8
 
 // Action kinds, in the order they are executed.

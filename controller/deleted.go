@@ -6,14 +6,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// deletedTTL is how long the reaper remembers an object it deleted. Its
+// deletedTTL is how long the controller remembers an object it deleted. Its
 // informers normally see the deletion within a second; under a loaded API
 // server (a rack of 50 nodes reaped at once on a 500-node cluster) the watch
 // lagged by several seconds, and every pod requeued in that time was deleted a
 // second time: 129 of 770 pod deletes answered 404.
 const deletedTTL = 30 * time.Second
 
-// deletedUIDs remembers the UIDs of the objects the reaper deleted (pods
+// deletedUIDs remembers the UIDs of the objects the controller deleted (pods
 // force-deleted, VolumeAttachments whose deletion was accepted) until its
 // informers show them gone or deletedTTL passes, so that a stale cache entry
 // does not send the same delete again. Forgetting early only costs a request

@@ -45,3 +45,17 @@ func (e *events) emit(obj runtime.Object, uid types.UID, typ, reason, message st
 func nodeRef(name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: name, UID: types.UID(name)}
 }
+
+// emitPod puts the Event on the pod: what was done to the pod, or why not. A
+// rack failure has thousands of these; the node's NodeRecovery lists its pods.
+func (c *Controller) emitPod(pod *corev1.Pod, typ, reason, msg string) {
+	c.events.emit(pod, pod.UID, typ, reason, msg)
+}
+
+// emitBoth puts the Event on the pod and on its node: what was done to the
+// node's attachments, and in a dry run what would have been.
+func (c *Controller) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
+	c.emitPod(pod, typ, reason, msg)
+	ref := nodeRef(pod.Spec.NodeName)
+	c.events.emit(ref, ref.UID, typ, reason, msg)
+}

@@ -36,8 +36,8 @@ func newlyFailed(report []fenceapi.FailedVolume, before map[string]bool) (fresh 
 // the PersistentVolume of each volume that failed since the last poll. Only
 // the storage watch calls it. A back end that does not answer changes
 // nothing.
-func (r *Controller) pollFailedVolumes(ctx context.Context) {
-	fl, ok := r.backend.(failedVolumeLister)
+func (c *Controller) pollFailedVolumes(ctx context.Context) {
+	fl, ok := c.backend.(failedVolumeLister)
 	if !ok {
 		return
 	}
@@ -48,18 +48,18 @@ func (r *Controller) pollFailedVolumes(ctx context.Context) {
 		klog.FromContext(ctx).V(2).Info("failed volumes not known at this poll", "err", err)
 		return
 	}
-	r.metrics.VolumesFailed.Set(float64(len(failed)))
-	fresh, now := newlyFailed(failed, r.failedSeen)
-	r.failedSeen = now
+	c.metrics.VolumesFailed.Set(float64(len(failed)))
+	fresh, now := newlyFailed(failed, c.failedSeen)
+	c.failedSeen = now
 	for _, f := range fresh {
-		r.warnFailed(ctx, f)
+		c.warnFailed(ctx, f)
 	}
 }
 
 // warnFailed puts the Warning Event on the volume's PersistentVolume, or
 // logs it when no PersistentVolume has that handle.
-func (r *Controller) warnFailed(ctx context.Context, f fenceapi.FailedVolume) {
-	objs, err := r.pvIndex.ByIndex(pvByHandleIndex, r.backend.Driver()+"^"+f.Handle)
+func (c *Controller) warnFailed(ctx context.Context, f fenceapi.FailedVolume) {
+	objs, err := c.pvIndex.ByIndex(pvByHandleIndex, c.backend.Driver()+"^"+f.Handle)
 	var pv *corev1.PersistentVolume
 	if err == nil && len(objs) > 0 {
 		pv, _ = objs[0].(*corev1.PersistentVolume)
@@ -70,7 +70,7 @@ func (r *Controller) warnFailed(ctx context.Context, f fenceapi.FailedVolume) {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
-	r.events.emit(ref, pv.UID, corev1.EventTypeWarning, EventVolumeFailed,
+	c.events.emit(ref, pv.UID, corev1.EventTypeWarning, EventVolumeFailed,
 		fmt.Sprintf("volume %s: %s at %s, so writes acknowledged before then may be lost; every read, write and flush of it is refused "+
 			"until an operator checks the disk and the volume's data, then runs `%s`",
 			f.Handle, f.Reason, f.Since.UTC().Format(time.RFC3339), f.Clear))

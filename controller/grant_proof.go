@@ -22,7 +22,7 @@ type grantsView struct {
 	at   time.Time       // manager clock when fetched; zero: never fetched
 	live map[string]bool // volume handle → the node holds a live grant on it
 	// fenced: volume handle → the node's row on it is fenced (neither live nor
-	// released): a fence's promise that may still be open (fence_resume.go).
+	// released): a fence's promise that may still be open (node_fence_resume.go).
 	fenced map[string]bool
 }
 
@@ -65,11 +65,11 @@ func (t *nodeTracker) grants(name string) grantsView {
 }
 
 // proofFetchTimeout bounds one fetch of a node's grants, and how long a worker
-// waits for it: a hung fencing back end never holds the reaper's workers for
+// waits for it: a hung fencing back end never holds the controller's workers for
 // longer than this.
 const proofFetchTimeout = 3 * time.Second
 
-// proofs fetches node grants from the FenceBackend for the reaper and attachment
+// proofs fetches node grants from the FenceBackend for the pod reaper, the node fence and attachment
 // recovery: one fetch per node at a time, shared by every worker that asks
 // meanwhile (its error too), and none while the last answer is fresher than
 // grantsMaxAge, so 110 pods of one node cost one call. A worker waits at most

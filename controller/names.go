@@ -21,7 +21,8 @@ const (
 	EventWouldClearVolumeInUse = "VigilWouldClearVolumeInUse"
 	// EventPodNotReaped: a deliberate non-action on a pod of a down node.
 	EventPodNotReaped = "VigilPodNotReaped"
-	// EventReapFailed: an API call of the reaper failed; it is retried.
+	// EventReapFailed: an API call of the pod reaper or attachment recovery
+	// failed; it is retried.
 	EventReapFailed = "VigilReapFailed"
 	// EventNodeDown: Vigil's node health verdict turned to down.
 	EventNodeDown = "VigilNodeDown"

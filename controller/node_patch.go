@@ -27,9 +27,9 @@ import (
 // subresource is "" for the Node's metadata and spec, "status" for its status.
 // change reports whether it changed anything; when it did not, nothing is sent.
 // A Node that does not exist needs nothing: nil.
-func (r *Controller) modifyNode(ctx context.Context, name, subresource string, change func(*corev1.Node) bool) error {
+func (c *Controller) modifyNode(ctx context.Context, name, subresource string, change func(*corev1.Node) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		node, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -51,7 +51,7 @@ func (r *Controller) modifyNode(ctx context.Context, name, subresource string, c
 		if subresource != "" {
 			sub = []string{subresource}
 		}
-		_, err = r.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch,
+		_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{FieldManager: vigil.FieldManager}, sub...)
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -112,7 +112,7 @@ func TestModifyNode_TaintAddedMeanwhileIsAConflictNotLost(t *testing.T) {
 	srv.meanwhile = func(n *corev1.Node) {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
 	}
-	if err := f.ctrl.taintFenced(context.Background(), "node-1", FenceReasonNodeDown); err != nil {
+	if err := f.ctrl.fence.taintFenced(context.Background(), "node-1", FenceReasonNodeDown); err != nil {
 		t.Fatal(err)
 	}
 	got := taintKeys(srv.current("node-1"))
@@ -130,7 +130,7 @@ func TestModifyNode_VolumeReportedMeanwhileIsAConflictNotLost(t *testing.T) {
 	srv := serveNodes(f)
 	const added = "kubernetes.io/csi/driver.vigil.io^handle-pv-new"
 	srv.meanwhile = func(n *corev1.Node) { n.Status.VolumesInUse = append(n.Status.VolumesInUse, added) }
-	if err := f.ctrl.clearVolumeInUse(context.Background(), "node-1", "kubernetes.io/csi/driver.vigil.io^handle-pv-a"); err != nil {
+	if err := f.ctrl.attach.clearVolumeInUse(context.Background(), "node-1", "kubernetes.io/csi/driver.vigil.io^handle-pv-a"); err != nil {
 		t.Fatal(err)
 	}
 	got := srv.current("node-1").Status.VolumesInUse
@@ -161,7 +161,7 @@ func TestModifyNode_OnlyA409IsAConflict(t *testing.T) {
 				patches++
 				return true, nil, refusal
 			})
-			err := f.ctrl.taintFenced(context.Background(), "test-node-1", FenceReasonNodeDown)
+			err := f.ctrl.fence.taintFenced(context.Background(), "test-node-1", FenceReasonNodeDown)
 			if patches != 1 || apierrors.IsConflict(err) || apierrors.ReasonForError(err) != apierrors.ReasonForError(refusal) {
 				t.Fatalf("%d patches, err %v: want one patch and the server's own %s", patches, err, apierrors.ReasonForError(refusal))
 			}
@@ -177,7 +177,7 @@ func TestModifyNode_NoResourceVersionNoWrite(t *testing.T) {
 	n.ResourceVersion = ""
 	f.objects = append(f.objects, n)
 	f.start()
-	err := f.ctrl.taintFenced(context.Background(), "node-1", FenceReasonNodeDown)
+	err := f.ctrl.fence.taintFenced(context.Background(), "node-1", FenceReasonNodeDown)
 	if err == nil {
 		t.Fatal("a node without a resourceVersion was patched")
 	}

@@ -21,7 +21,7 @@ type nodeTracker struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeRecord
 	// checked: the node's grants were read once in this leadership for a
-	// fence from before it (fence_resume.go). Kept apart from nodes, whose
+	// fence from before it (node_fence_resume.go). Kept apart from nodes, whose
 	// records come and go with each episode.
 	checked map[string]bool
 }
@@ -281,8 +281,8 @@ type NodeStatus struct {
 // NodeStatuses lists the nodes the controllers have an opinion on (down,
 // debouncing, isolated, fenced), sorted by name; a node absent from the list is
 // Ready as far as they know.
-func (r *Controller) NodeStatuses() []NodeStatus {
-	t := r.nodes
+func (c *Controller) NodeStatuses() []NodeStatus {
+	t := c.nodes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]NodeStatus, 0, len(t.nodes))

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// cachedPod is what the reaper keeps per pod: a few hundred bytes instead of a
+// cachedPod is what the controller keeps per pod: a few hundred bytes instead of a
 // corev1.Pod's 1.2 KB of struct alone, which is what lets 30,000 pods fit in the
 // manager's memory budget. It is a runtime.Object so an informer can store it;
 // pod() turns it back into the *corev1.Pod the decision reads.
@@ -78,7 +78,7 @@ func toCachedPod(p *corev1.Pod) *cachedPod {
 	return c
 }
 
-// pod rebuilds the fields of a *corev1.Pod the reaper reads.
+// pod rebuilds the fields of a *corev1.Pod the controller reads.
 func (p *cachedPod) pod() *corev1.Pod {
 	out := &corev1.Pod{ObjectMeta: *p.ObjectMeta.DeepCopy()}
 	out.Spec.NodeName = p.NodeName
@@ -177,7 +177,7 @@ func keepCachedPod(o runtime.Object) (runtime.Object, error) {
 	return toCachedPod(p), nil
 }
 
-// podCacheInformer registers, in the factory, the reaper's own pod informer: it
+// podCacheInformer registers, in the factory, the controller's own pod informer: it
 // lists and watches pods but stores cachedPods, indexed by node. It is keyed by
 // the cachedPod type, so anyone else asking the factory for the ordinary pod
 // informer gets an ordinary one.

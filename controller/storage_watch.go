@@ -49,15 +49,15 @@ func isolation(r fenceapi.Report, threshold time.Duration, before map[string]boo
 // it into isolation marks on the node tracker, queueing every node whose mark
 // changed. Only the leader runs it. A back end that does not answer changes no
 // mark: nothing can be fenced then anyway.
-func (r *Controller) watchStorage(ctx context.Context) {
-	if r.backend == nil {
+func (c *Controller) watchStorage(ctx context.Context) {
+	if c.backend == nil {
 		return
 	}
 	t := time.NewTicker(connectivityPoll)
 	defer t.Stop()
 	reachable, warnedSuppressed := true, false
 	for {
-		r.pollStorage(ctx, &reachable, &warnedSuppressed)
+		c.pollStorage(ctx, &reachable, &warnedSuppressed)
 		select {
 		case <-ctx.Done():
 			return
@@ -66,27 +66,27 @@ func (r *Controller) watchStorage(ctx context.Context) {
 	}
 }
 
-func (r *Controller) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
+func (c *Controller) pollStorage(ctx context.Context, reachable, warnedSuppressed *bool) {
 	log := klog.FromContext(ctx)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	rep, err := r.backend.Connectivity(pctx)
+	rep, err := c.backend.Connectivity(pctx)
 	cancel()
 	if err != nil {
-		r.metrics.DatapathReachable.Set(0)
+		c.metrics.DatapathReachable.Set(0)
 		if *reachable && ctx.Err() == nil {
-			log.Error(err, "fencing back end unreachable: storage isolation is not judged and nothing can be fenced until it answers", "driver", r.backend.Driver())
+			log.Error(err, "fencing back end unreachable: storage isolation is not judged and nothing can be fenced until it answers", "driver", c.backend.Driver())
 		}
 		*reachable = false
 		return
 	}
-	r.metrics.DatapathReachable.Set(1)
+	c.metrics.DatapathReachable.Set(1)
 	if !*reachable {
-		log.Info("fencing back end answers again", "driver", r.backend.Driver())
+		log.Info("fencing back end answers again", "driver", c.backend.Driver())
 	}
 	*reachable = true
-	threshold := r.settings.DatapathConnectivityLossThreshold()
-	now := r.now()
-	before := r.nodes.isolatedNodes()
+	threshold := c.settings.DatapathConnectivityLossThreshold()
+	now := c.now()
+	before := c.nodes.isolatedNodes()
 	isolated, suppressed := isolation(rep, threshold, before, now)
 	if suppressed && !*warnedSuppressed {
 		log.Info("most nodes are silent at the datapath at once: treating it as a storage-side problem, not judging any more node storage-isolated",
@@ -95,21 +95,21 @@ func (r *Controller) pollStorage(ctx context.Context, reachable, warnedSuppresse
 	*warnedSuppressed = suppressed
 	for name := range before {
 		if _, still := isolated[name]; !still {
-			r.nodes.setIsolated(name, false, time.Time{})
-			r.queue.Add(queueKey{kind: keyNode, name: name})
+			c.nodes.setIsolated(name, false, time.Time{})
+			c.queue.Add(queueKey{kind: keyNode, name: name})
 		}
 	}
 	for name, since := range isolated {
-		if r.nodes.setIsolated(name, true, since) {
+		if c.nodes.setIsolated(name, true, since) {
 			ref := nodeRef(name)
-			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeStorageIsolated,
+			c.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventNodeStorageIsolated,
 				fmt.Sprintf("node %s: its engine has sent no heartbeat to the datapath for %s (threshold %s)",
 					name, now.Sub(since).Round(100*time.Millisecond), threshold))
-			r.queue.Add(queueKey{kind: keyNode, name: name})
+			c.queue.Add(queueKey{kind: keyNode, name: name})
 		}
 	}
-	r.metrics.NodesIsolated.Set(float64(len(isolated)))
-	r.outage.setHeartbeating(rep, threshold)
-	r.updateOutage(ctx)
-	r.pollFailedVolumes(ctx)
+	c.metrics.NodesIsolated.Set(float64(len(isolated)))
+	c.outage.setHeartbeating(rep, threshold)
+	c.updateOutage(ctx)
+	c.pollFailedVolumes(ctx)
 }

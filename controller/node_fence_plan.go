@@ -12,7 +12,7 @@ import (
 )
 
 // A fence never strands a pod: after it, every pod of the node that uses a
-// fenced volume is reaped and replaced. So the coordinator fences only what the
+// fenced volume is reaped and replaced. So the node fence fences only what the
 // reaper will finish: the node's live grants minus every volume a pod that will
 // not be reaped uses (an opted-out pod, a Deployment pod under
 // delete-statefulset-pod, a DaemonSet, Job or bare pod, a pod with a volume the
@@ -118,7 +118,7 @@ func decideFenceVolumes(live []string, pods []fencePod) fencePlan {
 
 // fencePods reads the node's pods as decideFenceVolumes sees them. A finished
 // pod does no I/O and holds nothing.
-func (r *Controller) fencePods(node string, set *Settings) []fencePod {
+func (r *nodeFence) fencePods(node string, set *Settings) []fencePod {
 	objs, _ := r.podsByNode.ByIndex(nodeIndex, node)
 	out := make([]fencePod, 0, len(objs))
 	for _, o := range objs {
@@ -160,7 +160,7 @@ func reapable(pod *corev1.Pod, owner OwnerKind, vols []VolumeInfo, set *Settings
 }
 
 // planFence reads the node's live grants and pods and decides the fence's scope.
-func (r *Controller) planFence(ctx context.Context, node string, set *Settings) (fencePlan, error) {
+func (r *nodeFence) planFence(ctx context.Context, node string, set *Settings) (fencePlan, error) {
 	view, err := r.proofs.refresh(ctx, node)
 	if err != nil {
 		return fencePlan{}, err

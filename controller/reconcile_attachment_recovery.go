@@ -9,22 +9,27 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// syncAttachments applies volume-attachment-recovery-policy to every protected
+// attachmentRecovery is the attachment recovery reconciler: it owns the
+// attachment keys of down nodes and applies volume-attachment-recovery-policy
+// (decideAttachment) to every protected volume such a node still holds.
+type attachmentRecovery struct{ *Controller }
+
+// reconcile applies volume-attachment-recovery-policy to every protected
 // volume a down node still holds (a VolumeAttachment on it, an entry of its
-// status.volumesInUse, or both), following the sample-controller contract: an
-// error requeues the node; a decision that only a change can alter is an Event.
-func (r *Controller) syncAttachments(ctx context.Context, name string) error {
-	set := readSettings(r.settings, r.proofs.driver())
-	node, _, v, err := r.judge(ctx, name, &set)
-	if err != nil || !v.State.Down() {
-		return err
+// status.volumesInUse, or both): an error requeues the node; a decision that
+// only a change can alter is an Event.
+func (r *attachmentRecovery) reconcile(ctx context.Context, req *request) error {
+	name, set, v := req.nodeName, req.set, req.verdict
+	if !v.State.Down() {
+		return nil
 	}
-	vols := r.volumesOnNode(name, node)
+	vols := r.volumesOnNode(name, req.node)
 	if len(vols) == 0 {
 		return nil
 	}
 	var view grantsView
 	if set.BackendDriver != "" {
+		var err error
 		if view, err = r.proofs.grants(ctx, name); err != nil {
 			ref := nodeRef(name)
 			r.events.emit(ref, ref.UID, corev1.EventTypeWarning, EventAttachmentNotFreed,
@@ -35,10 +40,10 @@ func (r *Controller) syncAttachments(ctx context.Context, name string) error {
 	var recheck bool
 	for _, vol := range vols {
 		vol.Proven = vol.Driver == set.BackendDriver && view.proven(vol.Handle)
-		d := decideAttachment(vol, v, &set)
+		d := decideAttachment(vol, v, set)
 		recheck = recheck || d.RecheckAfter > 0
 		if len(d.Actions) == 0 {
-			r.reportAttachmentWait(name, vol, v, d, &set)
+			r.reportAttachmentWait(name, vol, v, d, set)
 			continue
 		}
 		if blocked != "" || set.DryRun {
@@ -58,7 +63,7 @@ func (r *Controller) syncAttachments(ctx context.Context, name string) error {
 // volumesOnNode gathers the protected volumes the node holds, from the
 // VolumeAttachments on it and its status.volumesInUse, with the pods that use
 // each volume's claim on the node and elsewhere.
-func (r *Controller) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
+func (r *attachmentRecovery) volumesOnNode(name string, node *corev1.Node) []*volumeOnNode {
 	byPV := map[string]*volumeOnNode{}
 	objs, _ := r.vaIndex.ByIndex(attachmentByNodeIndex, name)
 	for _, o := range objs {
@@ -99,7 +104,7 @@ func (r *Controller) volumesOnNode(name string, node *corev1.Node) []*volumeOnNo
 }
 
 // fillVolume resolves the PV's driver, handle and claim, and the claim's pods.
-func (r *Controller) fillVolume(node string, vol *volumeOnNode) {
+func (r *attachmentRecovery) fillVolume(node string, vol *volumeOnNode) {
 	pv, err := r.pvs.Get(vol.PVName)
 	if err != nil {
 		return
@@ -133,7 +138,7 @@ func (r *Controller) fillVolume(node string, vol *volumeOnNode) {
 
 // freeAttachment executes the actions: the VolumeAttachment deleted
 // (deleteAttachment), the volume taken out of volumesInUse (clearVolumeInUse).
-func (r *Controller) freeAttachment(ctx context.Context, node string, vol *volumeOnNode, d attachmentDecision, v NodeVerdict) error {
+func (r *attachmentRecovery) freeAttachment(ctx context.Context, node string, vol *volumeOnNode, d attachmentDecision, v NodeVerdict) error {
 	ref := nodeRef(node)
 	for _, a := range d.Actions {
 		switch a.Kind {
@@ -176,7 +181,7 @@ func attachmentWhy(vol *volumeOnNode) string {
 // list is read live and written back whole under modifyNode's resourceVersion
 // precondition, so an entry the kubelet adds meanwhile (the node came back) is
 // never lost: the patch gets a conflict and the next attempt reads the new list.
-func (r *Controller) clearVolumeInUse(ctx context.Context, node, unique string) error {
+func (r *attachmentRecovery) clearVolumeInUse(ctx context.Context, node, unique string) error {
 	return r.modifyNode(ctx, node, "status", func(n *corev1.Node) bool {
 		keep := make([]corev1.UniqueVolumeName, 0, len(n.Status.VolumesInUse))
 		for _, u := range n.Status.VolumesInUse {
@@ -194,7 +199,7 @@ func (r *Controller) clearVolumeInUse(ctx context.Context, node, unique string) 
 
 // reportAttachmentWait explains a deliberate non-action on a down node's volume
 // (deduplicated: the same explanation appears once).
-func (r *Controller) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerdict, d attachmentDecision, set *Settings) {
+func (r *attachmentRecovery) reportAttachmentWait(node string, vol *volumeOnNode, v NodeVerdict, d attachmentDecision, set *Settings) {
 	var msg string
 	switch d.Reason {
 	case ReasonAttachPolicyNever:
@@ -217,7 +222,7 @@ func (r *Controller) reportAttachmentWait(node string, vol *volumeOnNode, v Node
 		fmt.Sprintf("not freeing PV %s (claim %s/%s) on down node %s (%s): %s", vol.PVName, vol.ClaimNamespace, vol.Claim, node, v.State, msg))
 }
 
-func (r *Controller) reportAttachmentDryRun(node string, vol *volumeOnNode, d attachmentDecision, blocked string) {
+func (r *attachmentRecovery) reportAttachmentDryRun(node string, vol *volumeOnNode, d attachmentDecision, blocked string) {
 	ref := nodeRef(node)
 	why := "dry run"
 	if blocked != "" {

@@ -33,7 +33,7 @@ type fenceDecision struct {
 	RecheckAfter time.Duration
 }
 
-// decideFence is the fence coordinator's decision for one node. It is pure.
+// decideFence is the node fence's decision for one node. It is pure.
 // With the fast trigger on and a fencing back end configured, a node is fenced
 // once per episode: at once when its engine is storage-isolated (the threshold
 // is the debounce), or when Kubernetes has called it down for the grace period
@@ -55,6 +55,52 @@ func decideFence(o nodeObservation, v NodeVerdict, set *Settings, hasBackend boo
 	return fenceDecision{}
 }
 
+// nodeFence is the node fence reconciler: node health hands it every judged
+// node (it owns no key kind of its own). With the fast trigger on it fences a
+// node out of the volumes of the pods that will be reaped and taints it
+// (decideFence, decideFenceVolumes), fences again what a stage that raced the
+// fence left live (node_fence_renew.go), takes over a fence an earlier leader
+// made (node_fence_resume.go), and keeps each fence's promise once the node is
+// back (finishFence).
+type nodeFence struct{ *Controller }
+
+// reconcile carries out the fence decision on a judged node, and on a node
+// that is no longer down, finishes a fence (this leader's or an earlier
+// one's). After a fence it judges the node again (only the verdict changes:
+// the node and the observation stay those the fence was decided on).
+func (r *nodeFence) reconcile(ctx context.Context, req *request) error {
+	name := req.nodeName
+	fd := decideFence(req.obs, req.verdict, req.set, r.backend != nil, r.now())
+	if fd.Fence {
+		var uid string
+		if req.node != nil {
+			uid = string(req.node.UID)
+		}
+		r.recoveries.detected(name, uid, string(fd.Reason), r.now())
+		if err := r.fenceNode(ctx, name, req.node, req.verdict, fd, req.set); err != nil {
+			return err
+		}
+		_, _, v, err := r.health.judge(ctx, name, req.set)
+		if err != nil {
+			return err
+		}
+		req.verdict = v
+		r.health.noteTransition(name, req.node, v, req.set)
+	} else if err := r.refence(ctx, name, req.obs, req.set); err != nil {
+		return err
+	}
+	if !req.verdict.State.Down() && req.node != nil {
+		r.resumeFence(ctx, name, req.set) // a fence from before this leadership
+	}
+	if !req.verdict.State.Down() && r.nodes.fenced(name) {
+		r.finishFence(name)
+	}
+	if fd.RecheckAfter > 0 {
+		r.queue.AddAfter(queueKey{kind: keyNode, name: name}, fd.RecheckAfter)
+	}
+	return nil
+}
+
 // fenceNode carries out a fence decision: the volumes of the pods that will be
 // reaped (planFence; every other live grant of the node is left alone, so no
 // pod is left on a fenced volume without being reaped) are fenced at the back
@@ -65,7 +111,7 @@ func decideFence(o nodeObservation, v NodeVerdict, set *Settings, hasBackend boo
 // any step leaves the node unmarked and returns an error, so the step is retried;
 // every step is idempotent, so a retry or a new leader repeats nothing that
 // matters (FenceVolumes skips volumes no longer live).
-func (r *Controller) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *Settings) error {
+func (r *nodeFence) fenceNode(ctx context.Context, name string, node *corev1.Node, v NodeVerdict, d fenceDecision, set *Settings) error {
 	ref := nodeRef(name)
 	// A blocked manager (a managed setting refused) acts on none of its
 	// decisions: fencing is one, as much as reaping.
@@ -116,6 +162,29 @@ func (r *Controller) fenceNode(ctx context.Context, name string, node *corev1.No
 	return nil
 }
 
+// finishFence keeps a fence's promise on a node that is no longer down: the
+// pods the fence committed to that are still on the node are queued (the
+// reaper reaps them, decideReturned) and the node is looked at again; once none
+// is left the episode ends, and the next failure is fenced again.
+func (r *nodeFence) finishFence(name string) {
+	promised := r.nodes.fencedPods(name)
+	left := 0
+	objs, _ := r.podsByNode.ByIndex(nodeIndex, name)
+	for _, o := range objs {
+		c, ok := o.(*cachedPod)
+		if !ok || !promised[c.UID] || r.deleted.has(c.UID, r.now()) {
+			continue
+		}
+		left++
+		r.queue.Add(queueKey{kind: keyPod, namespace: c.Namespace, name: c.Name})
+	}
+	if left == 0 {
+		r.nodes.endFence(name)
+		return
+	}
+	r.queue.AddAfter(queueKey{kind: keyNode, name: name}, downRecheck)
+}
+
 func describeFenced(fs []fenceapi.Fenced) string {
 	if len(fs) == 0 {
 		return "no volume of a pod to reap left live"
@@ -137,7 +206,7 @@ func describeFenced(fs []fenceapi.Fenced) string {
 // informer's copy keeps only Vigil's taints); modifyNode's resourceVersion
 // precondition makes a concurrent change of the node a conflict, retried on
 // the new list, never overwritten.
-func (r *Controller) taintFenced(ctx context.Context, name string, reason FenceReason) error {
+func (r *nodeFence) taintFenced(ctx context.Context, name string, reason FenceReason) error {
 	return r.modifyNode(ctx, name, "", func(node *corev1.Node) bool {
 		if fencedTaint(node) != nil {
 			return false

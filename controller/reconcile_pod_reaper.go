@@ -8,46 +8,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 )
 
-var everything = labels.Everything()
+// podReaper is the pod reaper: it owns the pod keys of pods on a node that is
+// not Ready (down, debouncing, held, isolated) or that a fence committed to,
+// and applies the decision table to each (decide): a reap is a force delete
+// after its VolumeAttachments on the node, each with a UID precondition; a
+// deliberate non-action on a pod of a down node is an Event.
+type podReaper struct{ *Controller }
 
-// syncPod judges one pod and carries out the decision. It follows
-// sample-controller's contract: a returned error requeues the pod; a pod that is
-// gone is nil.
-func (r *Controller) syncPod(ctx context.Context, namespace, name string) error {
-	obj, exists, err := r.podsByNode.GetByKey(namespace + "/" + name)
-	if err != nil || !exists {
-		return err
-	}
-	cached, ok := obj.(*cachedPod)
-	if !ok {
-		return nil
-	}
-	if r.deleted.has(cached.UID, r.now()) {
-		// Deleted by this reaper; the cache has not seen it go yet.
-		return nil
-	}
-	pod := cached.pod()
-	if pod.Spec.NodeName == "" {
-		return nil
-	}
-	set := readSettings(r.settings, r.proofs.driver())
-	node, obs, v, err := r.judge(ctx, pod.Spec.NodeName, &set)
-	if err != nil {
-		return err
-	}
-	if v.State == NodeReady && !obs.FencedPods[pod.UID] {
-		return r.syncCrashLoop(ctx, pod, &set)
-	}
+// reconcile judges one pod and carries out the decision.
+func (r *podReaper) reconcile(ctx context.Context, req *request) error {
+	pod, set, obs := req.pod, req.set, req.obs
 	now := r.now()
-	snap := r.listers.snapshot(ctx, pod, node, obs, &set, r.proofSource())
-	d := decide(snap, &set, now)
+	snap := r.listers.snapshot(ctx, pod, req.node, obs, set, r.proofSource())
+	d := decide(snap, set, now)
 	r.metrics.Decisions.WithLabelValues(string(d.Kind), string(d.Reason)).Inc()
 	if d.RecheckAfter > 0 {
-		r.queue.AddAfter(queueKey{kind: keyPod, namespace: namespace, name: name}, d.RecheckAfter)
+		r.queue.AddAfter(req.key, d.RecheckAfter)
 	}
 	blocked := r.blocked()
 	switch {
@@ -72,7 +51,7 @@ func (r *Controller) syncPod(ctx context.Context, namespace, name string) error 
 // whyUnfenced says, for a pod waiting for its fence proof, which of its volumes
 // the fence left alone and why: a pod that will not be reaped uses it, and
 // fencing it would have stranded that pod.
-func (r *Controller) whyUnfenced(s *Snapshot) string {
+func (r *podReaper) whyUnfenced(s *Snapshot) string {
 	var parts []string
 	for _, v := range s.Volumes {
 		if v.Fenced {
@@ -93,7 +72,7 @@ func (r *Controller) whyUnfenced(s *Snapshot) string {
 // carries a UID precondition. Anything already gone counts as done, so after a
 // crash between the steps the next sync finishes the job; a failed attachment
 // delete stops before the pod is touched.
-func (r *Controller) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d Decision, policy PodDeletionPolicy) error {
+func (r *podReaper) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind, d Decision, policy PodDeletionPolicy) error {
 	why := reapWhy(pod, d, policy)
 	for _, a := range d.Actions {
 		switch a.Kind {
@@ -137,7 +116,7 @@ func (r *Controller) reap(ctx context.Context, pod *corev1.Pod, owner OwnerKind,
 
 // reportDryRun emits the "would delete" Events of a dry run, or of a decision
 // not carried out because acting is blocked, and deletes nothing.
-func (r *Controller) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
+func (r *podReaper) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletionPolicy, blocked string) {
 	why := reapWhy(pod, d, policy)
 	prefix := "dry run"
 	if blocked != "" {
@@ -153,20 +132,6 @@ func (r *Controller) reportDryRun(pod *corev1.Pod, d Decision, policy PodDeletio
 				fmt.Sprintf("%s: would force-delete pod %s/%s: %s", prefix, pod.Namespace, pod.Name, why))
 		}
 	}
-}
-
-// emitPod puts the Event on the pod: what was done to the pod, or why not. A
-// rack failure has thousands of these; the node's NodeRecovery lists its pods.
-func (r *Controller) emitPod(pod *corev1.Pod, typ, reason, msg string) {
-	r.events.emit(pod, pod.UID, typ, reason, msg)
-}
-
-// emitBoth puts the Event on the pod and on its node: what was done to the
-// node's attachments, and in a dry run what would have been.
-func (r *Controller) emitBoth(pod *corev1.Pod, typ, reason, msg string) {
-	r.emitPod(pod, typ, reason, msg)
-	ref := nodeRef(pod.Spec.NodeName)
-	r.events.emit(ref, ref.UID, typ, reason, msg)
 }
 
 // reapWhy is the reason a reap's Events give: the node's state, the policy, the

@@ -79,7 +79,7 @@ func silentPast(rep fenceapi.Report, node string, threshold time.Duration) bool 
 // live grants the fence's rule would fence now (decideRefence). The grants
 // are read through the shared proof fetch; the connectivity report only when
 // there is something to fence.
-func (r *Controller) refence(ctx context.Context, name string, o nodeObservation, set *Settings) error {
+func (r *nodeFence) refence(ctx context.Context, name string, o nodeObservation, set *Settings) error {
 	in := refenceInput{Enabled: set.FastFencedTrigger && r.backend != nil, Fenced: o.Fenced, Isolated: o.Isolated}
 	if _, why := decideRefence(in); why != refenceNothingFresh {
 		return nil // off, not fenced or not isolated: no grant can change that
@@ -111,7 +111,7 @@ func (r *Controller) refence(ctx context.Context, name string, o nodeObservation
 }
 
 // fenceAgain carries out decideRefence's answer.
-func (r *Controller) fenceAgain(ctx context.Context, name string, handles []string, plan fencePlan, set *Settings) error {
+func (r *nodeFence) fenceAgain(ctx context.Context, name string, handles []string, plan fencePlan, set *Settings) error {
 	ref := nodeRef(name)
 	what := fmt.Sprintf("node %s is still storage-isolated and fenced, but holds live grant(s) given after the fence (%v)", name, handles)
 	if blocked := r.blocked(); set.DryRun || blocked != "" {

@@ -77,7 +77,7 @@ func decideResume(fenced map[string]bool, pods []resumePod) resumePlan {
 
 // resumePods reads the node's pods as decideResume sees them. A finished pod
 // does no I/O, and a pod this reaper deleted is gone.
-func (r *Controller) resumePods(node string, set *Settings) []resumePod {
+func (r *nodeFence) resumePods(node string, set *Settings) []resumePod {
 	objs, _ := r.podsByNode.ByIndex(nodeIndex, node)
 	out := make([]resumePod, 0, len(objs))
 	for _, o := range objs {
@@ -103,7 +103,7 @@ func (r *Controller) resumePods(node string, set *Settings) []resumePod {
 // pods are recorded as the fence's (markFenced), so finishFence queues them
 // and decideReturned reaps them. With the fast trigger off nothing is proven,
 // so nothing is looked for.
-func (r *Controller) resumeFence(ctx context.Context, name string, set *Settings) {
+func (r *nodeFence) resumeFence(ctx context.Context, name string, set *Settings) {
 	if r.backend == nil || !set.FastFencedTrigger || set.BackendDriver == "" || r.nodes.fenced(name) || r.nodes.resumeChecked(name) {
 		return
 	}
