@@ -26,7 +26,7 @@ import (
 const binDir = "/usr/local/bin"
 
 // pendingFlags are flags the manifests give that the code does not have yet:
-// the manifests are written as the issues describe them. Each entry names who
+// the manifests are written ahead of the code. Each entry names who
 // adds it. When one lands, this test fails until it is taken off the list, so
 // the list never outlives the gap.
 var pendingFlags = map[string]string{}

@@ -105,7 +105,7 @@ func withoutMessage(p settings.Problem) settings.Problem {
 	return p
 }
 
-// TestSettings_ActBlocked_EmptiedFileAtStartup: the reproduction, seen
+// TestSettings_ActBlocked_EmptiedFileAtStartup: an emptied managed file, seen
 // by a process that starts after the file was emptied.
 func TestSettings_ActBlocked_EmptiedFileAtStartup(t *testing.T) {
 	store := settings.NewMemoryStore()
