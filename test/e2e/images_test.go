@@ -12,11 +12,14 @@ import (
 	"github.com/vigil-storage/vigil/internal/testenv"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/images"
+	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
 // TestImages_RunInContainerd builds the images with `vigil-sandbox images
 // build` from the binaries of make build, imports them into a private
-// containerd and runs the tools, vigil, writer and pause images under runc.
+// containerd and runs the tools, vigil, writer and pause images under runc:
+// the writer as a pod would, on a mounted volume, with every acknowledged
+// record checked.
 func TestImages_RunInContainerd(t *testing.T) {
 	for tool, pkg := range map[string]string{"containerd": "containerd", "ctr": "containerd", "runc": "runc",
 		"busybox": "busybox-static", "mke2fs": "e2fsprogs", "blkid": "util-linux"} {
@@ -93,21 +96,27 @@ func TestImages_RunInContainerd(t *testing.T) {
 	run("blkid", refs[images.Vigil], "blkid from util-linux", "blkid", "-V")
 	run("writer", refs[images.Writer], "--ledger", "/usr/local/bin/vigil-writer", "writer", "--help")
 	checkPause(ctx, t, d, refs[images.Pause])
+	checkWriter(ctx, t, d, refs[images.Writer])
 }
 
-// checkPause starts the pause image by its entrypoint and stops it with
-// SIGTERM, as containerd stops a pod sandbox.
-func checkPause(ctx context.Context, t *testing.T, d *sandbox.Containerd, ref string) {
+// startTask runs ref detached as container id, with extra `ctr run` flags
+// before it (mounts), and checks that it runs.
+func startTask(ctx context.Context, t *testing.T, d *sandbox.Containerd, id, ref string, flags []string, args ...string) {
 	t.Helper()
-	if _, err := d.Ctr(ctx, "run", "-d", ref, "pause"); err != nil {
+	if _, err := d.Ctr(ctx, append(append(append([]string{"run", "-d"}, flags...), ref, id), args...)...); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _, _ = d.Ctr(ctx, "containers", "rm", "pause") }()
 	time.Sleep(200 * time.Millisecond)
-	if out, err := d.Ctr(ctx, "tasks", "ls"); err != nil || !strings.Contains(string(out), "RUNNING") {
-		t.Fatalf("the pause container does not run: %v\n%s", err, out)
+	if out, err := d.Ctr(ctx, "tasks", "ls"); err != nil || !strings.Contains(string(out), id+" ") || !strings.Contains(string(out), "RUNNING") {
+		t.Fatalf("container %s does not run: %v\n%s", id, err, out)
 	}
-	if _, err := d.Ctr(ctx, "tasks", "kill", "--signal", "SIGTERM", "pause"); err != nil {
+}
+
+// stopTask sends SIGTERM to container id, as a kubelet stops a pod, waits up
+// to 10 s for it to stop and removes it.
+func stopTask(ctx context.Context, t *testing.T, d *sandbox.Containerd, id string) {
+	t.Helper()
+	if _, err := d.Ctr(ctx, "tasks", "kill", "--signal", "SIGTERM", id); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -116,10 +125,53 @@ func checkPause(ctx context.Context, t *testing.T, d *sandbox.Containerd, ref st
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pause container still runs 10s after SIGTERM:\n%s", out)
+			t.Fatalf("container %s still runs 10s after SIGTERM:\n%s", id, out)
 		}
 	}
-	if _, err := d.Ctr(ctx, "tasks", "rm", "pause"); err != nil {
+	if _, err := d.Ctr(ctx, "tasks", "rm", id); err != nil {
 		t.Error(err)
 	}
+	if _, err := d.Ctr(ctx, "containers", "rm", id); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkWriter runs the writer image as its own user (65532) on a bind-mounted
+// volume directory, as a pod would, and checks that every record it
+// acknowledged in its ledger is on the volume.
+func checkWriter(ctx context.Context, t *testing.T, d *sandbox.Containerd, ref string) {
+	t.Helper()
+	data, ledgerDir := t.TempDir(), t.TempDir()
+	for _, dir := range []string{data, ledgerDir} {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startTask(ctx, t, d, "writer", ref, []string{
+		"--mount", "type=bind,src=" + data + ",dst=/data,options=rbind:rw",
+		"--mount", "type=bind,src=" + ledgerDir + ",dst=/ledger,options=rbind:rw"},
+		"/usr/local/bin/vigil-writer", "writer", "--dir", "/data", "--pod-uid", "pod-1", "--node", "node-1",
+		"--ledger", "/ledger/ledger.log")
+	time.Sleep(time.Second)
+	stopTask(ctx, t, d, "writer")
+	acks, err := ledger.ReadLedger(filepath.Join(ledgerDir, "ledger.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := ledger.ReadRecords(filepath.Join(data, ledger.RecordsFile("pod-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := ledger.Verify(ledger.Pod{UID: "pod-1", Node: "node-1", Acks: acks, Found: found})
+	if !res.OK() || res.Acked < 3 {
+		t.Errorf("the writer container: %s; want at least 3 records acknowledged, all on the volume", res)
+	}
+}
+
+// checkPause starts the pause image by its entrypoint and stops it with
+// SIGTERM, as containerd stops a pod sandbox.
+func checkPause(ctx context.Context, t *testing.T, d *sandbox.Containerd, ref string) {
+	t.Helper()
+	startTask(ctx, t, d, "pause", ref, nil)
+	stopTask(ctx, t, d, "pause")
 }
