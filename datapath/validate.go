@@ -72,3 +72,23 @@ func validRange(op, id string, off, n, size int64) error {
 	}
 	return nil
 }
+
+// ValidNode checks a node name as the server does: 1..MaxNodeLen bytes of
+// printable UTF-8 without white space.
+func ValidNode(node string) error { return validNode(node) }
+
+// ValidVolumeID checks the shape of a volume id ("vol-" and 16 lowercase hex
+// digits).
+func ValidVolumeID(id string) error { return validID(id) }
+
+// ValidVolume checks a new volume's name, size and access mode as
+// CreateVolume does.
+func ValidVolume(name string, size int64, mode AccessMode) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if err := validSize(size); err != nil {
+		return err
+	}
+	return mode.Validate()
+}

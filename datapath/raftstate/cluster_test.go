@@ -1,0 +1,200 @@
+package raftstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// testTiming is fast failure detection for tests, and snapshots every few
+// entries with a short log kept after them, so a server that was away
+// catches up from a snapshot.
+var testTiming = Timing{
+	HeartbeatTimeout:   100 * time.Millisecond,
+	ElectionTimeout:    100 * time.Millisecond,
+	LeaderLeaseTimeout: 100 * time.Millisecond,
+	CommitTimeout:      5 * time.Millisecond,
+	SnapshotInterval:   50 * time.Millisecond,
+	SnapshotThreshold:  16,
+	TrailingLogs:       8,
+}
+
+// testCluster is n servers over raft.InmemTransport, each with its data
+// directory, that a test can kill, restart and cut off.
+type testCluster struct {
+	t      testing.TB
+	ids    []string
+	dirs   []string
+	mu     sync.Mutex
+	trans  []*raft.InmemTransport
+	groups []*Group // nil while down
+	cut    []bool   // cut off from every other server
+}
+
+func addrOf(i int) raft.ServerAddress { return raft.ServerAddress(fmt.Sprintf("127.0.0.1:%d", 7001+i)) }
+
+// newTestCluster opens n servers, bootstraps them as one group and records
+// every member.
+func newTestCluster(t testing.TB, n int) *testCluster {
+	c := &testCluster{t: t, trans: make([]*raft.InmemTransport, n), groups: make([]*Group, n), cut: make([]bool, n)}
+	for i := 0; i < n; i++ {
+		c.ids = append(c.ids, fmt.Sprintf("s%d", i+1))
+		c.dirs = append(c.dirs, t.TempDir())
+	}
+	t.Cleanup(c.closeAll)
+	for i := 0; i < n; i++ {
+		c.start(i)
+	}
+	peers := c.peers()
+	for i := 0; i < n; i++ {
+		if err := c.groups[i].Bootstrap(peers); err != nil {
+			t.Fatalf("bootstrap %s: %v", c.ids[i], err)
+		}
+	}
+	l := c.waitLeader(5 * time.Second)
+	for _, p := range peers {
+		if err := c.groups[l].AddServer(context.Background(), p); err != nil {
+			t.Fatalf("add server %s: %v", p.ID, err)
+		}
+	}
+	return c
+}
+
+func (c *testCluster) peers() []Server {
+	var out []Server
+	for i, id := range c.ids {
+		out = append(out, Server{ID: id, RaftAddress: string(addrOf(i)), Node: "node-" + id})
+	}
+	return out
+}
+
+// start opens server i from its data directory on a new transport.
+func (c *testCluster) start(i int) {
+	_, tr := raft.NewInmemTransportWithTimeout(addrOf(i), 200*time.Millisecond)
+	g, err := Open(Config{ID: c.ids[i], Dir: c.dirs[i], Transport: tr, Timing: testTiming, LogOutput: io.Discard, ApplyTimeout: 2 * time.Second})
+	if err != nil {
+		c.t.Fatalf("open %s: %v", c.ids[i], err)
+	}
+	c.mu.Lock()
+	c.trans[i], c.groups[i] = tr, g
+	c.mu.Unlock()
+	c.wire()
+}
+
+// wire connects every two servers that are up and not cut off, and
+// disconnects every other pair.
+func (c *testCluster) wire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.trans {
+		for j := range c.trans {
+			if i == j || c.trans[i] == nil || c.trans[j] == nil {
+				continue
+			}
+			if c.groups[i] != nil && c.groups[j] != nil && !c.cut[i] && !c.cut[j] {
+				c.trans[i].Connect(addrOf(j), c.trans[j])
+			} else {
+				c.trans[i].Disconnect(addrOf(j))
+			}
+		}
+	}
+}
+
+// kill stops server i as a crash would (no leadership transfer).
+func (c *testCluster) kill(i int) {
+	c.mu.Lock()
+	g := c.groups[i]
+	c.groups[i] = nil
+	c.mu.Unlock()
+	c.wire()
+	if g != nil {
+		_ = g.Close()
+	}
+}
+
+// setCut cuts server i off from the others, or heals it.
+func (c *testCluster) setCut(i int, cut bool) {
+	c.mu.Lock()
+	c.cut[i] = cut
+	c.mu.Unlock()
+	c.wire()
+}
+
+func (c *testCluster) group(i int) *Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups[i]
+}
+
+func (c *testCluster) closeAll() {
+	for i := range c.groups {
+		c.kill(i)
+	}
+}
+
+// leader returns a server that is up, not cut off and leads, or -1.
+func (c *testCluster) leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, g := range c.groups {
+		if g != nil && !c.cut[i] && g.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *testCluster) waitLeader(timeout time.Duration) int {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if l := c.leader(); l >= 0 {
+			return l
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader among the connected servers within %s", timeout)
+	return -1
+}
+
+// do runs fn at the leader, retrying at another server while the answer
+// is ErrNotLeader (nothing was proposed), until timeout. It returns the
+// last error: nil, a refusal by the rules, or ErrNotCommitted.
+func (c *testCluster) do(timeout time.Duration, fn func(g *Group) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ErrNotLeader
+		if l := c.leader(); l >= 0 {
+			if g := c.group(l); g != nil {
+				err = fn(g)
+			}
+		}
+		if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitApplied waits until every server that is up has applied at least
+// the leader's commit index, so their local states can be compared.
+func (c *testCluster) waitApplied(timeout time.Duration) {
+	c.t.Helper()
+	l := c.waitLeader(timeout)
+	target := c.group(l).raft.CommitIndex()
+	deadline := time.Now().Add(timeout)
+	for i := range c.groups {
+		for g := c.group(i); g != nil && g.raft.AppliedIndex() < target; {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("%s applied %d, the leader committed %d", c.ids[i], g.raft.AppliedIndex(), target)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package raftstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// Op names a command of the state machine.
+type Op string
+
+// The commands. Each is one Raft log entry; its time (At) and any id it
+// creates travel in it, so every server applies it alike.
+const (
+	OpCreateVolume Op = "create-volume"
+	OpDeleteVolume Op = "delete-volume"
+	OpGrant        Op = "grant"
+	OpFence        Op = "fence"
+	OpFenceNode    Op = "fence-node"
+	OpRelease      Op = "release"
+	OpLeave        Op = "leave"
+	OpClearLeave   Op = "clear-leave"
+	OpAddServer    Op = "add-server"
+	OpRemoveServer Op = "remove-server"
+)
+
+var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer}
+
+// commandVersion is the first byte of every encoded command: the encoding
+// that follows (1: JSON). A server that meets a higher one refuses the entry
+// by name rather than guessing.
+const commandVersion = 1
+
+// maxCommand bounds an encoded command (a create's name is at most
+// datapath.MaxNameLen bytes; nothing else is long).
+const maxCommand = 16 << 10
+
+// Command is one change of the control state.
+type Command struct {
+	Op Op `json:"op"`
+	// At is the proposing leader's clock: the time recorded with the change.
+	At time.Time `json:"at"`
+	// VolumeID: create (the new volume's id, chosen by the proposer), delete,
+	// grant, fence, release.
+	VolumeID string `json:"volumeID,omitempty"`
+	// Name, Size, Access, Server: create. Server is the member that holds the
+	// volume's data.
+	Name   string              `json:"name,omitempty"`
+	Size   int64               `json:"size,omitempty"`
+	Access datapath.AccessMode `json:"access,omitempty"`
+	Server string              `json:"server,omitempty"`
+	// Node: grant, fence, fence-node, release, leave, clear-leave.
+	Node string `json:"node,omitempty"`
+	// Use: grant.
+	Use datapath.GrantUse `json:"use,omitempty"`
+	// Until: leave (already cut to datapath.MaxLeave by the proposer).
+	Until time.Time `json:"until,omitempty"`
+	// Member: add-server; remove-server uses its ID only.
+	Member *Server `json:"member,omitempty"`
+}
+
+// Server is one member of the group: its Raft identity and address, and
+// where its datapath serves clients.
+type Server struct {
+	ID string `json:"id"`
+	// RaftAddress is host:port of the Raft transport.
+	RaftAddress string `json:"raftAddress"`
+	// Node is the Kubernetes node it runs on (may be empty outside a cluster).
+	Node string `json:"node,omitempty"`
+	// DatapathAddress is host:port of its datapath service (may be empty).
+	DatapathAddress string `json:"datapathAddress,omitempty"`
+}
+
+// encode is the command as a log entry.
+func (c Command) encode() ([]byte, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s command: %w", c.Op, err)
+	}
+	return append([]byte{commandVersion}, data...), nil
+}
+
+// decodeCommand reads a log entry strictly (known version, known fields,
+// known op, the op's fields present and well formed), so a malformed entry
+// changes nothing and says what was wrong.
+func decodeCommand(data []byte) (Command, error) {
+	var c Command
+	switch {
+	case len(data) == 0:
+		return c, fmt.Errorf("%w: empty entry", ErrBadCommand)
+	case len(data) > maxCommand:
+		return c, fmt.Errorf("%w: %d bytes; at most %d are allowed", ErrBadCommand, len(data), maxCommand)
+	case data[0] != commandVersion:
+		return c, fmt.Errorf("%w: encoding version %d; this server knows version %d only", ErrBadCommand, data[0], commandVersion)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data[1:]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Command{}, fmt.Errorf("%w: %v", ErrBadCommand, err)
+	}
+	if dec.More() {
+		return Command{}, fmt.Errorf("%w: data after the command", ErrBadCommand)
+	}
+	if err := c.validate(); err != nil {
+		return Command{}, err
+	}
+	return c, nil
+}
+
+// validate checks that the command carries what its op needs, well formed.
+func (c Command) validate() error {
+	if c.At.IsZero() {
+		return fmt.Errorf("%w: %s command without a time", ErrBadCommand, c.Op)
+	}
+	var err error
+	switch c.Op {
+	case OpCreateVolume:
+		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server))
+	case OpDeleteVolume:
+		err = datapath.ValidVolumeID(c.VolumeID)
+	case OpGrant:
+		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidNode(c.Node), c.Use.Validate())
+	case OpFence, OpRelease:
+		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidNode(c.Node))
+	case OpFenceNode, OpClearLeave:
+		err = datapath.ValidNode(c.Node)
+	case OpLeave:
+		err = datapath.ValidNode(c.Node)
+		if err == nil && !c.Until.After(c.At) {
+			err = fmt.Errorf("%w: leave of node %s ends at %s, not after the command's time %s", ErrBadCommand, c.Node, c.Until, c.At)
+		}
+	case OpAddServer:
+		if c.Member == nil {
+			return fmt.Errorf("%w: add-server without a member", ErrBadCommand)
+		}
+		err = c.Member.validate()
+	case OpRemoveServer:
+		if c.Member == nil {
+			return fmt.Errorf("%w: remove-server without a member", ErrBadCommand)
+		}
+		err = validServerID(c.Member.ID)
+	default:
+		return fmt.Errorf("%w: unknown op %q; known are %s", ErrBadCommand, c.Op, opList())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadCommand, c.Op, err)
+	}
+	return nil
+}
+
+func opList() string {
+	s := make([]string, len(ops))
+	for i, o := range ops {
+		s[i] = string(o)
+	}
+	return strings.Join(s, ", ")
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks a member's id and addresses.
+func (s Server) validate() error {
+	if err := validServerID(s.ID); err != nil {
+		return err
+	}
+	if err := validAddress("raft address of server "+s.ID, s.RaftAddress); err != nil {
+		return err
+	}
+	if s.Node != "" {
+		if err := datapath.ValidNode(s.Node); err != nil {
+			return err
+		}
+	}
+	if s.DatapathAddress != "" {
+		return validAddress("datapath address of server "+s.ID, s.DatapathAddress)
+	}
+	return nil
+}
+
+// maxServerID bounds a server id (a pod or node name fits).
+const maxServerID = 253
+
+func validServerID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: server id is empty; it must be 1 to %d printable characters without white space", datapath.ErrInvalidArgument, maxServerID)
+	case len(id) > maxServerID:
+		return fmt.Errorf("%w: server id %.32q... is %d bytes; at most %d are allowed", datapath.ErrInvalidArgument, id, len(id), maxServerID)
+	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+		return fmt.Errorf("%w: server id %q contains white space or a non-printable character", datapath.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+// validAddress checks host:port with a port from 1 to 65535.
+func validAddress(what, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q: %v; want host:port", datapath.ErrInvalidArgument, what, addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%w: %s %q: port %q; want 1 to 65535", datapath.ErrInvalidArgument, what, addr, port)
+	}
+	if host == "" {
+		return fmt.Errorf("%w: %s %q has no host; want host:port", datapath.ErrInvalidArgument, what, addr)
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package raftstate
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// Volume is a volume of the control state.
+type Volume struct {
+	datapath.Volume
+	// Server is the id of the member that holds the volume's data.
+	Server string
+	// Epoch is the highest epoch ever issued for the volume.
+	Epoch uint64
+}
+
+// Leave is a graceful stop a node announced.
+type Leave struct {
+	Node      string
+	Until     time.Time
+	Announced time.Time
+}
+
+// FSM is the replicated state machine of the control state: volumes and
+// their placement, attachment tables with epochs, announced stops, and the
+// members' addresses. Apply is deterministic: it reads no clock and draws no
+// random number; what it records comes from the command. Raft calls Apply,
+// Snapshot and Restore from one goroutine; reads may come from any.
+type FSM struct {
+	mu sync.RWMutex
+	st state
+}
+
+type state struct {
+	vols    map[string]*volState
+	names   map[string]string // name -> id
+	leaves  map[string]Leave
+	servers map[string]Server
+}
+
+type volState struct {
+	vol  Volume
+	rows map[string]rowState
+}
+
+type rowState struct {
+	row     datapath.AttachRow
+	updated time.Time
+}
+
+// result is what Apply returns for a command.
+type result struct {
+	epoch  uint64
+	volume Volume
+	fenced []datapath.FencedVolume
+	err    error
+}
+
+// NewFSM returns an empty state machine.
+func NewFSM() *FSM { return &FSM{st: newState()} }
+
+func newState() state {
+	return state{vols: map[string]*volState{}, names: map[string]string{}, leaves: map[string]Leave{}, servers: map[string]Server{}}
+}
+
+// Apply applies one committed log entry. A malformed entry, an unknown op or
+// a command the rules refuse changes nothing and returns the error as its
+// result, alike on every server.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	c, err := decodeCommand(l.Data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil {
+		return result{err: err}
+	}
+	return f.st.apply(c)
+}
+
+func (s *state) apply(c Command) result {
+	switch c.Op {
+	case OpCreateVolume:
+		return s.create(c)
+	case OpDeleteVolume:
+		return result{err: s.delete(c.VolumeID)}
+	case OpGrant, OpFence, OpRelease:
+		return s.attach(c)
+	case OpFenceNode:
+		return result{fenced: s.fenceNode(c.Node, c.At)}
+	case OpLeave:
+		s.pruneLeaves(c.At)
+		s.leaves[c.Node] = Leave{Node: c.Node, Until: c.Until, Announced: c.At}
+		return result{}
+	case OpClearLeave:
+		s.pruneLeaves(c.At)
+		if l, ok := s.leaves[c.Node]; ok && !c.At.Before(l.Announced.Add(datapath.LeaveSettle)) {
+			delete(s.leaves, c.Node)
+		}
+		return result{}
+	case OpAddServer:
+		return result{err: s.addServer(*c.Member)}
+	case OpRemoveServer:
+		return result{err: s.removeServer(c.Member.ID)}
+	}
+	return result{err: fmt.Errorf("%w: unknown op %q", ErrBadCommand, c.Op)} // decodeCommand let it pass: a bug
+}
+
+// create makes a volume, idempotently by name.
+func (s *state) create(c Command) result {
+	if id, ok := s.names[c.Name]; ok {
+		v := s.vols[id].vol
+		if v.Size != c.Size || v.Access != c.Access {
+			return result{err: fmt.Errorf("%w: volume %q is %s with %d bytes and mode %s; asked for %d bytes and mode %s",
+				datapath.ErrAlreadyExists, c.Name, v.ID, v.Size, v.Access, c.Size, c.Access)}
+		}
+		return result{volume: v}
+	}
+	if old, ok := s.vols[c.VolumeID]; ok {
+		return result{err: fmt.Errorf("%w: volume id %s is taken by volume %q; propose another id", datapath.ErrInvalidArgument, c.VolumeID, old.vol.Name)}
+	}
+	if _, ok := s.servers[c.Server]; !ok {
+		return result{err: fmt.Errorf("%w: volume %q placed on server %q, which is not a member; members are %s",
+			datapath.ErrInvalidArgument, c.Name, c.Server, s.memberList())}
+	}
+	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.At.UTC().Truncate(time.Microsecond)}, Server: c.Server}
+	s.vols[v.ID] = &volState{vol: v, rows: map[string]rowState{}}
+	s.names[v.Name] = v.ID
+	return result{volume: v}
+}
+
+// delete forgets a volume; an unknown id is not an error, a live grant is
+// (the rules' CheckDelete).
+func (s *state) delete(id string) error {
+	vs, ok := s.vols[id]
+	if !ok {
+		return nil
+	}
+	if err := vs.table().CheckDelete(); err != nil {
+		return err
+	}
+	delete(s.vols, id)
+	delete(s.names, vs.vol.Name)
+	return nil
+}
+
+// attach applies a grant, a fence or a release to one volume by the rules.
+func (s *state) attach(c Command) result {
+	vs, ok := s.vols[c.VolumeID]
+	if !ok {
+		return result{err: fmt.Errorf("%w: volume %s", datapath.ErrNotFound, c.VolumeID)}
+	}
+	t := vs.table()
+	var (
+		step datapath.AttachStep
+		err  error
+	)
+	switch c.Op {
+	case OpGrant:
+		step, err = t.Grant(c.Node, c.Use)
+	case OpFence:
+		step, err = t.Fence(c.Node)
+	default:
+		step, err = t.Release(c.Node)
+	}
+	if err != nil {
+		return result{err: err}
+	}
+	vs.record(step, c.At)
+	if c.Op == OpFence {
+		return result{epoch: step.Epoch}
+	}
+	return result{epoch: step.Row.Epoch}
+}
+
+// fenceNode fences node on every volume where its grant is live, in one
+// entry: either every such volume is fenced or, before the entry is
+// applied, none.
+func (s *state) fenceNode(node string, at time.Time) []datapath.FencedVolume {
+	ids := make([]string, 0, len(s.vols))
+	for id := range s.vols {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []datapath.FencedVolume
+	for _, id := range ids {
+		vs := s.vols[id]
+		step, err := vs.table().FenceIfLive(node)
+		if err != nil || !step.Changed {
+			continue // the node was checked before the entry was proposed
+		}
+		vs.record(step, at)
+		out = append(out, datapath.FencedVolume{VolumeID: id, Epoch: step.Epoch})
+	}
+	return out
+}
+
+// pruneLeaves drops the announcements that ran out by at.
+func (s *state) pruneLeaves(at time.Time) {
+	for n, l := range s.leaves {
+		if !l.Until.After(at) {
+			delete(s.leaves, n)
+		}
+	}
+}
+
+func (s *state) addServer(m Server) error {
+	for _, o := range s.servers {
+		if o.ID != m.ID && o.RaftAddress == m.RaftAddress {
+			return fmt.Errorf("%w: server %s: raft address %s is already server %s's", datapath.ErrInvalidArgument, m.ID, m.RaftAddress, o.ID)
+		}
+	}
+	s.servers[m.ID] = m
+	return nil
+}
+
+// removeServer forgets a member, unless it holds volumes' data: those
+// volumes would have no copy left.
+func (s *state) removeServer(id string) error {
+	var held []string
+	for vid, vs := range s.vols {
+		if vs.vol.Server == id {
+			held = append(held, vid)
+		}
+	}
+	if len(held) > 0 {
+		sort.Strings(held)
+		return fmt.Errorf("%w: server %s holds the data of %d volumes (%s); delete them first", datapath.ErrInUse, id, len(held), strings.Join(held[:min(len(held), 5)], ", "))
+	}
+	delete(s.servers, id)
+	return nil
+}
+
+func (s *state) memberList() string {
+	ids := make([]string, 0, len(s.servers))
+	for id := range s.servers {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return "none (add the servers first)"
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ", ")
+}
+
+// table is the volume's attachment table as the rules see it.
+func (vs *volState) table() datapath.AttachTable {
+	rows := make(map[string]datapath.AttachRow, len(vs.rows))
+	for n, r := range vs.rows {
+		rows[n] = r.row
+	}
+	return datapath.AttachTable{VolumeID: vs.vol.ID, Access: vs.vol.Access, Epoch: vs.vol.Epoch, Rows: rows}
+}
+
+// record applies a step the rules decided, stamped with the command's time.
+func (vs *volState) record(step datapath.AttachStep, at time.Time) {
+	if !step.Changed {
+		return
+	}
+	vs.vol.Epoch = step.Epoch
+	vs.rows[step.Node] = rowState{row: step.Row, updated: at.UTC()}
+}
+
+// Snapshot captures the state for Raft's snapshots; it encodes it at once,
+// so Apply may go on while the snapshot is written.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	data, err := encodeSnapshot(&f.st)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(data), nil
+}
+
+// Restore replaces the state with a snapshot's, after checking all of it.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := decodeSnapshot(rc)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}

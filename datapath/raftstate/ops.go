@@ -1,0 +1,144 @@
+package raftstate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// The control state's calls, as a Store has them, each a command committed
+// through the leader (or, for reads, a barrier through it first). Every one
+// refuses at a server that is not the leader (ErrNotLeader) and reports a
+// command no majority confirmed in time (ErrNotCommitted).
+
+// CreateVolume creates a volume whose data server holds, idempotently by
+// name: a second create of the name with the same size and mode returns the
+// first volume; with others, ErrAlreadyExists. server must be a member
+// (AddServer).
+func (g *Group) CreateVolume(ctx context.Context, name string, size int64, mode datapath.AccessMode, server string) (Volume, error) {
+	res, err := g.apply(ctx, Command{Op: OpCreateVolume, VolumeID: newVolumeID(), Name: name, Size: size, Access: mode, Server: server})
+	return res.volume, err
+}
+
+// newVolumeID draws a volume id on the proposing server; the command carries
+// it, so every server records the same.
+func newVolumeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return "vol-" + hex.EncodeToString(b[:])
+}
+
+// DeleteVolume deletes a volume's record; an unknown id is not an error, a
+// live grant is (ErrInUse).
+func (g *Group) DeleteVolume(ctx context.Context, id string) error {
+	_, err := g.apply(ctx, Command{Op: OpDeleteVolume, VolumeID: id})
+	return err
+}
+
+// Grant gives node a grant of use on the volume and returns its epoch, by
+// the attachment table's rules (datapath.AttachTable.Grant).
+func (g *Group) Grant(ctx context.Context, id, node string, use datapath.GrantUse) (uint64, error) {
+	res, err := g.apply(ctx, Command{Op: OpGrant, VolumeID: id, Node: node, Use: use})
+	return res.epoch, err
+}
+
+// Fence revokes node on the volume and returns the volume's new epoch.
+func (g *Group) Fence(ctx context.Context, id, node string) (uint64, error) {
+	res, err := g.apply(ctx, Command{Op: OpFence, VolumeID: id, Node: node})
+	return res.epoch, err
+}
+
+// FenceNode fences node on every volume where its grant is live, in one
+// committed entry, and returns those volumes with their new epochs, sorted
+// by id. A second call fences nothing new.
+func (g *Group) FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error) {
+	res, err := g.apply(ctx, Command{Op: OpFenceNode, Node: node})
+	return res.fenced, err
+}
+
+// Release ends node's live grant on the volume; a node without one is left
+// as it is.
+func (g *Group) Release(ctx context.Context, id, node string) error {
+	_, err := g.apply(ctx, Command{Op: OpRelease, VolumeID: id, Node: node})
+	return err
+}
+
+// Leave records node's announced graceful stop for d (cut to
+// datapath.MaxLeave) and returns when it runs out.
+func (g *Group) Leave(ctx context.Context, node string, d time.Duration) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("%w: leave of node %s for %s: the duration must be positive (at most %s is kept)", datapath.ErrInvalidArgument, node, d, datapath.MaxLeave)
+	}
+	now := g.now().UTC()
+	until := now.Add(min(d, datapath.MaxLeave))
+	_, err := g.apply(ctx, Command{Op: OpLeave, At: now, Node: node, Until: until})
+	return until, err
+}
+
+// ClearLeave ends node's announced stop when it heartbeats again (not
+// within datapath.LeaveSettle of the announcement: that heartbeat may have
+// been sent before it).
+func (g *Group) ClearLeave(ctx context.Context, node string) error {
+	_, err := g.apply(ctx, Command{Op: OpClearLeave, Node: node})
+	return err
+}
+
+// Volume returns one volume, current.
+func (g *Group) Volume(ctx context.Context, id string) (Volume, error) {
+	if err := g.current(ctx); err != nil {
+		return Volume{}, err
+	}
+	return g.fsm.Volume(id)
+}
+
+// Volumes returns every volume sorted by name, current.
+func (g *Group) Volumes(ctx context.Context) ([]Volume, error) {
+	if err := g.current(ctx); err != nil {
+		return nil, err
+	}
+	return g.fsm.Volumes(), nil
+}
+
+// Attachments returns the volume's attachment table, current.
+func (g *Group) Attachments(ctx context.Context, id string) ([]datapath.Attachment, error) {
+	if err := g.current(ctx); err != nil {
+		return nil, err
+	}
+	return g.fsm.Attachments(id)
+}
+
+// NodeGrants returns node's rows, current.
+func (g *Group) NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error) {
+	if err := datapath.ValidNode(node); err != nil {
+		return nil, err
+	}
+	if err := g.current(ctx); err != nil {
+		return nil, err
+	}
+	return g.fsm.NodeGrants(node), nil
+}
+
+// Servers returns the recorded members, current.
+func (g *Group) Servers(ctx context.Context) ([]Server, error) {
+	if err := g.current(ctx); err != nil {
+		return nil, err
+	}
+	return g.fsm.Servers(), nil
+}
+
+// Leaves returns the announced stops, current.
+func (g *Group) Leaves(ctx context.Context) ([]Leave, error) {
+	if err := g.current(ctx); err != nil {
+		return nil, err
+	}
+	return g.fsm.Leaves(), nil
+}
+
+// Local is this server's applied state, which may be stale on a follower
+// or a cut-off leader: for status pages only, never to answer a grant, a
+// fence or an I/O check.
+func (g *Group) Local() *FSM { return g.fsm }

@@ -1,0 +1,146 @@
+package raftstate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// snapshotVersion is the format of an encoded snapshot; Restore refuses
+// another one by name.
+const snapshotVersion = 1
+
+// snapshotDoc is the state as written in a snapshot (JSON, lists sorted, so
+// two servers with the same state write the same bytes).
+type snapshotDoc struct {
+	Version int              `json:"version"`
+	Volumes []snapshotVolume `json:"volumes"`
+	Leaves  []Leave          `json:"leaves"`
+	Servers []Server         `json:"servers"`
+}
+
+type snapshotVolume struct {
+	ID      string              `json:"id"`
+	Name    string              `json:"name"`
+	Size    int64               `json:"size"`
+	Access  datapath.AccessMode `json:"access"`
+	Created time.Time           `json:"created"`
+	Server  string              `json:"server"`
+	Epoch   uint64              `json:"epoch"`
+	Rows    []snapshotRow       `json:"rows"`
+}
+
+type snapshotRow struct {
+	Node    string                   `json:"node"`
+	Epoch   uint64                   `json:"epoch"`
+	State   datapath.AttachmentState `json:"state"`
+	Use     datapath.GrantUse        `json:"use,omitempty"`
+	Updated time.Time                `json:"updated"`
+}
+
+func encodeSnapshot(s *state) ([]byte, error) {
+	doc := snapshotDoc{Version: snapshotVersion, Volumes: []snapshotVolume{}, Leaves: []Leave{}, Servers: []Server{}}
+	for _, vs := range s.vols {
+		v := vs.vol
+		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []snapshotRow{}}
+		for n, r := range vs.rows {
+			sv.Rows = append(sv.Rows, snapshotRow{Node: n, Epoch: r.row.Epoch, State: r.row.State, Use: r.row.Use, Updated: r.updated})
+		}
+		sort.Slice(sv.Rows, func(i, j int) bool { return sv.Rows[i].Node < sv.Rows[j].Node })
+		doc.Volumes = append(doc.Volumes, sv)
+	}
+	sort.Slice(doc.Volumes, func(i, j int) bool { return doc.Volumes[i].ID < doc.Volumes[j].ID })
+	for _, l := range s.leaves {
+		doc.Leaves = append(doc.Leaves, l)
+	}
+	sort.Slice(doc.Leaves, func(i, j int) bool { return doc.Leaves[i].Node < doc.Leaves[j].Node })
+	for _, m := range s.servers {
+		doc.Servers = append(doc.Servers, m)
+	}
+	sort.Slice(doc.Servers, func(i, j int) bool { return doc.Servers[i].ID < doc.Servers[j].ID })
+	return json.Marshal(doc)
+}
+
+// decodeSnapshot reads a snapshot and checks it whole (shapes, names, no
+// duplicates, no row above its volume's epoch), so a damaged snapshot is
+// refused instead of half restored.
+func decodeSnapshot(r io.Reader) (state, error) {
+	var doc snapshotDoc
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return state{}, fmt.Errorf("restore snapshot: %w", err)
+	}
+	if doc.Version != snapshotVersion {
+		return state{}, fmt.Errorf("restore snapshot: format version %d; this server knows version %d only", doc.Version, snapshotVersion)
+	}
+	st := newState()
+	for _, m := range doc.Servers {
+		if err := m.validate(); err != nil {
+			return state{}, fmt.Errorf("restore snapshot: %w", err)
+		}
+		st.servers[m.ID] = m
+	}
+	for _, sv := range doc.Volumes {
+		vs, err := restoreVolume(sv)
+		if err != nil {
+			return state{}, fmt.Errorf("restore snapshot: volume %s: %w", sv.ID, err)
+		}
+		if _, dup := st.vols[sv.ID]; dup {
+			return state{}, fmt.Errorf("restore snapshot: volume %s appears twice", sv.ID)
+		}
+		if _, dup := st.names[sv.Name]; dup {
+			return state{}, fmt.Errorf("restore snapshot: volume name %q appears twice", sv.Name)
+		}
+		st.vols[sv.ID], st.names[sv.Name] = vs, sv.ID
+	}
+	for _, l := range doc.Leaves {
+		if err := datapath.ValidNode(l.Node); err != nil {
+			return state{}, fmt.Errorf("restore snapshot: leave: %w", err)
+		}
+		st.leaves[l.Node] = l
+	}
+	return st, nil
+}
+
+func restoreVolume(sv snapshotVolume) (*volState, error) {
+	if err := firstErr(datapath.ValidVolumeID(sv.ID), datapath.ValidVolume(sv.Name, sv.Size, sv.Access), validServerID(sv.Server)); err != nil {
+		return nil, err
+	}
+	vs := &volState{vol: Volume{Volume: datapath.Volume{ID: sv.ID, Name: sv.Name, Size: sv.Size, Access: sv.Access, Created: sv.Created},
+		Server: sv.Server, Epoch: sv.Epoch}, rows: map[string]rowState{}}
+	for _, r := range sv.Rows {
+		if err := datapath.ValidNode(r.Node); err != nil {
+			return nil, err
+		}
+		if r.Epoch > sv.Epoch {
+			return nil, fmt.Errorf("node %s has epoch %d above the volume's %d", r.Node, r.Epoch, sv.Epoch)
+		}
+		switch r.State {
+		case datapath.StateGranted, datapath.StateFenced, datapath.StateReleased:
+		default:
+			return nil, fmt.Errorf("node %s: unknown state %q", r.Node, r.State)
+		}
+		vs.rows[r.Node] = rowState{row: datapath.AttachRow{Epoch: r.Epoch, State: r.State, Use: r.Use}, updated: r.Updated}
+	}
+	return vs, nil
+}
+
+// snapshot is an encoded state, written by Persist.
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}
