@@ -3,6 +3,7 @@ module github.com/vigil-storage/vigil
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/cdproto v0.0.0-20260714215040-dc233986426f
 	github.com/chromedp/chromedp v0.16.0
 	github.com/container-storage-interface/spec v1.13.0

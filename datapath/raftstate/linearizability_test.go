@@ -1,0 +1,352 @@
+package raftstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// The linearizability check: clients grant, fence, release and read the
+// attachment tables of two volumes through the group while servers are
+// killed, restarted and cut off; porcupine checks the history against the
+// sequential model below, which is the attachment table's rules
+// (datapath.AttachTable) applied one call at a time.
+
+var linNodes = [3]string{"n1", "n2", "n3"}
+
+type linInput struct {
+	op   string // grant, fence, release, read
+	vol  int
+	node int
+	use  datapath.GrantUse
+}
+
+type linOutput struct {
+	unknown bool // ErrNotCommitted: it may or may not have happened
+	refused bool // ErrAttachedElsewhere
+	epoch   uint64
+	rows    [3]datapath.AttachRow // read; Use as datapath.Attachment shows it
+}
+
+// linState is one volume's table: the row of each node (zero: none).
+type linState [3]datapath.AttachRow
+
+func (s linState) table() datapath.AttachTable {
+	t := datapath.AttachTable{VolumeID: "vol-0000000000000000", Access: datapath.AccessRWO, Rows: map[string]datapath.AttachRow{}}
+	for i, r := range s {
+		if r.State != "" {
+			t.Rows[linNodes[i]] = r
+			t.Epoch = max(t.Epoch, r.Epoch)
+		}
+	}
+	return t
+}
+
+// shown is the rows as a read shows them (a row's use as GrantedUse).
+func (s linState) shown() [3]datapath.AttachRow {
+	for i := range s {
+		if s[i].State != "" {
+			s[i].Use = s[i].GrantedUse()
+		}
+	}
+	return s
+}
+
+func linStep(state, input, output any) (bool, any) {
+	s, in, out := state.(linState), input.(linInput), output.(linOutput)
+	if in.op == "read" {
+		return out.rows == s.shown(), s
+	}
+	t, node := s.table(), linNodes[in.node]
+	var (
+		step datapath.AttachStep
+		err  error
+	)
+	switch in.op {
+	case "grant":
+		step, err = t.Grant(node, in.use)
+	case "fence":
+		step, err = t.Fence(node)
+	case "release":
+		step, err = t.Release(node)
+	}
+	next := s
+	if err == nil && step.Changed {
+		next[in.node] = step.Row
+	}
+	switch {
+	case out.unknown:
+		return true, next
+	case out.refused:
+		return errors.Is(err, datapath.ErrAttachedElsewhere), s
+	case err != nil:
+		return false, s
+	case in.op == "grant":
+		return out.epoch == step.Row.Epoch, next
+	case in.op == "fence":
+		return out.epoch == step.Epoch, next
+	}
+	return true, next
+}
+
+var linModel = porcupine.Model{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		var parts [2][]porcupine.Operation
+		for _, op := range h {
+			v := op.Input.(linInput).vol
+			parts[v] = append(parts[v], op)
+		}
+		return parts[:]
+	},
+	Init:  func() any { return linState{} },
+	Step:  linStep,
+	Equal: func(a, b any) bool { return a.(linState) == b.(linState) },
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		switch {
+		case out.unknown:
+			return fmt.Sprintf("%s(v%d, %s) -> unknown", in.op, in.vol, linNodes[in.node])
+		case out.refused:
+			return fmt.Sprintf("%s(v%d, %s) -> refused", in.op, in.vol, linNodes[in.node])
+		case in.op == "read":
+			return fmt.Sprintf("read(v%d) -> %v", in.vol, out.rows)
+		}
+		return fmt.Sprintf("%s(v%d, %s) -> %d", in.op, in.vol, linNodes[in.node], out.epoch)
+	},
+	DescribeState: func(s any) string { return fmt.Sprint(s.(linState).shown()) },
+}
+
+// linHistory collects operations from concurrent clients.
+type linHistory struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+}
+
+func (h *linHistory) now() int64 { return int64(time.Since(h.start)) }
+
+func (h *linHistory) add(client int, in linInput, out linOutput, call, ret int64) {
+	if out.unknown {
+		ret = math.MaxInt64 // it may take effect at any later time
+	}
+	h.mu.Lock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
+	h.mu.Unlock()
+}
+
+// linCall runs one operation: first at a random server that is up (as a
+// client that does not know the leader), then, while the answer is
+// ErrNotLeader, at the leader. It returns false when no server took it (so
+// it certainly did not happen).
+func linCall(c *testCluster, ids []string, in linInput, rng *rand.Rand) (linOutput, bool) {
+	deadline := time.Now().Add(2 * time.Second)
+	target := rng.IntN(len(c.ids))
+	for time.Now().Before(deadline) {
+		g := c.group(target)
+		if g == nil {
+			target = max(c.leader(), 0)
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		out, err := linDo(g, ids[in.vol], in)
+		switch {
+		case err == nil:
+			return out, true
+		case errors.Is(err, datapath.ErrAttachedElsewhere):
+			return linOutput{refused: true}, true
+		case errors.Is(err, ErrNotLeader):
+			target = max(c.leader(), 0)
+			time.Sleep(5 * time.Millisecond)
+		case in.op == "read":
+			return linOutput{}, false // a read that failed changed nothing
+		default:
+			return linOutput{unknown: true}, true
+		}
+	}
+	return linOutput{}, false
+}
+
+func linDo(g *Group, id string, in linInput) (linOutput, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	node := linNodes[in.node]
+	var (
+		out linOutput
+		err error
+	)
+	switch in.op {
+	case "grant":
+		out.epoch, err = g.Grant(ctx, id, node, in.use)
+	case "fence":
+		out.epoch, err = g.Fence(ctx, id, node)
+	case "release":
+		err = g.Release(ctx, id, node)
+	case "read":
+		var rows []datapath.Attachment
+		rows, err = g.Attachments(ctx, id)
+		for _, a := range rows {
+			for i, n := range linNodes {
+				if a.Node == n {
+					out.rows[i] = datapath.AttachRow{Epoch: a.Epoch, State: a.State, Use: a.Use}
+				}
+			}
+		}
+	}
+	return out, err
+}
+
+func linClient(c *testCluster, ids []string, h *linHistory, client int, until time.Time) {
+	rng := rand.New(rand.NewPCG(uint64(client), 7))
+	ops := []string{"grant", "grant", "fence", "release", "read", "read"}
+	uses := []datapath.GrantUse{datapath.UseReadWrite, datapath.UseReadOnly}
+	for time.Now().Before(until) {
+		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(2), node: rng.IntN(3), use: uses[rng.IntN(2)]}
+		call := h.now()
+		out, ok := linCall(c, ids, in, rng)
+		ret := h.now()
+		if ok {
+			h.add(client, in, out, call, ret)
+		}
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+	}
+}
+
+// nemesis disturbs one server at a time, in turn: kills the leader and
+// restarts it, cuts the leader off and heals it, cuts a follower off and
+// heals it, restarts a follower.
+func nemesis(c *testCluster, until time.Time, log func(string, ...any)) {
+	for k := 0; time.Now().Before(until); k++ {
+		time.Sleep(150 * time.Millisecond)
+		l := c.leader()
+		if l < 0 {
+			continue
+		}
+		f := (l + 1 + k%2) % len(c.ids)
+		switch k % 4 {
+		case 0:
+			log("kill leader %s", c.ids[l])
+			c.kill(l)
+			time.Sleep(250 * time.Millisecond)
+			c.start(l)
+		case 1:
+			log("cut off leader %s", c.ids[l])
+			c.setCut(l, true)
+			time.Sleep(300 * time.Millisecond)
+			c.setCut(l, false)
+		case 2:
+			log("cut off follower %s", c.ids[f])
+			c.setCut(f, true)
+			time.Sleep(300 * time.Millisecond)
+			c.setCut(f, false)
+		case 3:
+			log("restart follower %s", c.ids[f])
+			c.kill(f)
+			time.Sleep(100 * time.Millisecond)
+			c.start(f)
+		}
+	}
+}
+
+// runLinearizability runs clients and the nemesis for d and returns the
+// history.
+func runLinearizability(t *testing.T, d time.Duration) []porcupine.Operation {
+	c := newTestCluster(t, 3)
+	var ids []string
+	for _, name := range []string{"pv-a", "pv-b"} {
+		err := c.do(3*time.Second, func(g *Group) error {
+			v, err := g.CreateVolume(bg, name, 1<<20, datapath.AccessRWO, "s1")
+			ids = append(ids, v.ID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &linHistory{start: time.Now()}
+	until := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); linClient(c, ids, h, i, until) }(i)
+	}
+	nemesis(c, until, t.Logf)
+	wg.Wait()
+	return h.ops
+}
+
+func checkHistory(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult {
+	res, info := porcupine.CheckOperationsVerbose(linModel, ops, 20*time.Second)
+	if res != porcupine.Ok {
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("raftstate-%s.html", t.Name()))
+		if err := porcupine.VisualizePath(linModel, info, path); err == nil {
+			t.Logf("history drawn in %s", path)
+		}
+	}
+	return res
+}
+
+// TestLinearizability_GrantsFencesReleasesUnderFaults: every answer the
+// group gave, while its leader was killed and cut off and its followers cut
+// off and restarted, fits one sequential order of the attachment rules; so
+// no acknowledged epoch was lost or went back, and no read was stale.
+func TestLinearizability_GrantsFencesReleasesUnderFaults(t *testing.T) {
+	ops := runLinearizability(t, 3*time.Second)
+	var unknown, writes, reads int
+	for _, op := range ops {
+		switch {
+		case op.Output.(linOutput).unknown:
+			unknown++
+		case op.Input.(linInput).op == "read":
+			reads++
+		default:
+			writes++
+		}
+	}
+	t.Logf("history: %d acknowledged changes, %d reads, %d of unknown outcome", writes, reads, unknown)
+	if writes < 50 || reads < 20 {
+		t.Fatalf("too few operations to check: %d changes, %d reads", writes, reads)
+	}
+	if res := checkHistory(t, ops); res != porcupine.Ok {
+		t.Fatalf("porcupine: the history is not linearizable (%s)", res)
+	}
+}
+
+// TestLinearizability_CheckerCatchesAStaleRead breaks reads on purpose: a
+// server answers from its own state, as a follower cut off from the leader
+// would, and the checker must call the history illegal. It proves the
+// check above can fail.
+func TestLinearizability_CheckerCatchesAStaleRead(t *testing.T) {
+	c := newTestCluster(t, 3)
+	v := createAndGrant(t, c)
+	l := c.waitLeader(time.Second)
+	f := (l + 1) % 3
+	c.waitApplied(time.Second)
+	c.setCut(f, true)
+	h := &linHistory{start: time.Now()}
+	call := h.now()
+	e := fence(t, c, v.ID, "n1", 1)
+	h.add(0, linInput{op: "fence", node: 0}, linOutput{epoch: e}, call, h.now())
+	call = h.now()
+	stale, err := c.group(f).Local().Attachments(v.ID) // the broken read
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := linOutput{}
+	out.rows[0] = datapath.AttachRow{Epoch: stale[0].Epoch, State: stale[0].State, Use: stale[0].Use}
+	h.add(1, linInput{op: "read", node: 0}, out, call, h.now())
+	ops := append([]porcupine.Operation{{ClientId: 2, Input: linInput{op: "grant", node: 0, use: datapath.UseReadWrite}, Output: linOutput{epoch: 1}, Call: -2, Return: -1}}, h.ops...)
+	if res := checkHistory(t, ops); res != porcupine.Illegal {
+		t.Fatalf("a read of %+v after a fence to epoch %d passed the check (%s)", stale, e, res)
+	}
+}
