@@ -220,3 +220,11 @@ func validAddress(what, addr string) error {
 	}
 	return nil
 }
+
+// validListenAddress is validAddress with port 0 (any free port) allowed.
+func validListenAddress(addr string) error {
+	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return validAddress("raft address", net.JoinHostPort(host, "1"))
+	}
+	return validAddress("raft address", addr)
+}

@@ -187,8 +187,10 @@ func (s *state) attach(c Command) result {
 // applied, none.
 func (s *state) fenceNode(node string, at time.Time) []datapath.FencedVolume {
 	ids := make([]string, 0, len(s.vols))
-	for id := range s.vols {
-		ids = append(ids, id)
+	for id, vs := range s.vols {
+		if r, ok := vs.rows[node]; ok && r.row.Live() { // the rules decide below; this only skips the rest
+			ids = append(ids, id)
+		}
 	}
 	sort.Strings(ids)
 	var out []datapath.FencedVolume

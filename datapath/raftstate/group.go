@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/vigil-storage/vigil/datapath"
 )
@@ -65,7 +66,8 @@ type Config struct {
 	// Dir is the data directory: raft.db and snapshots/.
 	Dir string
 	// Address is host:port the Raft transport listens on (TCP) and the other
-	// members reach it at. Ignored when Transport is set.
+	// members reach it at; port 0 picks a free one (see Group.Address).
+	// Ignored when Transport is set.
 	Address string
 	// Transport, when set, carries Raft's messages instead of TCP on
 	// Address (tests: raft.InmemTransport). The Group does not close it.
@@ -79,6 +81,10 @@ type Config struct {
 	LogOutput io.Writer
 	// Now is the clock recorded in commands (default time.Now).
 	Now func() time.Time
+
+	// inMemory keeps the log, the stable store and the snapshots in memory
+	// (benchmarks of the transport alone); Dir is still required.
+	inMemory bool
 }
 
 // Group is one server's member of the replicated control state: a Raft node
@@ -90,7 +96,9 @@ type Group struct {
 	id           string
 	raft         *raft.Raft
 	fsm          *FSM
-	store        *raftboltdb.BoltStore
+	store        *raftboltdb.BoltStore // nil when in memory
+	logs         raft.LogStore
+	stable       raft.StableStore
 	snaps        raft.SnapshotStore
 	trans        raft.Transport
 	ownTrans     *raft.NetworkTransport
@@ -110,7 +118,7 @@ func Open(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("%w: data directory: empty path", datapath.ErrInvalidArgument)
 	}
 	if cfg.Transport == nil {
-		if err := validAddress("raft address", cfg.Address); err != nil {
+		if err := validListenAddress(cfg.Address); err != nil {
 			return nil, err
 		}
 	}
@@ -131,7 +139,7 @@ func Open(cfg Config) (*Group, error) {
 	if err := g.openStores(cfg, conf.Logger); err != nil {
 		return nil, err
 	}
-	g.raft, err = raft.NewRaft(conf, g.fsm, g.store, g.store, g.snaps, g.trans)
+	g.raft, err = raft.NewRaft(conf, g.fsm, g.logs, g.stable, g.snaps, g.trans)
 	if err != nil {
 		g.closeStores()
 		return nil, fmt.Errorf("start raft in %s: %w", cfg.Dir, err)
@@ -173,30 +181,47 @@ func or[T comparable](v, def T) T {
 // openStores opens the log and stable store, the snapshot store and, unless
 // the config brings one, the TCP transport.
 func (g *Group) openStores(cfg Config, logger hclog.Logger) error {
+	if cfg.inMemory {
+		mem := raft.NewInmemStore()
+		g.logs, g.stable, g.snaps = mem, mem, raft.NewInmemSnapshotStore()
+		return g.openTransport(cfg, logger)
+	}
 	path := filepath.Join(cfg.Dir, raftDBFile)
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bolt.Options{Timeout: 2 * time.Second}})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return fmt.Errorf("data directory %s is in use by another server (lock on %s)", cfg.Dir, raftDBFile)
 		}
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	g.store = store
+	g.store, g.logs, g.stable = store, store, store
 	g.snaps, err = raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, snapDir), 2, logger)
 	if err != nil {
 		g.closeStores()
 		return fmt.Errorf("snapshots in %s: %w", cfg.Dir, err)
 	}
-	if g.trans == nil {
-		g.ownTrans, err = raft.NewTCPTransportWithLogger(cfg.Address, nil, 3, 10*time.Second, logger)
-		if err != nil {
-			g.closeStores()
-			return fmt.Errorf("raft transport on %s: %w", cfg.Address, err)
-		}
-		g.trans = g.ownTrans
+	return g.openTransport(cfg, logger)
+}
+
+// openTransport listens on cfg.Address unless the config brings a
+// transport.
+func (g *Group) openTransport(cfg Config, logger hclog.Logger) error {
+	if g.trans != nil {
+		return nil
 	}
+	var err error
+	g.ownTrans, err = raft.NewTCPTransportWithLogger(cfg.Address, nil, 3, 10*time.Second, logger)
+	if err != nil {
+		g.closeStores()
+		return fmt.Errorf("raft transport on %s: %w", cfg.Address, err)
+	}
+	g.trans = g.ownTrans
 	return nil
 }
+
+// Address is the address this server's transport listens on (with the
+// port chosen when Config.Address asked for port 0).
+func (g *Group) Address() string { return string(g.trans.LocalAddr()) }
 
 func (g *Group) closeStores() {
 	if g.ownTrans != nil {
@@ -404,14 +429,14 @@ func (g *Group) IsLeader() bool { return g.raft.State() == raft.Leader }
 type Status struct {
 	ID string
 	// Role is leader, follower, candidate or shutdown.
-	Role          string
-	Leader        string
-	LastContact   time.Time // with the leader; zero on the leader
-	AppliedIndex  uint64
-	CommitIndex   uint64
-	Voters        []string
-	LocalVolumes  int // volumes in this server's state, which may be stale
-	LocalServers  []Server
+	Role         string
+	Leader       string
+	LastContact  time.Time // with the leader; zero on the leader
+	AppliedIndex uint64
+	CommitIndex  uint64
+	Voters       []string
+	LocalVolumes int // volumes in this server's state, which may be stale
+	LocalServers []Server
 }
 
 // Status reports this server's view.
