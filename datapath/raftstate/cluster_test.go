@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // testTiming is fast failure detection for tests, and snapshots every few
@@ -53,13 +55,13 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 	}
 	peers := c.peers()
 	for i := 0; i < n; i++ {
-		if err := c.groups[i].Bootstrap(peers); err != nil {
+		if err := c.groups[i].Bootstrap(peers); err != nil && !errors.Is(err, ErrHasState) { // a leader reached it first
 			t.Fatalf("bootstrap %s: %v", c.ids[i], err)
 		}
 	}
-	l := c.waitLeader(5 * time.Second)
+	c.waitLeader(5 * time.Second)
 	for _, p := range peers {
-		if err := c.groups[l].AddServer(context.Background(), p); err != nil {
+		if err := c.retry(5*time.Second, func(g *Group) error { return g.AddServer(context.Background(), p) }); err != nil {
 			t.Fatalf("add server %s: %v", p.ID, err)
 		}
 	}
@@ -182,19 +184,40 @@ func (c *testCluster) do(timeout time.Duration, fn func(g *Group) error) error {
 	}
 }
 
-// waitApplied waits until every server that is up has applied at least
-// the leader's commit index, so their local states can be compared.
-func (c *testCluster) waitApplied(timeout time.Duration) {
-	c.t.Helper()
-	l := c.waitLeader(timeout)
-	target := c.group(l).raft.CommitIndex()
+// retry is do that also retries a call whose outcome is unknown
+// (ErrNotCommitted): for calls that are safe to repeat (an idempotent
+// create, grant or add, or a fence whose retry only moves the epoch again).
+func (c *testCluster) retry(timeout time.Duration, fn func(g *Group) error) error {
 	deadline := time.Now().Add(timeout)
-	for i := range c.groups {
-		for g := c.group(i); g != nil && g.raft.AppliedIndex() < target; {
-			if time.Now().After(deadline) {
-				c.t.Fatalf("%s applied %d, the leader committed %d", c.ids[i], g.raft.AppliedIndex(), target)
-			}
-			time.Sleep(5 * time.Millisecond)
+	for {
+		err := c.do(timeout, fn)
+		if !errors.Is(err, ErrNotCommitted) || time.Now().After(deadline) {
+			return err
 		}
+	}
+}
+
+// waitLocal waits until server i's own state of volume id satisfies ok
+// (followers apply what the leader committed a moment later).
+func (c *testCluster) waitLocal(i int, id string, timeout time.Duration, ok func(Volume, []datapath.Attachment) bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var (
+			v    Volume
+			rows []datapath.Attachment
+			err  error
+		)
+		if g := c.group(i); g != nil {
+			v, err = g.Local().Volume(id)
+			rows, _ = g.Local().Attachments(id)
+		}
+		if err == nil && ok(v, rows) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s's state of volume %s after %s: %+v %+v (%v)", c.ids[i], id, timeout, v, rows, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

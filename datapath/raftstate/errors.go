@@ -20,6 +20,11 @@ var (
 	// op, undecodable bytes, a field missing or malformed). It changes
 	// nothing on any server.
 	ErrBadCommand = errors.New("raftstate: bad command")
+	// ErrHasState: Bootstrap at a server that already has Raft state: it
+	// was bootstrapped before, or a leader reached it first. It rejoins its
+	// group as it is; a server started with a bootstrap list every time may
+	// take this error as success.
+	ErrHasState = errors.New("raftstate: server already has Raft state")
 	// ErrClosed: the group was closed.
 	ErrClosed = errors.New("raftstate: closed")
 )

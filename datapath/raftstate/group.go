@@ -70,7 +70,7 @@ type Config struct {
 	// Ignored when Transport is set.
 	Address string
 	// Transport, when set, carries Raft's messages instead of TCP on
-	// Address (tests: raft.InmemTransport). The Group does not close it.
+	// Address (tests: raft.InmemTransport). Close closes it.
 	Transport raft.Transport
 	// Timing defaults to DefaultTiming (each zero field to its default).
 	Timing Timing
@@ -246,7 +246,8 @@ func (g *Group) Close() error {
 // Bootstrap makes a new group of peers (this server among them; one peer
 // for a one-member group). Only a server with no Raft state may bootstrap,
 // and every peer of the list must bootstrap with the same list, or only one
-// of them with a one-member list and the others added with AddServer.
+// of them with a one-member list and the others added with AddServer. A
+// server that already has Raft state gets ErrHasState and changes nothing.
 // After it, the leader records each peer with AddServer (its node and
 // datapath address; Raft itself knows only id and raft address).
 func (g *Group) Bootstrap(peers []Server) error {
@@ -259,7 +260,7 @@ func (g *Group) Bootstrap(peers []Server) error {
 	}
 	if err := g.raft.BootstrapCluster(conf).Error(); err != nil {
 		if errors.Is(err, raft.ErrCantBootstrap) {
-			return fmt.Errorf("%w: server %s already has Raft state; it rejoins its group without Bootstrap", datapath.ErrInvalidArgument, g.id)
+			return fmt.Errorf("%w: server %s; it rejoins its group without Bootstrap", ErrHasState, g.id)
 		}
 		return fmt.Errorf("bootstrap: %w", err)
 	}

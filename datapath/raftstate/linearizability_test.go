@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/raft"
 
 	"github.com/vigil-storage/vigil/datapath"
 )
@@ -258,17 +259,49 @@ func nemesis(c *testCluster, until time.Time, log func(string, ...any)) {
 	}
 }
 
+// dumpLogs writes every server's log (index, term, command) to a file
+// next to the drawn history, to see where the servers disagree.
+func dumpLogs(t *testing.T, c *testCluster) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("raftstate-%s-logs.txt", t.Name()))
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	for i := range c.ids {
+		g := c.group(i)
+		if g == nil {
+			continue
+		}
+		first, _ := g.logs.FirstIndex()
+		last, _ := g.logs.LastIndex()
+		fmt.Fprintf(f, "== %s first %d last %d commit %d applied %d\n", c.ids[i], first, last, g.raft.CommitIndex(), g.raft.AppliedIndex())
+		for idx := first; idx <= last && idx > 0; idx++ {
+			var l raft.Log
+			if err := g.logs.GetLog(idx, &l); err != nil {
+				fmt.Fprintf(f, "%d: %v\n", idx, err)
+				continue
+			}
+			cmd, _ := decodeCommand(l.Data)
+			fmt.Fprintf(f, "%d t%d %s %s %s %s %s\n", l.Index, l.Term, l.Type, cmd.Op, cmd.VolumeID, cmd.Node, cmd.Use)
+		}
+	}
+	t.Logf("server logs in %s", path)
+}
+
 // runLinearizability runs clients and the nemesis for d and returns the
 // history.
 func runLinearizability(t *testing.T, d time.Duration) []porcupine.Operation {
 	c := newTestCluster(t, 3)
 	var ids []string
 	for _, name := range []string{"pv-a", "pv-b"} {
-		err := c.do(3*time.Second, func(g *Group) error {
+		var id string
+		err := c.retry(3*time.Second, func(g *Group) error {
 			v, err := g.CreateVolume(bg, name, 1<<20, datapath.AccessRWO, "s1")
-			ids = append(ids, v.ID)
+			id = v.ID
 			return err
 		})
+		ids = append(ids, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,6 +315,11 @@ func runLinearizability(t *testing.T, d time.Duration) []porcupine.Operation {
 	}
 	nemesis(c, until, t.Logf)
 	wg.Wait()
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, c)
+		}
+	})
 	return h.ops
 }
 
@@ -331,7 +369,7 @@ func TestLinearizability_CheckerCatchesAStaleRead(t *testing.T) {
 	v := createAndGrant(t, c)
 	l := c.waitLeader(time.Second)
 	f := (l + 1) % 3
-	c.waitApplied(time.Second)
+	c.waitLocal(f, v.ID, 3*time.Second, func(_ Volume, rows []datapath.Attachment) bool { return len(rows) == 1 })
 	c.setCut(f, true)
 	h := &linHistory{start: time.Now()}
 	call := h.now()
