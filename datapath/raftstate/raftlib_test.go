@@ -1,0 +1,102 @@
+package raftstate
+
+import (
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// indexFSM records the indexes it applies.
+type indexFSM struct {
+	mu      sync.Mutex
+	applied []uint64
+}
+
+func (f *indexFSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = append(f.applied, l.Index)
+	return nil
+}
+
+func (f *indexFSM) Snapshot() (raft.FSMSnapshot, error) { return snapshot(nil), nil }
+func (f *indexFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
+
+func (f *indexFSM) has(i uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.applied {
+		if a == i {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRaftLibrary_EmptyAppendCommitsUnverifiedSuffix is a canary on
+// hashicorp/raft v1.8.0, not on this package. A follower that holds an entry
+// a former leader appended but never committed (index 3, term 1) receives
+// from the new leader (term 2) an AppendEntries with no entries, whose
+// previous entry (2, term 1) matches, and a commit index of 3 (the new
+// leader's own entry 3 is committed elsewhere). The Raft paper lets it
+// commit only up to the last entry the request vouched for (2); the library
+// commits min(leader's commit, its own last index) and applies its stale
+// entry 3 to the state machine, which then differs from every other
+// server's. This is how the linearizability check can fail, rarely, when an
+// old leader's uncommitted command meets such a request: an epoch applied
+// on one server that the group never committed.
+//
+// If this test fails, the library checks the request's range before
+// committing: drop the canary and the warning in doc.go.
+func TestRaftLibrary_EmptyAppendCommitsUnverifiedSuffix(t *testing.T) {
+	store := raft.NewInmemStore()
+	conf := raft.Configuration{Servers: []raft.Server{
+		{Suffrage: raft.Voter, ID: "F", Address: "F"},
+		{Suffrage: raft.Voter, ID: "L", Address: "L"},
+	}}
+	if err := store.StoreLogs([]*raft.Log{
+		{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)},
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("committed")},
+		{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("appended by the old leader, never committed")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	_, ft := raft.NewInmemTransport("F")
+	_, lt := raft.NewInmemTransport("L")
+	lt.Connect("F", ft)
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = "F"
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 10*time.Second, 10*time.Second, time.Second
+	cfg.Logger = hclog.NewNullLogger()
+	fsm := &indexFSM{}
+	r, err := raft.NewRaft(cfg, fsm, store, store, raft.NewInmemSnapshotStore(), ft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown()
+
+	req := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("L"), Addr: []byte("L")},
+		Term:      2, PrevLogEntry: 2, PrevLogTerm: 1, LeaderCommitIndex: 3,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := lt.AppendEntries("F", "F", req, &resp); err != nil || !resp.Success {
+		t.Fatalf("append entries: %v, success %v", err, resp.Success)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !fsm.has(2) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !fsm.has(3) {
+		t.Fatalf("the follower applied %v: it no longer commits past the request's range; drop this canary", fsm.applied)
+	}
+	t.Logf("hashicorp/raft applied %v: entry 3, never committed by any leader, reached the state machine", fsm.applied)
+}
