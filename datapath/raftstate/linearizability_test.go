@@ -137,6 +137,31 @@ type linHistory struct {
 
 func (h *linHistory) now() int64 { return int64(time.Since(h.start)) }
 
+// Least operations of each kind for a history worth checking.
+const linMinChanges, linMinReads = 50, 20
+
+// count returns the acknowledged changes and reads recorded so far.
+func (h *linHistory) count() (changes, reads, unknown int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, op := range h.ops {
+		switch {
+		case op.Output.(linOutput).unknown:
+			unknown++
+		case op.Input.(linInput).op == "read":
+			reads++
+		default:
+			changes++
+		}
+	}
+	return changes, reads, unknown
+}
+
+func (h *linHistory) enough() bool {
+	c, r, _ := h.count()
+	return c >= linMinChanges && r >= linMinReads
+}
+
 func (h *linHistory) add(client int, in linInput, out linOutput, call, ret int64) {
 	if out.unknown {
 		ret = math.MaxInt64 // it may take effect at any later time
@@ -211,7 +236,9 @@ func linClient(c *testCluster, ids []string, h *linHistory, client int, until ti
 	rng := rand.New(rand.NewPCG(uint64(client), 7))
 	ops := []string{"grant", "grant", "fence", "release", "read", "read"}
 	uses := []datapath.GrantUse{datapath.UseReadWrite, datapath.UseReadOnly}
-	for time.Now().Before(until) {
+	// Past until, go on (faults over) until the history is long enough to
+	// mean something, for at most as long again: a loaded machine is slow.
+	for now := time.Now(); now.Before(until) || !h.enough() && now.Before(until.Add(until.Sub(h.start))); now = time.Now() {
 		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(2), node: rng.IntN(3), use: uses[rng.IntN(2)]}
 		call := h.now()
 		out, ok := linCall(c, ids, in, rng)
@@ -340,19 +367,9 @@ func checkHistory(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult
 // no acknowledged epoch was lost or went back, and no read was stale.
 func TestLinearizability_GrantsFencesReleasesUnderFaults(t *testing.T) {
 	ops := runLinearizability(t, 3*time.Second)
-	var unknown, writes, reads int
-	for _, op := range ops {
-		switch {
-		case op.Output.(linOutput).unknown:
-			unknown++
-		case op.Input.(linInput).op == "read":
-			reads++
-		default:
-			writes++
-		}
-	}
+	writes, reads, unknown := (&linHistory{ops: ops}).count()
 	t.Logf("history: %d acknowledged changes, %d reads, %d of unknown outcome", writes, reads, unknown)
-	if writes < 50 || reads < 20 {
+	if writes < linMinChanges || reads < linMinReads {
 		t.Fatalf("too few operations to check: %d changes, %d reads", writes, reads)
 	}
 	if res := checkHistory(t, ops); res != porcupine.Ok {
