@@ -72,9 +72,17 @@
 // change. The linearizability test failed once in about 300 runs with a
 // history that fits this and nothing else we found (a fence proposed to a
 // leader that was then cut off showed up, one epoch early, on the server
-// that led next; the servers' logs were not kept then, they are now). Until the library checks the range
-// (or the group moves to go.etcd.io/raft, which does), this package is not
-// safe to put in charge of grants and fences.
+// that led next; the servers' logs were not kept then, they are now).
+//
+// So the FSM guards itself (guard.go): it remembers the index and term of
+// the last command it applied and, before every apply, snapshot and current
+// read, checks that the log still holds that entry; if the group replaced
+// it, the server's state is wrong, it answers ErrDiverged and its Raft node
+// stops, and the others go on (TestFSM_AnEntryTheGroupReplacedStopsTheServer
+// drives the flaw into the FSM; TestGroup_DivergedServerStops). A server
+// stopped so needs its data directory removed and to be added again. The
+// guard turns a wrong answer into the loss of one server; the cure is a
+// library that checks the range, or go.etcd.io/raft, which does.
 //
 // # What it leaves to others
 //

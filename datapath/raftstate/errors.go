@@ -25,6 +25,12 @@ var (
 	// group as it is; a server started with a bootstrap list every time may
 	// take this error as success.
 	ErrHasState = errors.New("raftstate: server already has Raft state")
+	// ErrDiverged: this server applied a log entry that the group later
+	// replaced (the Raft library can let a follower commit an old leader's
+	// entry that was never committed, see the package documentation). Its
+	// state is not the group's, so it answers nothing until its data
+	// directory is removed and it is added again.
+	ErrDiverged = errors.New("raftstate: this server's state diverged from the group's")
 	// ErrClosed: the group was closed.
 	ErrClosed = errors.New("raftstate: closed")
 )

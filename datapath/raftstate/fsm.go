@@ -37,6 +37,13 @@ type Leave struct {
 type FSM struct {
 	mu sync.RWMutex
 	st state
+	// logs, when set, is the server's log store, against which last is
+	// checked (guard.go).
+	logs raft.LogStore
+	// last is the last command applied (or restored with a snapshot).
+	last appliedEntry
+	// diverged, once set, refuses every apply, snapshot and read.
+	diverged error
 }
 
 type state struct {
@@ -81,6 +88,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	c, err := decodeCommand(l.Data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.checkLocked(); err != nil {
+		return result{err: err}
+	}
+	f.last = appliedEntry{Index: l.Index, Term: l.Term}
 	if err != nil {
 		return result{err: err}
 	}
@@ -275,9 +286,12 @@ func (vs *volState) record(step datapath.AttachStep, at time.Time) {
 // Snapshot captures the state for Raft's snapshots; it encodes it at once,
 // so Apply may go on while the snapshot is written.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	data, err := encodeSnapshot(&f.st)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.checkLocked(); err != nil {
+		return nil, err
+	}
+	data, err := encodeSnapshot(&f.st, f.last)
 	if err != nil {
 		return nil, err
 	}
@@ -287,12 +301,12 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // Restore replaces the state with a snapshot's, after checking all of it.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	st, err := decodeSnapshot(rc)
+	st, last, err := decodeSnapshot(rc)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.st = st
+	f.st, f.last, f.diverged = st, last, nil
 	f.mu.Unlock()
 	return nil
 }

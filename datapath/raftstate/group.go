@@ -103,8 +103,10 @@ type Group struct {
 	trans        raft.Transport
 	ownTrans     *raft.NetworkTransport
 	now          func() time.Time
+	logger       hclog.Logger
 	applyTimeout time.Duration
 	closed       atomic.Bool
+	stopped      atomic.Bool // shut down because its state diverged
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -139,6 +141,8 @@ func Open(cfg Config) (*Group, error) {
 	if err := g.openStores(cfg, conf.Logger); err != nil {
 		return nil, err
 	}
+	g.fsm.logs = g.logs
+	g.logger = conf.Logger
 	g.raft, err = raft.NewRaft(conf, g.fsm, g.logs, g.stable, g.snaps, g.trans)
 	if err != nil {
 		g.closeStores()
@@ -352,6 +356,9 @@ func (g *Group) apply(ctx context.Context, c Command) (result, error) {
 	if g.raft.State() != raft.Leader {
 		return result{}, g.notLeader()
 	}
+	if err := g.fsm.Verify(); err != nil {
+		return result{}, g.failStop(err)
+	}
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
 	f := g.raft.Apply(data, g.applyTimeout)
@@ -359,7 +366,18 @@ func (g *Group) apply(ctx context.Context, c Command) (result, error) {
 		return result{}, err
 	}
 	res, _ := f.Response().(result)
-	return res, res.err
+	return res, g.failStop(res.err)
+}
+
+// failStop takes a server whose state diverged out of the group (its Raft
+// node shuts down, so the others elect a leader whose state is right) and
+// returns err.
+func (g *Group) failStop(err error) error {
+	if errors.Is(err, ErrDiverged) && !g.stopped.Swap(true) {
+		g.logger.Error("stopping this server: its state diverged from the group's", "error", err)
+		go g.raft.Shutdown()
+	}
+	return err
 }
 
 // current returns once this server's state holds every change committed
@@ -375,7 +393,10 @@ func (g *Group) current(ctx context.Context) error {
 	}
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
-	return g.wait(ctx, "read", g.raft.Barrier(g.applyTimeout))
+	if err := g.wait(ctx, "read", g.raft.Barrier(g.applyTimeout)); err != nil {
+		return err
+	}
+	return g.failStop(g.fsm.Verify())
 }
 
 func (g *Group) deadline(ctx context.Context) (context.Context, context.CancelFunc) {

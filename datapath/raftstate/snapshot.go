@@ -20,6 +20,7 @@ const snapshotVersion = 1
 // two servers with the same state write the same bytes).
 type snapshotDoc struct {
 	Version int              `json:"version"`
+	Applied appliedEntry     `json:"applied"`
 	Volumes []snapshotVolume `json:"volumes"`
 	Leaves  []Leave          `json:"leaves"`
 	Servers []Server         `json:"servers"`
@@ -44,8 +45,8 @@ type snapshotRow struct {
 	Updated time.Time                `json:"updated"`
 }
 
-func encodeSnapshot(s *state) ([]byte, error) {
-	doc := snapshotDoc{Version: snapshotVersion, Volumes: []snapshotVolume{}, Leaves: []Leave{}, Servers: []Server{}}
+func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
+	doc := snapshotDoc{Version: snapshotVersion, Applied: last, Volumes: []snapshotVolume{}, Leaves: []Leave{}, Servers: []Server{}}
 	for _, vs := range s.vols {
 		v := vs.vol
 		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []snapshotRow{}}
@@ -70,43 +71,43 @@ func encodeSnapshot(s *state) ([]byte, error) {
 // decodeSnapshot reads a snapshot and checks it whole (shapes, names, no
 // duplicates, no row above its volume's epoch), so a damaged snapshot is
 // refused instead of half restored.
-func decodeSnapshot(r io.Reader) (state, error) {
+func decodeSnapshot(r io.Reader) (state, appliedEntry, error) {
 	var doc snapshotDoc
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		return state{}, fmt.Errorf("restore snapshot: %w", err)
+		return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: %w", err)
 	}
 	if doc.Version != snapshotVersion {
-		return state{}, fmt.Errorf("restore snapshot: format version %d; this server knows version %d only", doc.Version, snapshotVersion)
+		return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: format version %d; this server knows version %d only", doc.Version, snapshotVersion)
 	}
 	st := newState()
 	for _, m := range doc.Servers {
 		if err := m.validate(); err != nil {
-			return state{}, fmt.Errorf("restore snapshot: %w", err)
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: %w", err)
 		}
 		st.servers[m.ID] = m
 	}
 	for _, sv := range doc.Volumes {
 		vs, err := restoreVolume(sv)
 		if err != nil {
-			return state{}, fmt.Errorf("restore snapshot: volume %s: %w", sv.ID, err)
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: volume %s: %w", sv.ID, err)
 		}
 		if _, dup := st.vols[sv.ID]; dup {
-			return state{}, fmt.Errorf("restore snapshot: volume %s appears twice", sv.ID)
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: volume %s appears twice", sv.ID)
 		}
 		if _, dup := st.names[sv.Name]; dup {
-			return state{}, fmt.Errorf("restore snapshot: volume name %q appears twice", sv.Name)
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: volume name %q appears twice", sv.Name)
 		}
 		st.vols[sv.ID], st.names[sv.Name] = vs, sv.ID
 	}
 	for _, l := range doc.Leaves {
 		if err := datapath.ValidNode(l.Node); err != nil {
-			return state{}, fmt.Errorf("restore snapshot: leave: %w", err)
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: leave: %w", err)
 		}
 		st.leaves[l.Node] = l
 	}
-	return st, nil
+	return st, doc.Applied, nil
 }
 
 func restoreVolume(sv snapshotVolume) (*volState, error) {
