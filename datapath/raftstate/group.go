@@ -107,6 +107,8 @@ type Group struct {
 	applyTimeout time.Duration
 	closed       atomic.Bool
 	stopped      atomic.Bool // shut down because its state diverged
+	observer     *raft.Observer
+	observed     chan raft.Observation
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -148,7 +150,26 @@ func Open(cfg Config) (*Group, error) {
 		g.closeStores()
 		return nil, fmt.Errorf("start raft in %s: %w", cfg.Dir, err)
 	}
+	g.checkOnLeadership()
 	return g, nil
+}
+
+// checkOnLeadership checks the state each time this server becomes the
+// leader, before any client asks, so a server whose state diverged stops
+// before it leads (and sends its snapshots) for long.
+func (g *Group) checkOnLeadership() {
+	ch := make(chan raft.Observation, 4)
+	g.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		return ok && string(lo.LeaderID) == g.id
+	})
+	g.observed = ch
+	g.raft.RegisterObserver(g.observer)
+	go func() {
+		for range ch {
+			_ = g.failStop(g.fsm.Verify())
+		}
+	}()
 }
 
 func raftConfig(cfg Config) (*raft.Config, error) {
@@ -243,6 +264,8 @@ func (g *Group) Close() error {
 		return nil
 	}
 	err := g.raft.Shutdown().Error()
+	g.raft.DeregisterObserver(g.observer)
+	close(g.observed)
 	g.closeStores()
 	return err
 }
