@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # testbin.sh builds the sandbox's binaries (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kwok, kwokctl, csi-attacher,
-# csi-provisioner) from the pinned tools modules next to this script, once, into
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kwok, kwokctl,
+# csi-attacher, csi-provisioner) from the pinned tools modules next to this script, once, into
 # a per-version cache outside the repository:
 #   ${VIGIL_TESTBIN:-$HOME/.cache/vigil/testbin/<kube version>-<hash of pins.env>}
 # Binaries already built for the same tools module (go.mod, go.sum, ldflags) are
@@ -119,7 +119,9 @@ build kwok "$kwok_ld" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cm
 build kube "$kube_ld" \
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+	kubelet=k8s.io/kubernetes/cmd/kubelet \
+	kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
 build attacher "-X main.version=$EXTERNAL_ATTACHER_VERSION" \
 	csi-attacher=github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
 build provisioner "-X main.version=$EXTERNAL_PROVISIONER_VERSION" \
