@@ -76,6 +76,11 @@ func preflight(cfg Config) error {
 	if err := CheckBinaries(cfg.BinDir); err != nil {
 		return err
 	}
+	if cfg.Kubelet == KubeletReal {
+		if err := realPreflight(cfg); err != nil {
+			return err
+		}
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: network namespaces and veths need root (euid %d)", ErrNotRoot, os.Geteuid())
 	}
@@ -112,6 +117,9 @@ func newState(cfg Config) (*state, error) {
 	if cfg.AuditLog {
 		st.AuditLog = filepath.Join(cfg.WorkDir, "audit.log")
 	}
+	if cfg.Kubelet == KubeletReal {
+		st.Kubelet, st.PodSubnet, st.NodeImages, st.PauseImage = KubeletReal, cfg.PodSubnet, cfg.NodeImages, cfg.PauseImage
+	}
 	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)
 		if err != nil {
@@ -126,6 +134,12 @@ func newState(cfg Config) (*state, error) {
 		}
 		n.NetNS, n.HostVeth, n.NodeVeth = linkNames(cfg.Name, n.Name, i)
 		n.Kubeconfig = filepath.Join(n.dir(cfg.WorkDir), "kubeconfig")
+		if cfg.Kubelet == KubeletReal {
+			n.Cgroup = n.NetNS
+			if n.PodCIDR, err = podCIDR(cfg.PodSubnet, i); err != nil {
+				return nil, err
+			}
+		}
 		st.Nodes = append(st.Nodes, n)
 	}
 	return st, nil
@@ -139,6 +153,11 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 		}
 		if err := createLink(n); err != nil {
 			return err
+		}
+		if n.real() {
+			if err := setupRealNodeNet(n); err != nil {
+				return err
+			}
 		}
 	}
 	s.logf("sandbox: %d node links up (%.1fs)", len(st.Nodes), time.Since(t0).Seconds())
@@ -183,7 +202,7 @@ func (s *Sandbox) up(ctx context.Context, cfg Config, st *state) error {
 			return err
 		}
 	}
-	if err := s.WaitNodesReady(ctx, 60*time.Second); err != nil {
+	if err := s.WaitNodesReady(ctx, readyTimeout(st)); err != nil {
 		return err
 	}
 	s.logf("sandbox: %d nodes Ready (%.1fs)", len(st.k8sNodes()), time.Since(t0).Seconds())
@@ -226,6 +245,9 @@ func kwokctlConfig(cfg Config, st *state) string {
 	for _, n := range st.Nodes {
 		fmt.Fprintf(&b, "  - %q\n", n.HostIP)
 	}
+	if st.Kubelet == KubeletReal {
+		fmt.Fprintf(&b, "  - %q\n", ServiceIP) // the `kubernetes` Service, as pods reach it
+	}
 	b.WriteString("componentsPatches:\n- name: kube-controller-manager\n  extraArgs:\n")
 	fmt.Fprintf(&b, "  - {key: node-monitor-grace-period, value: %q}\n", cfg.NodeMonitorGracePeriod.String())
 	fmt.Fprintf(&b, "  - {key: node-monitor-period, value: %q}\n", cfg.NodeMonitorPeriod.String())
@@ -242,6 +264,15 @@ func kwokctlConfig(cfg Config, st *state) string {
 	fmt.Fprintf(&b, "  - {key: default-not-ready-toleration-seconds, value: \"%d\"}\n", cfg.DefaultTolerationSeconds)
 	fmt.Fprintf(&b, "  - {key: advertise-address, value: %q}\n", st.Nodes[0].HostIP)
 	b.WriteString("  - {key: enable-admission-plugins, value: NodeRestriction}\n")
+	if st.Kubelet == KubeletReal {
+		// Pods reach the API server through the `kubernetes` Service, and
+		// the API server reaches real kubelets (logs, exec) as the admin.
+		pki := filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "pki")
+		fmt.Fprintf(&b, "  - {key: service-cluster-ip-range, value: %q}\n", ServiceSubnet)
+		fmt.Fprintf(&b, "  - {key: kubelet-client-certificate, value: %q}\n", filepath.Join(pki, "admin.crt"))
+		fmt.Fprintf(&b, "  - {key: kubelet-client-key, value: %q}\n", filepath.Join(pki, "admin.key"))
+		b.WriteString("  - {key: kubelet-preferred-address-types, value: InternalIP}\n")
+	}
 	if st.AuditLog != "" {
 		fmt.Fprintf(&b, "  - {key: audit-policy-file, value: %q}\n", auditPolicyPath(st))
 		fmt.Fprintf(&b, "  - {key: audit-log-path, value: %q}\n", st.AuditLog)

@@ -26,6 +26,18 @@ const (
 	BinKwokctl               = "kwokctl"
 	BinCSIAttacher           = "csi-attacher"
 	BinCSIProvisioner        = "csi-provisioner"
+	BinKubelet               = "kubelet"
+	BinKubeProxy             = "kube-proxy"
+)
+
+// What runs each node of a sandbox (Config.Kubelet).
+const (
+	// KubeletKwok: one kwok process per node plays its kubelet (the default;
+	// nothing runs in a pod).
+	KubeletKwok = "kwok"
+	// KubeletReal: a real kubelet, containerd, CNI and kube-proxy per node;
+	// pods run in containers (realnode.go).
+	KubeletReal = "real"
 )
 
 var requiredBinaries = []string{BinEtcd, BinKubeAPIServer, BinKubeControllerManager,
@@ -52,6 +64,20 @@ type Config struct {
 	Racks int
 	// RackSize is the nodes per rack, 1 to MaxRackSize; default 50.
 	RackSize int
+	// Kubelet is what runs each node: KubeletKwok (default) or KubeletReal,
+	// which needs the node images (NodeImages, PauseImage), containerd, runc
+	// and the CNI plugins (RealNodePrerequisites); not with Racks.
+	Kubelet string
+	// PodSubnet holds the pod addresses of real nodes: node i (from 0) gets
+	// the /24 at PodSubnet + 256i. Its routes live in the host's namespace,
+	// so two sandboxes up at once need different ones. Default 10.214.0.0/16.
+	PodSubnet string
+	// NodeImages are image tarballs (docker-archive or OCI) imported into
+	// every real node's containerd at its first boot; no registry is used.
+	NodeImages []string
+	// PauseImage is the reference of the image of NodeImages that runs as
+	// each pod's sandbox on real nodes (containerd's sandbox_image).
+	PauseImage string
 	// NodeMonitorGracePeriod: how long a silent node stays Ready (kcm flag). Default 10s.
 	NodeMonitorGracePeriod time.Duration
 	// NodeMonitorPeriod: how often kcm checks node health. Default 1s.
@@ -114,6 +140,12 @@ func (c Config) withDefaults() Config {
 	if c.Racks > 0 && c.RackSize == 0 {
 		c.RackSize = 50
 	}
+	if c.Kubelet == "" {
+		c.Kubelet = KubeletKwok
+	}
+	if c.PodSubnet == "" {
+		c.PodSubnet = "10.214.0.0/16"
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -136,6 +168,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: RackSize %d: want 1 to %d", ErrInvalidConfig, c.RackSize, MaxRackSize)
 	case c.Racks == 0 && (c.Nodes < 1 || c.Nodes > MaxNodes):
 		return fmt.Errorf("%w: Nodes %d: want 1 to %d (or Racks for a scale sandbox)", ErrInvalidConfig, c.Nodes, MaxNodes)
+	}
+	if err := c.validateKubelet(); err != nil {
+		return err
 	}
 	if c.NodeMonitorPeriod < 0 || c.NodeMonitorGracePeriod < 0 || c.NodeMonitorPeriod > c.NodeMonitorGracePeriod {
 		return fmt.Errorf("%w: NodeMonitorPeriod %s, NodeMonitorGracePeriod %s: want 0 < period <= grace period",

@@ -9,7 +9,8 @@
 // kwokctl's binary runtime with its kwok-controller disabled. Node-monitor timings
 // and the default NoExecute tolerations are configurable (Config).
 //
-// `make testbin` also builds the upstream CSI sidecars csi-attacher and
+// `make testbin` also builds the kubelet and kube-proxy of real nodes (see
+// Real nodes), and the upstream CSI sidecars csi-attacher and
 // csi-provisioner (BinCSIAttacher, BinCSIProvisioner in BinDir) for the work that
 // runs Vigil's CSI controller in the sandbox; the sandbox itself does not start them.
 // external-provisioner is pinned at v6.3.0: v6.4.0 needs
@@ -19,6 +20,58 @@
 // which is that node's kubelet: it keeps the Node Ready and its lease renewed, and
 // runs its pods. Node objects carry volumes.kubernetes.io/controller-managed-attach-
 // detach=true so that the attach-detach controller creates VolumeAttachments.
+//
+// # Real nodes
+//
+// With Config.Kubelet KubeletReal (`vigil-sandbox up --kubelet real`) each
+// node is a machine of its own instead: a real kubelet and kube-proxy
+// (BinKubelet, BinKubeProxy, built by `make testbin` in the same go build as
+// the control plane), containerd and runc (Debian's), and a CNI bridge
+// (Debian's containernetworking-plugins); pods run in containers of images
+// imported from tarballs (Config.NodeImages; no registry), their sandbox
+// Config.PauseImage. The node keeps its network namespace and link, and gets
+// what a machine would have to itself (realnode.go, realnode_config.go):
+//
+//   - directories: under its node directory, containerd's root (kept across
+//     boots, like a disk), a run directory emptied at each boot like a tmpfs
+//     (containerd's state and socket, runc's state, the pods' network
+//     namespaces, the CNI address leases), the kubelet's root directory,
+//     its pods' logs and its volume plugins;
+//   - a cgroup, vigil-SANDBOX-node-N in every hierarchy (cgroup.go): the
+//     sandbox starts every process of the node in it, containerd's shims
+//     inherit it, and the kubelet's cgroup root is it, so each pod's and
+//     container's cgroup is under it (.../kubepods/...);
+//   - a mount namespace for the kubelet: in it each machine-wide sysctl the
+//     kubelet sets at its start (vm.overcommit_memory, kernel.panic,
+//     kernel.panic_on_oops, ...) shows the value it wants, so it changes
+//     none of this machine's; its root directory is a shared mount the
+//     host's namespace peers with, so what it mounts there (the pods'
+//     tokens) containerd sees and what the host mounts (a CSI node
+//     plugin's) it sees;
+//   - a mount namespace for containerd, a slave of the host's: it sees
+//     those mounts, while its own (the containers' root file systems, the
+//     pods' network namespaces) stay in it and go with its last process;
+//     in it /run/containerd (the shims' sockets) and /var/lib/cni (libcni's
+//     cache), which containerd 1.6 and the CNI plugins use whatever their
+//     configuration says, are directories of the node's run directory.
+//     Nothing of a node is written under /var or /run of the host;
+//   - networking: a default route through the host end of its link; the
+//     pod network, a /24 of Config.PodSubnet per node on a bridge in the
+//     node's namespace, routed by the host to the node, with forwarding on
+//     only for the node links' host ends (nothing is masqueraded); kube-proxy
+//     in nftables mode, so pods reach the API server through the
+//     `kubernetes` Service (ServiceIP, which the API server's certificate
+//     names) at the advertised address, node-1's host end.
+//
+// A power cut SIGKILLs the node's registered processes and everything in its
+// cgroup (containerd, its shims, every container, the kubelet, kube-proxy) in
+// one pass, again until the cgroup is empty, then takes what the machine's
+// power would take with it: its mounts (the kubelet's; containerd's went
+// with its namespace) and its cgroups. A boot starts
+// it all again; the kubelet finds its pods' containers gone. Partitions cut
+// the pods' packets too (the forward hook). Down leaves no process, mount,
+// namespace or cgroup (Leftovers lists them). NodePIDs lists a real node's processes and
+// ProcessIDs the whole sandbox's.
 //
 // # Nodes and the network
 //

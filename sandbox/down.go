@@ -51,8 +51,24 @@ func teardown(st *state, logf func(string, ...any)) error {
 	if err := killAll(append(ps, st.Host...), 5*time.Second); err != nil {
 		errs = append(errs, err)
 	}
+	for _, n := range st.Nodes {
+		if n.real() {
+			// containerd's shims and the containers are in no process
+			// group of the sandbox's: the node's cgroup holds them.
+			if err := killCgroup(n.Cgroup, 10*time.Second); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if err := cleanupMounts(st.WorkDir); err != nil {
 		errs = append(errs, err)
+	}
+	for _, n := range st.Nodes {
+		if n.real() {
+			if err := removeCgroup(n.Cgroup); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if st.ClusterUp {
 		if err := deleteCluster(st); err != nil {
@@ -135,13 +151,33 @@ func unmountEmptyNetnsDir() error {
 	return nil
 }
 
+// cgroupLeftovers lists the cgroups of real nodes of sandbox name
+// (vigil-NAME-node-N) still in a hierarchy.
+func cgroupLeftovers(name string) []string {
+	hs, err := cgroupHierarchies()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, h := range hs {
+		entries, _ := os.ReadDir(h)
+		for _, e := range entries {
+			if rest, ok := strings.CutPrefix(e.Name(), "vigil-"+name+"-"); ok && e.IsDir() && nodeNetnsRE.MatchString(rest) {
+				out = append(out, "cgroup "+filepath.Join(h, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
 // nodeNetnsRE matches what follows "vigil-NAME-" in a node's namespace name.
 var nodeNetnsRE = regexp.MustCompile(`^[a-z]+-[0-9]+$`)
 
 // Leftovers lists what of the sandbox named name with work directory workDir
 // is still on the machine: the work directory, mounts under it, network
 // namespaces of its nodes (vigil-NAME-...), and processes whose command line
-// or working directory names the work directory. Empty after a complete Down.
+// or working directory names the work directory, and the cgroups of its real
+// nodes. Empty after a complete Down.
 func Leftovers(name, workDir string) ([]string, error) {
 	var out []string
 	workDir = filepath.Clean(workDir)
@@ -161,6 +197,7 @@ func Leftovers(name, workDir string) ([]string, error) {
 			out = append(out, "network namespace "+ns.Name())
 		}
 	}
+	out = append(out, cgroupLeftovers(name)...)
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err

@@ -32,6 +32,9 @@ func (s *Sandbox) createNodes(ctx context.Context, n *nodeState) error {
 		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels,
 			Annotations: map[string]string{AttachDetachAnnotation: "true"}}}
+		if n.PodCIDR != "" {
+			node.Spec.PodCIDR, node.Spec.PodCIDRs = n.PodCIDR, []string{n.PodCIDR}
+		}
 		_, err := s.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create node %s: %w", name, err)
@@ -89,6 +92,9 @@ func bootNode(st *state, n *nodeState) error {
 	}
 	n.Powered = true
 	env := nodeEnv(st, n)
+	if n.real() {
+		return bootRealNode(st, n, env)
+	}
 	// A node's kwok runs as the node (kwokKubeconfig), and the Node authorizer
 	// lets a node list and watch only the pods whose spec.nodeName is its own:
 	// --manage-single-node watches exactly those. A rack's kwok (admin) picks
@@ -202,7 +208,11 @@ spec:
 
 func startProc(n *nodeState, p *proc, env []string) error {
 	penv := append(append([]string{}, env...), expandArgs(p.Env, env)...)
-	pid, start, err := startDetached(n.NetNS, expandArgs(p.Args, env), penv, p.Log)
+	args := expandArgs(p.Args, env)
+	if n.real() {
+		args = inCgroup(n.Cgroup, args)
+	}
+	pid, start, err := startDetached(n.NetNS, args, penv, p.Log)
 	p.PID, p.StartTime = pid, start
 	if err != nil {
 		return fmt.Errorf("node %s: process %s: %w", n.Name, p.Name, err)
@@ -243,6 +253,9 @@ func (s *Sandbox) Stop(node string) error {
 			return fmt.Errorf("stop %s: %w", node, err)
 		}
 		n.Once = nil
+		if n.real() {
+			return stopRealNode(st, n)
+		}
 		return nil
 	})
 }

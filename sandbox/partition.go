@@ -90,6 +90,23 @@ func partitionRuleset(n *nodeState, t PartitionTarget, apiPort, dpPort int) (str
 		}
 		out = fmt.Sprintf("ip daddr %s tcp dport %d drop", n.HostIP, port)
 		in = fmt.Sprintf("ip saddr %s tcp sport %d drop", n.HostIP, port)
+		if n.real() {
+			// Pods reach the API server at the address the `kubernetes`
+			// Service names, another node's host end: match the port
+			// over the node's link instead.
+			out = fmt.Sprintf("oifname %q tcp dport %d drop", n.NodeVeth, port)
+			in = fmt.Sprintf("iifname %q tcp sport %d drop", n.NodeVeth, port)
+		}
+	}
+	// A real node's pods send and receive through the forward hook.
+	forward := ""
+	if n.real() {
+		forward = fmt.Sprintf(`
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		%s
+		%s
+	}`, out, in)
 	}
 	return fmt.Sprintf(`table inet %[1]s
 delete table inet %[1]s
@@ -101,9 +118,9 @@ table inet %[1]s {
 	chain input {
 		type filter hook input priority filter; policy accept;
 		%[3]s
-	}
+	}%[4]s
 }
-`, partitionTable, out, in), nil
+`, partitionTable, out, in, forward), nil
 }
 
 // healRuleset removes node's cut, whatever it was; healing a healed node is fine.

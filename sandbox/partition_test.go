@@ -71,6 +71,36 @@ func TestPartitionRuleset_Targets(t *testing.T) {
 	}
 }
 
+// A real node's cut also holds its pods' packets (the forward hook), and
+// matches the port over the node's link: pods reach the API server at the
+// `kubernetes` Service's endpoint, another node's host end.
+func TestPartitionRuleset_RealNode(t *testing.T) {
+	n := &nodeState{Name: "node-2", HostIP: "10.213.0.5", NodeVeth: "vgabcden1", Cgroup: "vigil-x-node-2"}
+	script, err := partitionRuleset(n, PartitionAPIServer, 6443, 9600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"hook forward", `oifname "vgabcden1" tcp dport 6443 drop`, `iifname "vgabcden1" tcp sport 6443 drop`} {
+		if !strings.Contains(script, w) {
+			t.Errorf("script lacks %q:\n%s", w, script)
+		}
+	}
+	if strings.Count(script, "tcp dport 6443 drop") != 2 || strings.Contains(script, "10.213.0.5") {
+		t.Errorf("want the port dropped in output and forward, over the link, not by the host end's address:\n%s", script)
+	}
+	script, err = partitionRuleset(n, PartitionAll, 6443, 9600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(script, `oifname "vgabcden1" drop`) != 2 || strings.Count(script, `iifname "vgabcden1" drop`) != 2 {
+		t.Errorf("want every packet over the link dropped in output, input and forward:\n%s", script)
+	}
+	kwok, err := partitionRuleset(&nodeState{Name: "node-2", HostIP: "10.213.0.5", NodeVeth: "vgabcden1"}, PartitionAll, 6443, 9600)
+	if err != nil || strings.Contains(kwok, "forward") {
+		t.Errorf("a kwok node's cut has no forward chain (%v):\n%s", err, kwok)
+	}
+}
+
 func TestPartitionRuleset_Bad(t *testing.T) {
 	n := &nodeState{Name: "node-1", HostIP: "10.213.0.1", NodeVeth: "v"}
 	if _, err := partitionRuleset(n, "both", 6443, 9600); !errors.Is(err, ErrInvalidPartitionTarget) {

@@ -33,7 +33,11 @@ var NodeProcesses = []ProcessInfo{
 		"the heartbeat to the datapath; killed, I/O on the node's volumes stalls until it is back (the fd keeper holds their connections), " +
 		"and the datapath stops hearing from the node"},
 	{StackKubelet, "the kubelet stand-in (--stack): stages and publishes the volumes of the node's pods " +
-		"through the engine's CSI socket and reports them in volumesInUse"},
+		"through the engine's CSI socket and reports them in volumesInUse; on a real node (--kubelet real), the real kubelet: " +
+		"killed, the node goes NotReady while its containers run on"},
+	{NodeContainerd, "a real node's containerd (--kubelet real): killed, its containers run on (their shims hold them) " +
+		"and the kubelet cannot start or stop any"},
+	{NodeKubeProxy, "a real node's kube-proxy (--kubelet real): killed, the Service rules it wrote stay in force but follow no change"},
 	{StackHeartbeat, "a rack's heartbeats to the datapath for every node of the rack (--stack with --racks)"},
 }
 

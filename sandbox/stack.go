@@ -191,6 +191,10 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	if err != nil {
 		return nil, err
 	}
+	if st0.Kubelet == KubeletReal {
+		return nil, fmt.Errorf("%w: the stack's engines and kubelet stand-ins are for kwok nodes; on real nodes the kubelet itself would have to call Vigil's CSI node plugin, which the sandbox does not run yet",
+			ErrInvalidConfig)
+	}
 	cfg, err = cfg.withDefaults(st0.BinDir)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,14 @@ type state struct {
 	DatapathPort int `json:"datapathPort,omitempty"`
 	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
 	AuditLog string `json:"auditLog,omitempty"`
+	// Kubelet is what runs the nodes: KubeletKwok ("" in older state) or
+	// KubeletReal.
+	Kubelet string `json:"kubelet,omitempty"`
+	// PodSubnet is Config's, for real nodes.
+	PodSubnet string `json:"podSubnet,omitempty"`
+	// NodeImages and PauseImage are Config's, for real nodes.
+	NodeImages []string `json:"nodeImages,omitempty"`
+	PauseImage string   `json:"pauseImage,omitempty"`
 	// StoppedAPIServer is the API server's command while StopAPIServer has it
 	// stopped; nil while it runs.
 	StoppedAPIServer *stoppedCommand `json:"stoppedAPIServer,omitempty"`
@@ -51,14 +59,31 @@ type nodeState struct {
 	// Partition is the node's current cut; "" when none.
 	Partition PartitionTarget `json:"partition,omitempty"`
 	Kwok      *proc           `json:"kwok,omitempty"`
-	Hooks     []*proc         `json:"hooks,omitempty"`
+	// System is a real node's own daemons, in their start order: containerd,
+	// the kubelet, kube-proxy (realnode.go).
+	System []*proc `json:"system,omitempty"`
+	Hooks  []*proc `json:"hooks,omitempty"`
 	// Once is the one-off processes of RunOnNode: killed by a power cut, never
 	// started at a boot.
 	Once []*proc `json:"once,omitempty"`
 	// Members are the Kubernetes nodes of a rack (scale sandbox); empty for a
 	// sandbox node, which is its own Kubernetes node.
 	Members []string `json:"members,omitempty"`
+	// Cgroup is a real node's cgroup, the same relative path in every
+	// hierarchy: every process of the node, containerd's shims and the
+	// containers included, runs under it. "" for a kwok node.
+	Cgroup string `json:"cgroup,omitempty"`
+	// PodCIDR is a real node's pod addresses.
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// ImagesImported is set once the node's containerd holds NodeImages.
+	ImagesImported bool `json:"imagesImported,omitempty"`
 }
+
+// real reports whether n runs a real kubelet and containers.
+func (n *nodeState) real() bool { return n.Cgroup != "" }
+
+// podSubnet is the pod addresses of every real node.
+func (st *state) podSubnet() string { return st.PodSubnet }
 
 // k8sNodes is the Kubernetes nodes n runs: its members for a rack, else itself.
 func (n *nodeState) k8sNodes() []string {
@@ -96,6 +121,7 @@ func (n *nodeState) procs() []*proc {
 	if n.Kwok != nil {
 		out = append(out, n.Kwok)
 	}
+	out = append(out, n.System...)
 	return append(out, n.Hooks...)
 }
 

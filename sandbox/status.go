@@ -44,6 +44,9 @@ type NodeStatus struct {
 	// identity system:node:NAME (a rack's kwok: Kubeconfig).
 	Kubeconfig, KwokKubeconfig string
 	Processes                  []ProcessStatus
+	// Cgroup is a real node's cgroup (relative to each hierarchy), which
+	// holds every process of the node, containers included; "" for kwok.
+	Cgroup string
 }
 
 // ProcessStatus is one process of a node.
@@ -91,7 +94,7 @@ func (s *Sandbox) Status(ctx context.Context) (Status, error) {
 	for _, n := range st.Nodes {
 		ns := NodeStatus{Name: n.Name, NetNS: n.NetNS, NodeIP: n.NodeIP, Powered: n.Powered,
 			Partitioned: n.Partition != "", Partition: n.Partition, BootID: n.BootID, Kubeconfig: n.Kubeconfig,
-			KwokKubeconfig: n.kwokKubeconfig(st.WorkDir)}
+			KwokKubeconfig: n.kwokKubeconfig(st.WorkDir), Cgroup: n.Cgroup}
 		if len(n.Members) == 0 {
 			if node, ok := api[n.Name]; ok {
 				ns.Ready = string(NodeReadyStatus(&node))

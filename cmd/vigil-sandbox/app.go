@@ -52,6 +52,13 @@ func upCommand() *cli.Command {
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "number of nodes (1 to 64; 0 with --racks)"},
 			&cli.IntFlag{Name: "racks", Usage: "a scale sandbox: this many racks (1 to 20), each one kwok running --rack-size nodes"},
 			&cli.IntFlag{Name: "rack-size", Value: 50, Usage: "nodes per rack (1 to 100) with --racks"},
+			&cli.StringFlag{Name: "kubelet", Value: sandbox.KubeletKwok, Usage: "what runs each node: " +
+				"kwok (one kwok process per node plays its kubelet; no container runs; the default, and the only one with --racks) or " +
+				"real (a real kubelet, containerd, CNI bridge and kube-proxy per node: pods run in containers; needs root, " +
+				"containerd, runc, nftables and containernetworking-plugins from Debian, and --node-image and --pause-image)"},
+			&cli.StringSliceFlag{Name: "node-image", Usage: "with --kubelet real: an image tarball (docker-archive or OCI) to import into every node's containerd; repeat it"},
+			&cli.StringFlag{Name: "pause-image", Usage: "with --kubelet real: the reference of the image, among --node-image, that holds each pod's sandbox"},
+			&cli.StringFlag{Name: "pod-subnet", Value: "10.214.0.0/16", Usage: "with --kubelet real: pod addresses, a /24 per node"},
 			&cli.DurationFlag{Name: "node-monitor-grace-period", Value: 10 * time.Second,
 				Usage: "how long a silent node stays Ready"},
 			&cli.DurationFlag{Name: "node-monitor-period", Value: time.Second, Usage: "how often node health is checked"},
@@ -75,6 +82,12 @@ func upCommand() *cli.Command {
 			case c.IsSet("datapath-auth") && !c.Bool("stack"):
 				return fmt.Errorf("--datapath-auth is for --stack's datapath; give --stack too")
 			}
+			if err := checkKubeletFlags(c); err != nil {
+				return err
+			}
+			if c.Bool("stack") && c.String("kubelet") == sandbox.KubeletReal {
+				return fmt.Errorf("%w: --stack runs on kwok nodes only: Vigil's CSI node plugin is not yet registered with real kubelets", sandbox.ErrInvalidConfig)
+			}
 			nodes, rackSize := c.Int("nodes"), 0
 			if c.Int("racks") != 0 {
 				if rackSize = c.Int("rack-size"); rackSize < 1 {
@@ -92,7 +105,9 @@ func upCommand() *cli.Command {
 				NodeMonitorPeriod:        c.Duration("node-monitor-period"),
 				DefaultTolerationSeconds: c.Int("toleration-seconds"), Subnet: c.String("subnet"),
 				APIServerPort: c.Int("port"),
-				Logf:          func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+				Kubelet:       c.String("kubelet"), NodeImages: c.StringSlice("node-image"),
+				PauseImage: c.String("pause-image"), PodSubnet: c.String("pod-subnet"),
+				Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 			})
 			if err != nil {
 				return err
@@ -105,6 +120,24 @@ func upCommand() *cli.Command {
 			fmt.Printf("sandbox up in %.1fs\n", time.Since(t0).Seconds())
 			return printStatus(c.Context, s)
 		},
+	}
+}
+
+// checkKubeletFlags refuses the real-node flags without --kubelet real, and
+// an unknown --kubelet, before anything is created.
+func checkKubeletFlags(c *cli.Context) error {
+	switch k := c.String("kubelet"); k {
+	case sandbox.KubeletReal:
+		return nil
+	case sandbox.KubeletKwok:
+		for _, f := range []string{"node-image", "pause-image", "pod-subnet"} {
+			if c.IsSet(f) {
+				return fmt.Errorf("--%s is for real nodes: give --kubelet %s too", f, sandbox.KubeletReal)
+			}
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: --kubelet %q: want %s or %s", sandbox.ErrInvalidConfig, k, sandbox.KubeletKwok, sandbox.KubeletReal)
 	}
 }
 

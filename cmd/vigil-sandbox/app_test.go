@@ -73,6 +73,29 @@ func TestApp_Up_BadDatapathAuth(t *testing.T) {
 	}
 }
 
+func TestApp_Up_BadKubelet(t *testing.T) {
+	dir := t.TempDir()
+	for args, mention := range map[string]string{
+		"--kubelet docker":                  `--kubelet "docker": want kwok or real`,
+		"--node-image x.tar":                "--node-image is for real nodes: give --kubelet real too",
+		"--kubelet kwok --pause-image p":    "--pause-image is for real nodes",
+		"--pod-subnet 10.9.0.0/16":          "--pod-subnet is for real nodes",
+		"--kubelet real":                    "needs NodeImages",
+		"--kubelet real --racks 2":          "with Racks",
+		"--kubelet real --stack":            "--stack runs on kwok nodes only",
+		"--kubelet real --node-image x.tar": "needs NodeImages",
+		"--kubelet real --node-image x.tar --pause-image p --pod-subnet 10.9.0.0/25": "PodSubnet",
+	} {
+		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("up %s = %v, want an error mentioning %q", args, err, mention)
+		}
+	}
+	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("a refused up left a sandbox behind: %v", err)
+	}
+}
+
 func TestApp_NodePartition_BadTarget(t *testing.T) {
 	for _, args := range [][]string{{"--from", "both", "node-1"}, {"node-1", "--from", "both"}, {"node-1", "--from=kubelet"}} {
 		err := run(append([]string{"--workdir", t.TempDir(), "node", "partition"}, args...)...)
@@ -155,8 +178,8 @@ func TestApp_NodeProcess_BadArgs(t *testing.T) {
 		args    []string
 		mention string
 	}{
-		{[]string{"kill", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, heartbeat"},
-		{[]string{"restart", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, heartbeat"},
+		{[]string{"kill", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, containerd, kube-proxy, heartbeat"},
+		{[]string{"restart", "node-1"}, "needs --process NAME: one of kwok, fd-keeper, engine, kubelet, containerd, kube-proxy, heartbeat"},
 		{[]string{"kill", "--process", "engine"}, "one node name and --process NAME"},
 		{[]string{"restart", "node-1", "node-2", "--process", "engine"}, "one node name and --process NAME"},
 		{[]string{"kill", "node-1", "--process"}, "process"}, // the flag's value is missing
@@ -195,7 +218,8 @@ func TestApp_NodeProcess_Help(t *testing.T) {
 			}
 		}
 	}
-	want := []string{sandbox.NodeKwok, sandbox.StackFDKeeper, sandbox.StackEngine, sandbox.StackKubelet, sandbox.StackHeartbeat}
+	want := []string{sandbox.NodeKwok, sandbox.StackFDKeeper, sandbox.StackEngine, sandbox.StackKubelet,
+		sandbox.NodeContainerd, sandbox.NodeKubeProxy, sandbox.StackHeartbeat}
 	if len(sandbox.NodeProcesses) != len(want) {
 		t.Errorf("NodeProcesses = %+v, want one entry for each of %q", sandbox.NodeProcesses, want)
 	}
