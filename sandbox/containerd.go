@@ -33,7 +33,17 @@ type ContainerdConfig struct {
 	// CNIBinDir is where the CRI plugin finds CNI plugins; default
 	// /usr/lib/cni (Debian's containernetworking-plugins).
 	CNIBinDir string
+	// RuncRoot, when set, is where runc keeps the state of this
+	// containerd's containers, instead of runc's machine-wide default
+	// (/run/containerd/runc/NAMESPACE), which every containerd of the
+	// machine shares (a real node's: its state goes at a power cut).
+	RuncRoot string
 }
+
+// StateDir is the containerd's state: its tasks' bundles and the pods'
+// network namespaces (netns_mounts_under_state_dir), what a machine loses
+// at a power cut.
+func (c ContainerdConfig) StateDir() string { return filepath.Join(c.Dir, "state") }
 
 func (c ContainerdConfig) withDefaults() ContainerdConfig {
 	if c.SandboxImage == "" {
@@ -66,7 +76,7 @@ func (c ContainerdConfig) Validate() error {
 	case len(c.Socket()) > 107:
 		return fmt.Errorf("%w: containerd directory %q: its socket path %s is %d bytes, a unix socket allows 107",
 			ErrInvalidConfig, c.Dir, c.Socket(), len(c.Socket()))
-	case strings.ContainsAny(c.Dir+c.SandboxImage+c.CNIBinDir, "\"\\\n"):
+	case strings.ContainsAny(c.Dir+c.SandboxImage+c.CNIBinDir+c.RuncRoot, "\"\\\n"):
 		return fmt.Errorf("%w: containerd paths and image may not hold quotes, backslashes or newlines", ErrInvalidConfig)
 	}
 	return nil
@@ -75,14 +85,15 @@ func (c ContainerdConfig) Validate() error {
 // TOML is the configuration (version 2). restrict_oom_score_adj is needed on
 // these machines: without it runc fails every pod sandbox ("can't get final
 // child's PID from pipe: EOF"), because the containerd may not lower oom
-// scores here.
+// scores here. The pods' network namespaces are mounted under the state
+// directory, not in the machine's /run/netns.
 func (c ContainerdConfig) TOML() string {
 	c = c.withDefaults()
 	q := strconv.Quote
-	return strings.Join([]string{
+	lines := []string{
 		"version = 2",
 		"root = " + q(filepath.Join(c.Dir, "root")),
-		"state = " + q(filepath.Join(c.Dir, "state")),
+		"state = " + q(c.StateDir()),
 		"[grpc]",
 		"  address = " + q(c.Socket()),
 		"[ttrpc]",
@@ -96,11 +107,18 @@ func (c ContainerdConfig) TOML() string {
 		`[plugins."io.containerd.grpc.v1.cri"]`,
 		"  sandbox_image = " + q(c.SandboxImage),
 		"  restrict_oom_score_adj = true",
+		"  netns_mounts_under_state_dir = true",
 		`[plugins."io.containerd.grpc.v1.cri".cni]`,
 		"  bin_dir = " + q(c.CNIBinDir),
 		"  conf_dir = " + q(c.CNIConfDir()),
-		"",
-	}, "\n")
+	}
+	if c.RuncRoot != "" {
+		lines = append(lines, `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]`,
+			`  runtime_type = "io.containerd.runc.v2"`,
+			`  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]`,
+			"    Root = "+q(c.RuncRoot))
+	}
+	return strings.Join(append(lines, ""), "\n")
 }
 
 // WriteConfig creates Dir and the CNI configuration directory and writes the

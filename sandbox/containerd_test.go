@@ -19,6 +19,9 @@ func TestContainerdConfig_TOML(t *testing.T) {
 			t.Errorf("config lacks %q:\n%s", want, got)
 		}
 	}
+	if strings.Contains(got, "Root =") {
+		t.Errorf("runc's root set without RuncRoot:\n%s", got)
+	}
 	if c.Socket() != "/tmp/n1/containerd.sock" || c.Args()[2] != "/tmp/n1/config.toml" {
 		t.Errorf("socket %s, args %q", c.Socket(), c.Args())
 	}

@@ -97,6 +97,11 @@ func realPreflight(cfg Config) error {
 		return err
 	}
 	for i := 0; i < cfg.Nodes; i++ {
+		n := &nodeState{Name: NodeName(i)}
+		ctrd := ContainerdConfig{Dir: filepath.Join(n.dir(cfg.WorkDir), "containerd")}
+		if err := ctrd.Validate(); err != nil {
+			return fmt.Errorf("%w (WorkDir %s)", err, cfg.WorkDir)
+		}
 		cidr, err := podCIDR(cfg.PodSubnet, i)
 		if err != nil {
 			return err
@@ -127,19 +132,24 @@ type realDirs struct {
 	node string
 	// kubelet is the kubelet's --root-dir; pods is its pods' logs.
 	kubelet, pods string
-	// root is containerd's root (its image store, kept across boots, as on
-	// a disk); run is what a boot starts empty (containerd's state, runc's
-	// state, the CNI address leases), as a tmpfs would.
-	root, run string
+	// run is what a boot starts empty, as a tmpfs would: runc's state, the
+	// CNI address leases, the directories containerd gets instead of the
+	// host's (containerdWrapper).
+	run string
+	// ctrd is the node's containerd: its root (the image store) is kept
+	// across boots, as on a disk; a boot empties its state.
+	ctrd ContainerdConfig
 }
 
 func dirsOf(st *state, n *nodeState) realDirs {
 	d := n.dir(st.WorkDir)
-	return realDirs{node: d, kubelet: filepath.Join(d, "kubelet-root"), pods: filepath.Join(d, "pod-logs"),
-		root: filepath.Join(d, "containerd"), run: filepath.Join(d, "run")}
+	run := filepath.Join(d, "run")
+	return realDirs{node: d, kubelet: filepath.Join(d, "kubelet-root"), pods: filepath.Join(d, "pod-logs"), run: run,
+		ctrd: ContainerdConfig{Dir: filepath.Join(d, "containerd"), SandboxImage: st.PauseImage, CNIBinDir: cniPluginDir,
+			RuncRoot: filepath.Join(run, "runc")}}
 }
 
-func (d realDirs) socket() string { return filepath.Join(d.run, "containerd.sock") }
+func (d realDirs) socket() string { return d.ctrd.Socket() }
 
 // setupRealNodeNet gives node n the routes of a machine on a real network: a
 // default route through the host end of its link (the API server's Service
@@ -169,13 +179,15 @@ func setupRealNodeNet(n *nodeState) error {
 // namespace and its cgroup.
 func bootRealNode(st *state, n *nodeState, env []string) error {
 	d := dirsOf(st, n)
-	if err := cleanupMounts(d.run); err != nil {
-		return err
+	for _, dir := range []string{d.run, d.ctrd.StateDir()} {
+		if err := cleanupMounts(dir); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("boot %s: %w", n.Name, err)
+		}
 	}
-	if err := os.RemoveAll(d.run); err != nil {
-		return fmt.Errorf("boot %s: %w", n.Name, err)
-	}
-	for _, dir := range []string{d.run, d.root, d.kubelet, d.pods, filepath.Join(d.node, "cni")} {
+	for _, dir := range []string{d.run, d.kubelet, d.pods} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("boot %s: %w", n.Name, err)
 		}
@@ -228,7 +240,7 @@ func waitContainerd(socket string, timeout time.Duration) error {
 // the kubelet's.
 func importImages(socket string, images []string) error {
 	for _, img := range images {
-		out, err := exec.Command("ctr", "-a", socket, "-n", "k8s.io", "images", "import", img).CombinedOutput()
+		out, err := exec.Command("ctr", "-a", socket, "-n", ContainerdNamespace, "images", "import", img).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("import image %s: %v: %s", img, err, lastLines(string(out), 5))
 		}
@@ -268,8 +280,8 @@ func shareKubeletRoot(dir string) error {
 // containers' root file systems, the pods' network namespaces) stays in it
 // and goes when its last process dies, at a power cut.
 func containerdArgs(d realDirs) []string {
-	return []string{"unshare", "--mount", "--propagation", "slave", "--", "sh", filepath.Join(d.node, "containerd-wrapper.sh"),
-		"containerd", "--config", filepath.Join(d.node, "containerd.toml")}
+	return append([]string{"unshare", "--mount", "--propagation", "slave", "--", "sh", filepath.Join(d.node, "containerd-wrapper.sh")},
+		d.ctrd.Args()...)
 }
 
 // hostDirsOfContainerd are directories of the host that containerd 1.6 and
@@ -348,7 +360,7 @@ func stopRealNode(st *state, n *nodeState) error {
 	}
 	d := dirsOf(st, n)
 	var errs []error
-	for _, dir := range []string{d.run, d.kubelet, d.root} {
+	for _, dir := range []string{d.run, d.kubelet, d.ctrd.Dir} {
 		errs = append(errs, cleanupMounts(dir), unmount(dir))
 	}
 	errs = append(errs, removeCgroup(n.Cgroup))

@@ -9,20 +9,25 @@ import (
 )
 
 // writeRealNodeConfigs writes real node n's configuration files into its
-// node directory: containerd's, the CNI network's, the kubelet's and
+// node directory: containerd's (ContainerdConfig: restrict_oom_score_adj,
+// without which every pod sandbox fails in this VM; the pods' network
+// namespaces under its state; runc's state in the run directory) and its
+// wrapper's, the CNI network's, the kubelet's and its wrapper's, and
 // kube-proxy's (with its identity, system:kube-proxy).
 func writeRealNodeConfigs(st *state, n *nodeState, d realDirs) error {
 	pki := filepath.Join(st.WorkDir, "kwok", "clusters", st.Name, "pki")
-	files := map[string]string{
-		"containerd-wrapper.sh":                   containerdWrapper(d),
-		"containerd.toml":                         containerdConfig(st, n, d),
-		filepath.Join("cni", "10-vigil.conflist"): cniConfig(n, d),
-		"kubelet.yaml":                            kubeletConfig(st, n, d, filepath.Join(pki, "ca.crt")),
-		"kube-proxy.yaml":                         kubeProxyConfig(st, n, d),
-		"kubelet-wrapper.sh":                      kubeletWrapper(d),
+	if err := d.ctrd.WriteConfig(); err != nil {
+		return fmt.Errorf("configure %s: %w", n.Name, err)
 	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(d.node, name), []byte(body), 0o644); err != nil {
+	files := map[string]string{
+		filepath.Join(d.node, "containerd-wrapper.sh"):          containerdWrapper(d),
+		filepath.Join(d.ctrd.CNIConfDir(), "10-vigil.conflist"): cniConfig(n, d),
+		filepath.Join(d.node, "kubelet.yaml"):                   kubeletConfig(st, n, d, filepath.Join(pki, "ca.crt")),
+		filepath.Join(d.node, "kube-proxy.yaml"):                kubeProxyConfig(st, n, d),
+		filepath.Join(d.node, "kubelet-wrapper.sh"):             kubeletWrapper(d),
+	}
+	for path, body := range files {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			return fmt.Errorf("configure %s: %w", n.Name, err)
 		}
 	}
@@ -37,39 +42,6 @@ func writeRealNodeConfigs(st *state, n *nodeState, d realDirs) error {
 	}
 	return writeKubeconfig(st, path, user, fmt.Sprintf("https://%s:%d", n.HostIP, st.APIServerPort),
 		&clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM})
-}
-
-// containerdConfig is a containerd of the node's own: its root, state,
-// sockets and runc state under the node's directory, the pods' network
-// namespaces under its state (so that they are mounts of the node), CNI from
-// the node's configuration and Debian's plugins, the pause image imported
-// with the node images, and restrict_oom_score_adj: without it every pod
-// sandbox fails in this VM (runc "can't get final child's PID from pipe").
-// containerd and its shims run in the node's cgroup; runc puts the
-// containers under it (cgroup.go).
-func containerdConfig(st *state, n *nodeState, d realDirs) string {
-	return fmt.Sprintf(`version = 2
-root = %[1]q
-state = %[2]q
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = "%[3]s.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[4]q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[5]q
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[6]q
-    conf_dir = %[7]q
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      Root = %[8]q
-`, filepath.Join(d.root, "root"), filepath.Join(d.run, "containerd"), d.socket(), filepath.Join(d.root, "opt"),
-		st.PauseImage, cniPluginDir, filepath.Join(d.node, "cni"), filepath.Join(d.run, "runc"))
 }
 
 // cniConfig is the node's pod network: a bridge in the node's namespace,

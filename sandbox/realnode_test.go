@@ -114,14 +114,14 @@ func TestRealNodeConfigs_OwnDirectories(t *testing.T) {
 		body string
 		want []string
 	}{
-		"containerd": {containerdConfig(st, n, d), []string{`root = "/w/nodes/node-1/containerd/root"`,
-			`state = "/w/nodes/node-1/run/containerd"`, `address = "/w/nodes/node-1/run/containerd.sock"`,
+		"containerd": {d.ctrd.TOML(), []string{`root = "/w/nodes/node-1/containerd/root"`,
+			`state = "/w/nodes/node-1/containerd/state"`, `address = "/w/nodes/node-1/containerd/containerd.sock"`,
 			`sandbox_image = "localhost/pause:1"`, "restrict_oom_score_adj = true", "netns_mounts_under_state_dir = true",
-			`Root = "/w/nodes/node-1/run/runc"`, `conf_dir = "/w/nodes/node-1/cni"`}},
+			`Root = "/w/nodes/node-1/run/runc"`, `conf_dir = "/w/nodes/node-1/containerd/cni/net.d"`, `bin_dir = "/usr/lib/cni"`}},
 		"cni": {cniConfig(n, d), []string{`"name": "vigil-s-node-1"`, `"subnet": "10.214.0.0/24"`,
 			`"dataDir": "/w/nodes/node-1/run/cni-ipam"`, `"ipMasq": false`}},
 		"kubelet": {kubeletConfig(st, n, d, "/ca.crt"), []string{"cgroupRoot: /vigil-s-node-1\ncgroupsPerQOS: true\n", "failCgroupV1: false",
-			"containerRuntimeEndpoint: unix:///w/nodes/node-1/run/containerd.sock", "nodeLeaseDurationSeconds: 10",
+			"containerRuntimeEndpoint: unix:///w/nodes/node-1/containerd/containerd.sock", "nodeLeaseDurationSeconds: 10",
 			"imageGCHighThresholdPercent: 100", `clientCAFile: "/ca.crt"`, "nodefs.available: 1%\n"}},
 		"containerd-wrapper": {containerdWrapper(d), []string{"set -e\n",
 			"mount --bind /w/nodes/node-1/run/host-run-containerd /run/containerd\n",

@@ -15,6 +15,7 @@ import (
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
+	"github.com/vigil-storage/vigil/sandbox/images"
 	"github.com/vigil-storage/vigil/sandbox/kubelet"
 	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
@@ -56,8 +57,9 @@ func upCommand() *cli.Command {
 				"kwok (one kwok process per node plays its kubelet; no container runs; the default, and the only one with --racks) or " +
 				"real (a real kubelet, containerd, CNI bridge and kube-proxy per node: pods run in containers; needs root, " +
 				"containerd, runc, nftables and containernetworking-plugins from Debian, and --node-image and --pause-image)"},
-			&cli.StringSliceFlag{Name: "node-image", Usage: "with --kubelet real: an image tarball (docker-archive or OCI) to import into every node's containerd; repeat it"},
-			&cli.StringFlag{Name: "pause-image", Usage: "with --kubelet real: the reference of the image, among --node-image, that holds each pod's sandbox"},
+			&cli.StringSliceFlag{Name: "node-image", Usage: "with --kubelet real: an image tarball (docker-archive or OCI) to import into every node's containerd; repeat it " +
+				"(default: the pause and tools images `make image` wrote into the images directory beside this binary)"},
+			&cli.StringFlag{Name: "pause-image", Usage: "with --kubelet real: the reference of the image, among --node-image, that holds each pod's sandbox (default: the pause image tagged dev)"},
 			&cli.StringFlag{Name: "pod-subnet", Value: "10.214.0.0/16", Usage: "with --kubelet real: pod addresses, a /24 per node"},
 			&cli.DurationFlag{Name: "node-monitor-grace-period", Value: 10 * time.Second,
 				Usage: "how long a silent node stays Ready"},
@@ -88,6 +90,10 @@ func upCommand() *cli.Command {
 			if c.Bool("stack") && c.String("kubelet") == sandbox.KubeletReal {
 				return fmt.Errorf("%w: --stack runs on kwok nodes only: Vigil's CSI node plugin is not yet registered with real kubelets", sandbox.ErrInvalidConfig)
 			}
+			nodeImages, pauseImage, err := realNodeImages(c)
+			if err != nil {
+				return err
+			}
 			nodes, rackSize := c.Int("nodes"), 0
 			if c.Int("racks") != 0 {
 				if rackSize = c.Int("rack-size"); rackSize < 1 {
@@ -105,8 +111,8 @@ func upCommand() *cli.Command {
 				NodeMonitorPeriod:        c.Duration("node-monitor-period"),
 				DefaultTolerationSeconds: c.Int("toleration-seconds"), Subnet: c.String("subnet"),
 				APIServerPort: c.Int("port"),
-				Kubelet:       c.String("kubelet"), NodeImages: c.StringSlice("node-image"),
-				PauseImage: c.String("pause-image"), PodSubnet: c.String("pod-subnet"),
+				Kubelet:       c.String("kubelet"), NodeImages: nodeImages,
+				PauseImage: pauseImage, PodSubnet: c.String("pod-subnet"),
 				Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 			})
 			if err != nil {
@@ -139,6 +145,38 @@ func checkKubeletFlags(c *cli.Context) error {
 	default:
 		return fmt.Errorf("%w: --kubelet %q: want %s or %s", sandbox.ErrInvalidConfig, k, sandbox.KubeletKwok, sandbox.KubeletReal)
 	}
+}
+
+// realNodeImages is what --kubelet real imports into its nodes: --node-image
+// and --pause-image, or by default the pause and tools images of `make image`
+// (bin/images beside this binary) and the pause image's reference.
+func realNodeImages(c *cli.Context) ([]string, string, error) {
+	files, pause := c.StringSlice("node-image"), c.String("pause-image")
+	if c.String("kubelet") != sandbox.KubeletReal {
+		return files, pause, nil
+	}
+	if !c.IsSet("node-image") {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", err
+		}
+		dir := filepath.Join(filepath.Dir(exe), "images")
+		for _, name := range []string{images.Pause, images.Tools} {
+			f := filepath.Join(dir, name+".tar")
+			if _, err := os.Stat(f); err != nil {
+				return nil, "", fmt.Errorf("%w: --kubelet real imports the %s image, and %s is not there: run `make image`, or give --node-image",
+					sandbox.ErrInvalidConfig, name, f)
+			}
+			files = append(files, f)
+		}
+	}
+	if !c.IsSet("pause-image") {
+		var err error
+		if pause, err = images.Ref(images.Pause, "dev", nil); err != nil {
+			return nil, "", err
+		}
+	}
+	return files, pause, nil
 }
 
 func downCommand() *cli.Command {
