@@ -24,8 +24,9 @@ import (
 // containerd, CNI, kube-proxy each) of its own: both become Ready; a pod of
 // the tools image (not hostNetwork) on node-2 reaches the API server through
 // the `kubernetes` Service's ClusterIP with its ServiceAccount token; a power
-// cut of node-2 kills its container with the rest of the node, and the
-// teardown leaves no process, mount, network namespace or cgroup behind.
+// cut of node-2 kills its container with the rest of the node; booted again,
+// node-2 runs it again; the teardown leaves no process, mount, network
+// namespace or cgroup behind.
 func TestRealNodes_Smoke(t *testing.T) {
 	requireRealNodes(t)
 	images, pause := realNodeImages(t)
@@ -108,6 +109,27 @@ func TestRealNodes_Smoke(t *testing.T) {
 		t.Errorf("node-2's cgroup after the power cut: %v (%v)", left, err)
 	}
 	t.Logf("power cut of node-2 killed its %d processes, the probe's container %v among them", len(before), container)
+
+	// Booted again, the node is Ready and its kubelet starts the pod's
+	// container again: nothing of the previous boot (mounts, cgroups,
+	// containerd's state) is in the way.
+	t0 = time.Now()
+	must(t, s.Start("node-2"))
+	must(t, s.WaitNodeReady(ctx, 90*time.Second, corev1.ConditionTrue, "node-2"))
+	must(t, sandbox.Poll(ctx, 90*time.Second, "pod probe running again on node-2", func(ctx context.Context) (bool, string, error) {
+		p, err := c.CoreV1().Pods("default").Get(ctx, "probe", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, fmt.Sprintf("%v", err), nil
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return cs.RestartCount > 0 && cs.State.Running != nil, fmt.Sprintf("restarts %d, state %+v", cs.RestartCount, cs.State), nil
+	}, func(ctx context.Context) string { return sandbox.DescribePods(ctx, c, "default", "") }))
+	after, err := s.NodePIDs("node-2")
+	must(t, err)
+	if len(containerPIDs(t, after, "sleep 2147483647")) == 0 {
+		t.Errorf("the probe's container runs again, but not in node-2's cgroup: %v", after)
+	}
+	t.Logf("node-2 booted again: Ready and the probe's container running again %.1fs after the start", time.Since(t0).Seconds())
 }
 
 // apiProbePod is a pod of the tools image on node that sends an HTTP request
