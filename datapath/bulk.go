@@ -168,7 +168,13 @@ func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	}
 	b.proved = time.Now()
 	_ = c.SetReadDeadline(time.Time{})
-	if err := b.reply(0, 0, nil); err != nil {
+	// The accepted hello's message is the machine's boot id (WithBootID; a
+	// client from before boot ids ignores it).
+	out := wire.AppendBulkResponse(nil, 0, bulkCodeOK, 0, s.bootID)
+	b.wmu.Lock()
+	_, err = c.Write(out)
+	b.wmu.Unlock()
+	if err != nil {
 		return
 	}
 	if sc, ok := c.(syscall.Conn); ok {

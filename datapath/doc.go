@@ -55,6 +55,30 @@
 // TestStore_Flush_OverlappingSyncSeesTheFailure,
 // TestClient_FailedVolume_CrossesTheWire).
 //
+// # A power cut and the boot id
+//
+// A write is acknowledged once it is in the page cache of the datapath's
+// machine; a Flush makes the writes acknowledged before it durable. A crash
+// of the process (SIGKILL, OOM) loses nothing: the kernel keeps the page
+// cache. A power cut of the machine loses every acknowledged write no flush
+// covered, and the restarted server then answers the next Flush with success
+// for its own, empty, page cache, so a file system above would take that
+// flush as covering writes that are gone (ext4's journal gets a hole, and
+// replay stops at it on the next mount, dropping every later transaction).
+// So the server reports its machine's boot id (`vigil-datapath serve
+// --boot-id-file`, default DefaultBootIDFile, read once at start; a file that
+// cannot be read or holds anything but 1 to 64 letters, digits, '-' and '_'
+// stops the start with an error naming it: TestReadBootID_BadFilesClearErrors)
+// with every answer: the gRPC response header BootIDMetadataKey and the
+// message of the bulk hello's answer (TestClient_BootID_ReportedOnBothChannels).
+// A client asks for it per call with WithBootRecorder. The engine keeps every
+// acknowledged write until a flush by the same boot covers it, and sends
+// again what another boot acknowledged before anything else goes out (see
+// package enginenode, Replay). Older peers keep working: a client from before
+// boot ids ignores the header and the hello's message, and a server from
+// before them reports none, which the engine logs once per volume, since it
+// then cannot tell a power cut from a restart.
+//
 // # Epochs and fencing
 //
 // Each volume has an epoch counter, persisted with every change. Grant gives a

@@ -29,6 +29,9 @@ type Server struct {
 	grpc  *grpc.Server
 	bulk  bulkServer
 	bound *boundIdentities // identities proved per connection (conn_identity.go)
+	// bootID is the machine's boot id (WithBootID), reported with every
+	// answer; "" reports none.
+	bootID string
 }
 
 // ServerOption configures a Server.
@@ -61,8 +64,14 @@ func NewServer(store *Store, auth Authenticator, opts ...ServerOption) (*Server,
 	for _, o := range opts {
 		o(s)
 	}
+	if s.bootID != "" {
+		if err := CheckBootID(s.bootID); err != nil {
+			return nil, fmt.Errorf("datapath server: %w", err)
+		}
+	}
 	s.bound = newBoundIdentities(s.store.log)
 	s.grpc = grpc.NewServer(
+		grpc.UnaryInterceptor(s.reportBoot),
 		grpc.StatsHandler(connEnds{s.bound}),
 		grpc.ForceServerCodecV2(wire.Codec{}),
 		grpc.MaxRecvMsgSize(wire.MaxBytes+4096),
@@ -104,6 +113,15 @@ func (s *Server) Stop(grace time.Duration) {
 		s.grpc.Stop()
 		<-done
 	}
+}
+
+// reportBoot puts the machine's boot id in the header of every answer to a
+// caller the server authenticated (WithBootID).
+func (s *Server) reportBoot(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.bootID != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(BootIDMetadataKey, s.bootID))
+	}
+	return h(ctx, req)
 }
 
 // authenticate takes the "authorization: Bearer <token>" metadata to the

@@ -21,6 +21,9 @@ import (
 	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
+// flagServeBootIDFile is `serve --boot-id-file`.
+const flagServeBootIDFile = "boot-id-file"
+
 // datapathCommands are the commands of vigil-datapath (datapath_app.go):
 // serve, status and clear-failure.
 func datapathCommands() []*cli.Command {
@@ -44,6 +47,9 @@ func datapathCommands() []*cli.Command {
 					"and a full disk then fails writes"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second,
 				Usage: "how long calls in progress may take to finish at shutdown"},
+			&cli.StringFlag{Name: flagServeBootIDFile, Value: datapath.DefaultBootIDFile, EnvVars: []string{"VIGIL_DATAPATH_BOOT_ID_FILE"}, TakesFile: true,
+				Usage: "file holding this machine's boot id, reported to every caller: an engine that sees it change knows the machine lost\n" +
+					"its page cache (a power cut) and writes again what it had not flushed (the sandbox points it elsewhere)"},
 		}, datapathServeAuthFlags()...),
 		Action: datapathServe,
 	}, {
@@ -165,12 +171,16 @@ func datapathServe(c *cli.Context) error {
 	if grace < 0 {
 		return cliflags.Usagef("--shutdown-grace %s: must not be negative", grace)
 	}
+	bootID, err := datapath.ReadBootID(c.String(flagServeBootIDFile))
+	if err != nil {
+		return cliflags.Usagef("--%s: %w", flagServeBootIDFile, err)
+	}
 	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity"),
 		OverProvisioningPercentage: c.Int("over-provisioning-percentage")})
 	if err != nil {
 		return err
 	}
-	var opts []datapath.ServerOption
+	opts := []datapath.ServerOption{datapath.WithBootID(bootID)}
 	if sec.tls != nil {
 		opts = append(opts, datapath.WithTLS(sec.tls))
 	}

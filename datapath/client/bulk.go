@@ -43,6 +43,7 @@ type bulkConn struct {
 	c       net.Conn
 	batch   *batchConn // under c when c is TLS: a request's records in few socket writes
 	token   string     // the token its hello carried
+	boot    string     // the server's boot id, from the hello's answer ("": none reported)
 	wmu     sync.Mutex
 	hdr     []byte
 	mu      sync.Mutex
@@ -95,7 +96,7 @@ func dialBulk(ctx context.Context, addr, token string, tlsCfg *tls.Config) (*bul
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	b := &bulkConn{c: c, batch: batch, token: token, pending: map[uint64]chan bulkResult{}}
+	b := &bulkConn{c: c, batch: batch, token: token, boot: res.msg, pending: map[uint64]chan bulkResult{}}
 	go b.readLoop(br)
 	return b, nil
 }
@@ -388,6 +389,8 @@ func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch
 	_, err = b.do(ctx, wire.BulkRequest{Op: wire.BulkOpWrite, Epoch: epoch, Offset: off, Gen: gen}, volumeID, node, p)
 	var re *datapath.RemoteError
 	switch {
+	case err == nil:
+		datapath.RecordBoot(ctx, b.boot)
 	case errors.Is(err, datapath.ErrStaleSession):
 		c.sessions.stale(volumeID, node, epoch, gen)
 	case err != nil && !errors.As(err, &re):

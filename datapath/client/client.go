@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -150,11 +151,19 @@ const (
 
 func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Message, class retryClass) error {
 	backoff := c.opts.minBackoff
+	var callOpts []grpc.CallOption
+	var header metadata.MD
+	if datapath.WantsBoot(ctx) {
+		callOpts = []grpc.CallOption{grpc.Header(&header)}
+	}
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.conn.Invoke(actx, wire.FullMethod(method), req, resp)
+		err := c.conn.Invoke(actx, wire.FullMethod(method), req, resp, callOpts...)
 		cancel()
 		if err == nil {
+			if callOpts != nil {
+				recordBoot(ctx, header)
+			}
 			return nil
 		}
 		if attempt >= c.opts.retries || !retryable(ctx, err, class) {
@@ -169,6 +178,16 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 		}
 		backoff = min(backoff*2, c.opts.maxBackoff)
 	}
+}
+
+// recordBoot records the boot id an answer's header carries ("" from a
+// server that reports none) for the caller (datapath.WithBootRecorder).
+func recordBoot(ctx context.Context, header metadata.MD) {
+	id := ""
+	if v := header.Get(datapath.BootIDMetadataKey); len(v) > 0 {
+		id = v[0]
+	}
+	datapath.RecordBoot(ctx, id)
 }
 
 // callError maps a failed call's error to the datapath sentinels; errors that

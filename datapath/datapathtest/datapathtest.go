@@ -63,6 +63,8 @@ type Config struct {
 	// Auth replaces the server's authenticator (a TokenReview one, say);
 	// Token and NodeToken keep working only if it accepts them.
 	Auth datapath.Authenticator
+	// BootID, if set, is the boot id the server reports (datapath.WithBootID).
+	BootID string
 }
 
 // Start starts a plaintext server with opts and registers its shutdown with
@@ -98,6 +100,9 @@ func StartWith(t testing.TB, cfg Config) *Server {
 		auth = cfg.Auth
 	}
 	var opts []datapath.ServerOption
+	if cfg.BootID != "" {
+		opts = append(opts, datapath.WithBootID(cfg.BootID))
+	}
 	if cfg.TLS {
 		files, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1", "localhost"}, time.Hour)
 		if err != nil {
