@@ -146,6 +146,10 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 				Usage: "bound on one datapath request made for the kernel: a request the datapath does not answer (restarting,\n" +
 					"unreachable) is sent again until then, so a datapath restart shorter than this stalls I/O but fails none;\n" +
 					"past it the I/O fails with EIO. The datapath's own answers (fenced, not found) end a request at once"},
+			&cli.Int64Flag{Name: "unflushed-write-budget", Value: DefaultUnflushedBudget, EnvVars: []string{"VIGIL_UNFLUSHED_WRITE_BUDGET"},
+				Usage: "bytes of acknowledged, unflushed writes each volume keeps in the engine's (locked) memory, to send them again when\n" +
+					"the datapath's machine lost them in a power cut (its boot id changed); past it the engine flushes the volume.\n" +
+					"From 1 MiB to 1 GiB"},
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
 				Usage: "host:port for /metrics and /healthz; empty disables"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
@@ -164,6 +168,7 @@ type runOptions struct {
 	writebackGuard, keeperSocket                              string
 	datapath                                                  DialConfig
 	heartbeat, ioTimeout, cleanup, leave                      time.Duration
+	unflushedBudget                                           int64
 	log                                                       *slog.Logger
 }
 
@@ -177,7 +182,7 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
 		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard"),
-		keeperSocket: c.String("fd-keeper-socket")}
+		keeperSocket: c.String("fd-keeper-socket"), unflushedBudget: c.Int64("unflushed-write-budget")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -189,6 +194,9 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	if o.leave < 0 || o.leave > datapath.MaxLeave {
 		return o, fmt.Errorf("--graceful-leave %s: want 0 (announce nothing) up to %s", o.leave, datapath.MaxLeave)
+	}
+	if o.unflushedBudget < minUnflushedBudget || o.unflushedBudget > maxUnflushedBudget {
+		return o, fmt.Errorf("--unflushed-write-budget %d: want %d (1 MiB) to %d (1 GiB) bytes", o.unflushedBudget, minUnflushedBudget, maxUnflushedBudget)
 	}
 	if err := checkWritebackGuard(o.writebackGuard); err != nil {
 		return o, err
@@ -245,7 +253,7 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 		return err
 	}
 	cfg := Config{NodeName: o.node, StateDir: o.stateDir, BootID: o.bootID,
-		Datapath: dp, IOTimeout: o.ioTimeout, Metrics: metrics, Log: o.log}
+		Datapath: dp, IOTimeout: o.ioTimeout, UnflushedBudget: o.unflushedBudget, Metrics: metrics, Log: o.log}
 	if cleaner != nil {
 		cfg.Gate = cleaner
 	}

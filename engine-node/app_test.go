@@ -79,6 +79,8 @@ func TestApp_Run_BadFlags(t *testing.T) {
 		{"endpoint", "--csi-endpoint", "tcp://1.2.3.4:5", "--csi-endpoint"},
 		{"boot id", "--boot-id-file", filepath.Join(dir, "missing"), "--boot-id-file"},
 		{"heartbeat", "--heartbeat-interval", "0s", "--heartbeat-interval"},
+		{"unflushed budget too small", "--unflushed-write-budget", "4096", "--unflushed-write-budget 4096: want 1048576 (1 MiB)"},
+		{"unflushed budget too large", "--unflushed-write-budget", "2147483648", "to 1073741824 (1 GiB)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

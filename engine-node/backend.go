@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -24,6 +27,10 @@ type Datapath interface {
 // built for. The epoch never changes: a stage with a higher epoch takes the
 // whole stack down and builds a new one (NodeServer.retire), so no page cached
 // under an old grant is ever written under a new one.
+//
+// It keeps what the datapath acknowledged and no flush covered yet (unfl, see
+// replay.go), so that a flush never acknowledges writes the datapath's machine
+// lost in a power cut: they are sent again first.
 type volumeBackend struct {
 	dp       Datapath
 	volumeID string
@@ -31,10 +38,38 @@ type volumeBackend struct {
 	epoch    uint64
 	timeout  time.Duration // per request; an unreachable datapath becomes EIO
 	metrics  *Metrics
+	log      *slog.Logger
+
+	// io is held for reading by every request, from its first attempt until
+	// its answer is recorded in unfl, and for writing by a replay, which so
+	// waits for the requests in flight and holds the next ones back.
+	io      sync.RWMutex
+	unfl    *unflushed // nil: nothing kept (no replay)
+	budget  int64      // past it, a write flushes the volume first
+	flushMu sync.Mutex // one budget flush at a time
+	noBoot  atomic.Bool
 }
 
 func newVolumeBackend(dp Datapath, volumeID, node string, epoch uint64, timeout time.Duration, m *Metrics) *volumeBackend {
-	return &volumeBackend{dp: dp, volumeID: volumeID, node: node, epoch: epoch, timeout: timeout, metrics: m}
+	return &volumeBackend{dp: dp, volumeID: volumeID, node: node, epoch: epoch, timeout: timeout, metrics: m, log: slog.Default()}
+}
+
+// newBackend is the backend of a stack for rec, with the node's budget of
+// unflushed writes.
+func (n *NodeServer) newBackend(rec StageRecord) *volumeBackend {
+	b := newVolumeBackend(n.cfg.Datapath, rec.VolumeID, n.cfg.NodeName, rec.Epoch, n.cfg.IOTimeout, n.metrics)
+	b.log = n.log
+	if n.cfg.UnflushedBudget > 0 {
+		b.keepUnflushed(n.cfg.UnflushedBudget)
+	}
+	return b
+}
+
+// keepUnflushed makes b keep up to budget bytes of acknowledged, unflushed
+// writes to send again after a datapath reboot.
+func (b *volumeBackend) keepUnflushed(budget int64) *volumeBackend {
+	b.unfl, b.budget = newUnflushed(), budget
+	return b
 }
 
 func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -48,21 +83,38 @@ func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.Ca
 func (b *volumeBackend) ReadAt(parent context.Context, off int64, n int) ([]byte, error) {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	var p []byte
-	err := b.retry(ctx, func(ctx context.Context) (err error) {
-		p, err = b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch, off, n)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read volume %s at %d: %w", b.volumeID, off, err)
+	for {
+		var p []byte
+		boot, err := b.call(ctx, func(ctx context.Context) (err error) {
+			p, err = b.dp.ReadAt(ctx, b.volumeID, b.node, b.epoch, off, n)
+			return err
+		}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read volume %s at %d: %w", b.volumeID, off, err)
+		}
+		if boot == "" {
+			return p, nil
+		}
+		// A rebooted machine answered: it may have lost writes of this range
+		// that are still kept here. Send them again and read again.
+		if err := b.replay(ctx, boot); err != nil {
+			return nil, fmt.Errorf("read volume %s at %d: %w", b.volumeID, off, err)
+		}
 	}
-	return p, nil
 }
 
 func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.retry(ctx, func(ctx context.Context) error { return b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch, off, p) }); err != nil {
+	boot, err := b.call(ctx, func(ctx context.Context) error { return b.dp.WriteAt(ctx, b.volumeID, b.node, b.epoch, off, p) },
+		func(boot string) { b.unfl.add(off, p, boot) })
+	if err == nil && boot != "" {
+		err = b.replay(ctx, boot)
+	}
+	if err == nil {
+		err = b.keepWithinBudget(ctx)
+	}
+	if err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}
@@ -74,7 +126,7 @@ func (b *volumeBackend) WriteAt(parent context.Context, off int64, p []byte) err
 func (b *volumeBackend) Flush(parent context.Context) error {
 	ctx, cancel := b.ctx(parent)
 	defer cancel()
-	if err := b.retry(ctx, func(ctx context.Context) error { return b.dp.Flush(ctx, b.volumeID, b.node, b.epoch) }); err != nil {
+	if err := b.flush(ctx); err != nil {
 		if errors.Is(err, datapath.ErrFenced) {
 			b.metrics.writesFenced.Inc()
 		}

@@ -2,8 +2,12 @@ package enginenode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,4 +182,85 @@ func benchRestageAfterFence(b *testing.B, c *datapathtest.Roles) {
 		stage += time.Since(t0)
 	}
 	b.ReportMetric(float64(stage.Microseconds())/float64(b.N)/1000, "stage-ms")
+}
+
+// BenchmarkVolumeBackend_Write measures what keeping the acknowledged,
+// unflushed writes (for a replay after a power cut of the datapath's machine)
+// costs the volume backend's writes, against a real datapath server that
+// reports a boot id: 1 MiB sequential and 4 KiB random writes at queue depth
+// 1 and 8, with the writes kept (the default 64 MiB budget, flushed when
+// full) and not kept. "kept-MiB" is the memory the kept writes hold at the end.
+func BenchmarkVolumeBackend_Write(b *testing.B) {
+	c := startRealDatapath(b)
+	ctx := context.Background()
+	for _, size := range []int{1 << 20, 4 << 10} {
+		for _, qd := range []int{1, 8} {
+			for _, keep := range []bool{false, true} {
+				name := fmt.Sprintf("%dKiB/qd%d/none", size>>10, qd)
+				if keep {
+					name = fmt.Sprintf("%dKiB/qd%d/kept", size>>10, qd)
+				}
+				b.Run(name, func(b *testing.B) {
+					vol, err := c.CreateVolume(ctx, "bench-"+strings.ReplaceAll(name, "/", "-"), 1<<30, datapath.AccessRWO)
+					if err != nil {
+						b.Fatal(err)
+					}
+					epoch, err := c.Grant(ctx, vol.ID, "bench-node")
+					if err != nil {
+						b.Fatal(err)
+					}
+					be := newVolumeBackend(c, vol.ID, "bench-node", epoch, 30*time.Second, NewMetrics(nil))
+					if keep {
+						be.keepUnflushed(DefaultUnflushedBudget)
+					}
+					benchBackendWrites(b, be, size, qd)
+					if keep {
+						held, _ := be.unfl.size()
+						b.ReportMetric(float64(held)/(1<<20), "kept-MiB")
+					}
+				})
+			}
+		}
+	}
+}
+
+func benchBackendWrites(b *testing.B, be *volumeBackend, size, qd int) {
+	ctx := context.Background()
+	p := make([]byte, size)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	slots := (1 << 30) / size
+	var next atomic.Int64
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, qd)
+	for range qd {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				slot := i
+				if size < 1<<20 {
+					slot = (i * 7919) // scattered 4 KiB writes
+				}
+				if err := be.WriteAt(ctx, (slot%int64(slots))*int64(size), p); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
 }

@@ -1,10 +1,12 @@
 package enginenode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -78,7 +80,7 @@ func (n *NodeServer) adopt(rec StageRecord) bool {
 		n.log.Info("not adopting the kept FUSE connection; the volume's stack is built again", "volume", rec.VolumeID, "why", why)
 		return false
 	}
-	st := &stack{backend: newVolumeBackend(n.cfg.Datapath, rec.VolumeID, n.cfg.NodeName, rec.Epoch, n.cfg.IOTimeout, n.metrics),
+	st := &stack{backend: n.newBackend(rec),
 		loop: &loopdev.Device{Path: rec.LoopDevice}}
 	st.disk, err = fusedisk.Adopt(fd, kept.Disk, st.backend, fusedisk.Options{OnError: n.logIOError(rec.VolumeID), Log: n.log})
 	if err != nil {
@@ -165,5 +167,17 @@ func (n *NodeServer) StopServing() {
 	n.mu.Unlock()
 	for _, st := range stacks {
 		st.disk.Stop()
+		// The writes the backend keeps to send again after a reboot of the
+		// datapath's machine end with this process: flush them first, so
+		// the next engine has nothing to keep.
+		ctx, cancel := context.WithTimeout(context.Background(), handoverFlushTimeout)
+		if err := st.backend.flush(ctx); err != nil {
+			n.log.Warn("could not flush the volume before handing it over; its unflushed writes are lost if the datapath's machine loses power before the next flush",
+				"volume", st.backend.volumeID, "err", err)
+		}
+		cancel()
 	}
 }
+
+// handoverFlushTimeout bounds the flush of each volume at a graceful stop.
+const handoverFlushTimeout = 5 * time.Second

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(writerEnv); path != "" {
 		os.Exit(runWriterChild(path)) // TestApp_Run_RestartKeepsVolumesServed
 	}
+	if spec := os.Getenv(datapathChildEnv); spec != "" {
+		os.Exit(runDatapathChild(spec)) // TestVolumeBackend_DatapathPowerCut_FlushLosesNoAcknowledgedWrite
+	}
 	if dir := os.Getenv(journalChildEnv); dir != "" {
 		os.Exit(runJournalChild(dir))
 	}

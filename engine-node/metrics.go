@@ -23,6 +23,9 @@ type Metrics struct {
 	cleanups          *prometheus.CounterVec
 	writesFenced      prometheus.Counter
 	ioRetries         prometheus.Counter
+	replays           prometheus.Counter
+	replayedBytes     prometheus.Counter
+	budgetFlushes     prometheus.Counter
 	heartbeatFailures prometheus.Counter
 	stageSeconds      prometheus.Histogram
 	publishSeconds    prometheus.Histogram
@@ -48,6 +51,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "io_retries_total",
 			Help: "Block reads, writes and flushes sent to the datapath again because it did not answer (restarting, unreachable); each is retried until --io-timeout.",
 		}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "replays_total",
+			Help: "Times a volume's acknowledged, unflushed writes were sent again because the datapath's machine rebooted (a power cut) and may have lost them.",
+		}),
+		replayedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "replayed_bytes_total",
+			Help: "Bytes of acknowledged, unflushed writes sent again after a reboot of the datapath's machine.",
+		}),
+		budgetFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "unflushed_budget_flushes_total",
+			Help: "Flushes the engine made on its own because a volume's acknowledged, unflushed writes exceeded --unflushed-write-budget.",
+		}),
 		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "heartbeat_failures_total",
 			Help: "Heartbeats to the datapath that failed.",
@@ -65,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.cleanups.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.heartbeatFailures, m.stageSeconds, m.publishSeconds)
+		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.replays, m.replayedBytes, m.budgetFlushes, m.heartbeatFailures, m.stageSeconds, m.publishSeconds)
 	}
 	return m
 }

@@ -34,6 +34,11 @@ type Config struct {
 	Datapath Datapath
 	// IOTimeout bounds one datapath request made for the kernel; 0 means 30 s.
 	IOTimeout time.Duration
+	// UnflushedBudget is how many bytes of acknowledged, unflushed writes
+	// each volume keeps to send again after a reboot of the datapath's
+	// machine (past it the volume is flushed); 0 means
+	// DefaultUnflushedBudget, below 0 keeps none (tests only).
+	UnflushedBudget int64
 	// Gate, if set, may refuse stages (see Gate).
 	Gate Gate
 	// Keeper, if set, holds each staged volume's FUSE connection across
@@ -74,6 +79,9 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 	cfg.StateDir = abs
 	if cfg.IOTimeout == 0 {
 		cfg.IOTimeout = 30 * time.Second
+	}
+	if cfg.UnflushedBudget == 0 {
+		cfg.UnflushedBudget = DefaultUnflushedBudget
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)

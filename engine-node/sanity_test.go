@@ -41,7 +41,8 @@ func startRealDatapath(t testing.TB) *datapathtest.Roles {
 // the controller) and the server, whose Store shows what reached its disk.
 func startRealDatapathServer(t testing.TB) (*datapathtest.Roles, *datapathtest.Server) {
 	t.Helper()
-	srv := datapathtest.Start(t, datapath.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := datapathtest.StartWith(t, datapathtest.Config{Options: datapath.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		BootID: "real-datapath-boot"})
 	return srv.DialRoles(t), srv
 }
 

@@ -39,7 +39,7 @@ func diskDir(stateDir, volumeID string) string {
 
 // build brings up every layer for rec; on failure it removes what it made.
 func (n *NodeServer) build(ctx context.Context, rec StageRecord) (st *stack, err error) {
-	st = &stack{backend: newVolumeBackend(n.cfg.Datapath, rec.VolumeID, n.cfg.NodeName, rec.Epoch, n.cfg.IOTimeout, n.metrics)}
+	st = &stack{backend: n.newBackend(rec)}
 	defer func() {
 		if err != nil {
 			if terr := n.teardownRecord(rec); terr != nil {
