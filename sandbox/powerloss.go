@@ -29,6 +29,9 @@ func (s *Sandbox) startPowerFS(ctx context.Context, cfg StackConfig, stk *Stack)
 	if err := os.MkdirAll(stk.DatapathSynced, 0o700); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
+	if err := bootDatapathMachine(stk); err != nil {
+		return err
+	}
 	err := s.startHost(stk, ProcessSpec{Name: StackPowerFS, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "powerfs",
 		"--backing", stk.DatapathSynced, datapathDir(stk)}})
 	if err != nil {
@@ -38,6 +41,28 @@ func (s *Sandbox) startPowerFS(ctx context.Context, cfg StackConfig, stk *Stack)
 }
 
 func datapathDir(stk *Stack) string { return filepath.Join(stk.Dir, "datapath") }
+
+// datapathBootIDFile is the boot id of the datapath's machine when it runs on
+// the power-loss layer: each power cut boots it with a new one, as a real
+// reboot does, while a restart of the datapath's process keeps it.
+func datapathBootIDFile(stk *Stack) string { return filepath.Join(stk.Dir, "datapath-boot_id") }
+
+// datapathBootArgs are the datapath's flags for its machine's boot id: its
+// own file on the power-loss layer, the host's otherwise.
+func datapathBootArgs(cfg StackConfig, stk *Stack) []string {
+	if !cfg.DatapathPowerLoss {
+		return nil
+	}
+	return []string{"--boot-id-file", datapathBootIDFile(stk)}
+}
+
+// bootDatapathMachine gives the datapath's machine a new boot id.
+func bootDatapathMachine(stk *Stack) error {
+	if err := os.WriteFile(datapathBootIDFile(stk), []byte(newBootID()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("boot id of the datapath's machine: %w", err)
+	}
+	return nil
+}
 
 func waitPowerFS(ctx context.Context, mnt string) error {
 	return Poll(ctx, 30*time.Second, "the power-loss layer mounted at "+mnt, func(context.Context) (bool, string, error) {
@@ -74,8 +99,9 @@ func (s *Sandbox) CutDatapathPower() error {
 }
 
 // RestoreDatapathPower brings the datapath's machine back after
-// CutDatapathPower: a new layer on the same backing directory, then the
-// datapath on it. It returns once the datapath's process started (not once
+// CutDatapathPower: a new boot id for the machine (the datapath reports it,
+// so engines know their unflushed writes may be gone and send them again), a
+// new layer on the same backing directory, then the datapath on it. It returns once the datapath's process started (not once
 // it answers).
 func (s *Sandbox) RestoreDatapathPower(ctx context.Context) error {
 	stk, err := s.powerLossStack()
@@ -83,6 +109,9 @@ func (s *Sandbox) RestoreDatapathPower(ctx context.Context) error {
 		return err
 	}
 	if err := powerfs.Detach(datapathDir(stk)); err != nil {
+		return err
+	}
+	if err := bootDatapathMachine(stk); err != nil {
 		return err
 	}
 	if err := s.StartProcess("", StackPowerFS); err != nil {

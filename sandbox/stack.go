@@ -307,8 +307,8 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	if err := s.startPowerFS(ctx, cfg, stk); err != nil {
 		return err
 	}
-	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append([]string{filepath.Join(cfg.VigilBinDir, BinVigilDatapath), "serve",
-		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, security...)})
+	err := s.startHost(stk, ProcessSpec{Name: StackDatapath, Args: append(append([]string{filepath.Join(cfg.VigilBinDir, BinVigilDatapath), "serve",
+		"--listen", stk.DatapathAddr, "--data-dir", filepath.Join(stk.Dir, "datapath")}, datapathBootArgs(cfg, stk)...), security...)})
 	if err != nil {
 		return err
 	}
