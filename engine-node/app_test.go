@@ -63,9 +63,10 @@ func with(args []string, flag, value string) []string {
 	for i := range out {
 		if out[i] == flag {
 			out[i+1] = value
+			return out
 		}
 	}
-	return out
+	return append(out, flag, value)
 }
 
 func TestApp_Run_BadFlags(t *testing.T) {

@@ -212,6 +212,8 @@ current-context: c
 		{"over-provisioning below 100", serve("--token-file", good, "--over-provisioning-percentage", "50"), "over-provisioning percentage 50: want 100"},
 		{"over-provisioning above 1000", serve("--token-file", good, "--over-provisioning-percentage", "1001"), "to 1000"},
 		{"bad listen address", serve("--token-file", good, "--listen", "nowhere"), `--listen "nowhere"`},
+		{"missing boot id file", serve("--token-file", good, "--boot-id-file", filepath.Join(dir, "nope")), "--boot-id-file: datapath: invalid argument: boot id: open"},
+		{"bad boot id", serve("--token-file", good, "--boot-id-file", writeFile(t, "boot", "not a boot id\n")), "want letters, digits, '-' and '_' only"},
 		{"plaintext off loopback", serve("--token-file", good, "--listen", "0.0.0.0:9600"), "--insecure"},
 		{"certificate without key", serve("--token-file", good, "--tls-cert-file", certs.Cert), "--tls-private-key-file"},
 		{"TLS and insecure", serve("--token-file", good, "--tls-cert-file", certs.Cert, "--tls-private-key-file", certs.Key, "--insecure"), "contradicts"},

@@ -13,7 +13,8 @@ import (
 // "PRI * HT").
 //
 //	client hello:  BulkMagic, u16 token length, token
-//	server hello:  a response with id 0 (code 0: accepted; else refused and closed)
+//	server hello:  a response with id 0 (code 0: accepted, the message the boot id
+//	               of the server's machine or empty; else refused and closed)
 //	request:       BulkRequestHeaderLen bytes (see BulkRequest), volume id, node, data
 //	response:      BulkResponseHeaderLen bytes (see BulkResponse), message
 //
