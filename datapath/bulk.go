@@ -67,7 +67,6 @@ type bulkServer struct {
 	conns    map[net.Conn]struct{}
 	stopping bool
 	wg       sync.WaitGroup
-	sessions writeSessions // orders each (volume, node)'s writes
 }
 
 // track registers c; false if the server is stopping (c must then be closed).
@@ -226,7 +225,7 @@ func (b *bulkSession) next() bool {
 	b.sem <- struct{}{}
 	if req.Op == wire.BulkOpSession {
 		b.start(req, func() (uint64, error) {
-			return b.s.bulk.sessions.open(volumeID, node, req.Epoch, time.Now()), nil
+			return b.s.store.OpenWriteSession(volumeID, node, req.Epoch)
 		})
 		return true
 	}
@@ -234,7 +233,7 @@ func (b *bulkSession) next() bool {
 		got, err := st.fill(b.raw, req.DataLen)
 		if err == nil {
 			b.start(req, func() (uint64, error) {
-				err := b.s.bulk.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
+				err := b.s.store.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
 					return b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f File) error {
 						return st.drainTo(f, req.Offset, req.DataLen)
 					})
@@ -280,9 +279,7 @@ func (b *bulkSession) readRest(req wire.BulkRequest, volumeID, node string, st *
 		return false // truncated payload: nothing is written
 	}
 	b.start(req, func() (uint64, error) {
-		err := b.s.bulk.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
-			return b.s.store.WriteAt(volumeID, node, req.Epoch, req.Offset, data)
-		})
+		err := b.s.store.writeInSession(volumeID, node, req.Epoch, req.Gen, req.Offset, data)
 		bulkBufs.Put(bp)
 		return 0, err
 	})

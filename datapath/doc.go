@@ -193,7 +193,7 @@
 // (ListVolumes, Capacity, Connectivity, NodeGrants, Nodes, FailedVolumes) and
 // clears a failed volume (ClearFailure), but never reads,
 // writes, flushes, heartbeats or leaves as a node, so a bug in the manager
-// cannot keep a dead node looking alive; an engine reads, writes, flushes,
+// cannot keep a dead node looking alive; an engine reads, writes (opening write sessions), flushes,
 // heartbeats and leaves as its own node only, releases its own grants (after
 // a cleanup) and lists its own grants, and reads one volume at a time
 // (GetVolume, Attachments: its stage path and gate), but never creates,
@@ -267,36 +267,58 @@
 // On Stop the server stops reading bulk requests, lets those in progress be
 // answered within the grace period, then closes the connections.
 //
-// Bulk writes are ordered by write sessions (writesession.go). A client that
+// # Every write is ordered
+//
+// Every write the server accepts is ordered by write sessions
+// (writesession.go), on the bulk channel and over gRPC alike. A client that
 // got no answer to a write cannot tell whether it is lost or only delayed: on
 // a black-holed path TCP may deliver it after the client sent it again on
 // another connection, after the retry succeeded and after ext4 wrote newer
 // data to the same block. No fence happened, so the epoch check passes. So a
 // write carries the generation of its (volume, node, epoch)'s write session;
-// a session request (op 2) opens a new generation, which waits for the writes
-// in progress under the older one; and the server applies a write only under
-// the generation opened last, refusing any other with ErrStaleSession
-// (nothing written). The client opens a new generation before anything else
-// once a write went unanswered, so the late copy is refused
-// (TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne, through a proxy
-// that holds one connection's request until after the retry and a newer
-// write). Sessions are soft state, one per (volume, node): a restart forgets
-// them, and drops every connection with them; generations come from one
-// counter seeded by the clock, so none is issued twice across restarts.
+// a session request (the bulk channel's op 2, or OpenWriteSession over gRPC)
+// opens a new generation, which waits for the writes in progress under the
+// older one; and the server applies a write only under the generation opened
+// last, refusing any other, and one with no generation, with ErrStaleSession
+// (nothing written). The server keeps one session per (volume, node) for both
+// channels, so a generation opened on one ends the older ones on both. The
+// client opens a new generation before anything else once a write went
+// unanswered, so the late copy is refused
+// (TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne over the bulk
+// channel, through a proxy that holds one connection's request until after
+// the retry and a newer write; TestClient_WriteAt_RetriedGRPCWriteNeverLandsAfterANewerOne
+// over gRPC, where the proxy holds the write, cuts the client's side of the
+// connection so that gRPC sends the write again on a new one, and delivers
+// the first copy after a newer write). Sessions are soft state, one per
+// (volume, node): a restart forgets them, and drops every connection with
+// them; generations come from one counter seeded by the clock, so none is
+// issued twice across restarts.
+//
+// Why gRPC writes carry sessions rather than being refused: gRPC is the path
+// a client takes when the bulk channel is not answered, and refusing it would
+// leave such a client with no way to write at all, where carrying the same
+// session costs one map lookup and a read lock per write (the bulk channel
+// already pays them; BenchmarkStore_WriteAt_Session measures them). One
+// session table for both channels also means that the client need not wait
+// for a particular channel to end a generation. The older, unordered gRPC
+// Write of releases before this one is not served (gRPC answers
+// Unimplemented); in the other direction, a current client that meets a
+// server without OpenWriteSession sends it no write and returns
+// client.ErrServerTooOld, which says to upgrade vigil-datapath
+// (TestClient_WriteAt_OldServerGetsNoUnorderedWrite). Releases before this
+// one already speak the bulk channel with sessions, so an engine upgraded
+// before its datapath keeps writing over it.
 //
 // The client (datapath/client) sends WriteAt over the bulk channel unless
 // WithBulk(false); everything else stays on gRPC. Its retry rules are gRPC's:
 // a failed connection is retried with the caller's epoch (a write is never
 // moved to a new epoch), a timeout or a refusal is not, except a refusal as
 // stale, which is sent again at once under a new generation. A request left
-// unanswered closes its connection (its path may be black-holed) and marks
-// its session: the next write of that volume opens a new generation first. A
-// server that does not answer the hello (one from before the bulk channel, or
-// before write sessions) gets the write over gRPC, and the client tries the
-// bulk channel again a minute later; but a volume with an unanswered bulk
-// write waits for the bulk channel, since gRPC writes carry no session and
-// could not end it. Writes that go over gRPC (WithBulk(false), an older
-// server) are not ordered by sessions.
+// unanswered ends its generation (and on the bulk channel closes its
+// connection, whose path may be black-holed): the next write of that volume,
+// on either channel, opens a new generation first. A server that does not
+// answer the bulk hello gets the write over gRPC, under the same sessions,
+// and the client tries the bulk channel again a minute later.
 //
 // The server is its own binary, vigil-datapath (cmd/vigil-datapath; its
 // command line is manager.DatapathApp, which `vigil-manager datapath` still

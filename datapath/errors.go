@@ -42,9 +42,9 @@ var (
 	// ErrReadOnly: a write under a read-only grant (UseReadOnly); nothing was
 	// written.
 	ErrReadOnly = errors.New("datapath: read-only grant")
-	// ErrStaleSession: a bulk write carried a write session generation that
-	// is not the last one opened for its (volume, node, epoch); nothing was
-	// written. The client that gave up on a write opens a new generation
+	// ErrStaleSession: a write (bulk or gRPC) carried a write session
+	// generation that is not the last one opened for its (volume, node,
+	// epoch), or none; nothing was written. The client that gave up on a write opens a new generation
 	// before it sends anything else, so a late copy of that write is refused
 	// with this error instead of landing after a newer one. Sending the write
 	// again under the current generation is safe.

@@ -232,8 +232,15 @@ var effects = map[string]effect{
 	wire.MethodRelease:     releaseEffect,
 	wire.MethodAttachments: attachmentsEffect,
 	wire.MethodWrite:       writeEffect,
-	wire.MethodRead:        readEffect,
-	wire.MethodFlush:       flushEffect,
+	// A new generation: soft state only, nothing durable or recorded changes.
+	wire.MethodOpenWriteSession: func(_ fuzzStore, _ []byte, resp wire.Message, before, after state) error {
+		if g := resp.(*wire.Generation).Gen; g <= fuzzGen+2 {
+			return fmt.Errorf("opened generation %d; the harness opened up to %d already", g, fuzzGen+2)
+		}
+		return unchanged(before, after)
+	},
+	wire.MethodRead:  readEffect,
+	wire.MethodFlush: flushEffect,
 	wire.MethodHeartbeat: func(_ fuzzStore, data []byte, _ wire.Message, before, after state) error {
 		req, err := decode[wire.NodeRef](data)
 		if err != nil {
@@ -363,10 +370,13 @@ func ioStamped(before, after state, node string) error {
 	return activityOnly(before.world(), after.world(), node, func(n NodeStatus) bool { return n.LastIO.Equal(fuzzClock) })
 }
 
-func writeEffect(_ fuzzStore, data []byte, _ wire.Message, before, after state) error {
+func writeEffect(fs fuzzStore, data []byte, _ wire.Message, before, after state) error {
 	req, err := decode[wire.WriteRequest](data)
 	if err != nil {
 		return err
+	}
+	if s := fs.gens[sessionKey{req.VolumeID, req.Node}]; s.gen == 0 || req.Gen != s.gen || req.Epoch != s.epoch {
+		return fmt.Errorf("a write under epoch %d generation %d was applied; the open session is %+v", req.Epoch, req.Gen, s)
 	}
 	b, a := before.world(), after.world()
 	if err := ioTargetLive(b, req.IOTarget); err != nil {

@@ -34,6 +34,11 @@ node node-4 fuzz-node-4-token-xx
 // effect on timestamps is known exactly.
 var fuzzClock = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// fuzzGen is the write session generation the harness opens first, for
+// node-1 on the seeded volume (generations start at the clock's nanoseconds):
+// a write in a fuzz input carries it to be applied.
+var fuzzGen = uint64(fuzzClock.UnixNano()) + 1
+
 // fuzzCaller is who the fuzzer's auth byte makes the caller: an identity the
 // tokens file knows, or none (a wrong token, no token, a malformed header).
 type fuzzCaller struct {
@@ -70,7 +75,7 @@ func fuzzAuth(auth uint8) fuzzCaller {
 // its grants as its own node only.
 func fuzzAllowed(c fuzzCaller, method, node string) bool {
 	nodeActs := map[string]bool{wire.MethodRead: true, wire.MethodWrite: true, wire.MethodFlush: true,
-		wire.MethodHeartbeat: true, wire.MethodLeave: true}
+		wire.MethodHeartbeat: true, wire.MethodLeave: true, wire.MethodOpenWriteSession: true}
 	switch c.role {
 	case RoleController:
 		return !nodeActs[method]
@@ -89,26 +94,27 @@ func fuzzAllowed(c fuzzCaller, method, node string) bool {
 // fuzzRequests is a fresh request message per method, to learn the node a
 // request names the way the server decodes it.
 var fuzzRequests = map[string]func() wire.Message{
-	wire.MethodCreateVolume:  func() wire.Message { return &wire.CreateVolumeRequest{} },
-	wire.MethodDeleteVolume:  func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodGetVolume:     func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodListVolumes:   func() wire.Message { return &wire.Empty{} },
-	wire.MethodCapacity:      func() wire.Message { return &wire.Empty{} },
-	wire.MethodGrant:         func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodFence:         func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodRelease:       func() wire.Message { return &wire.AttachRequest{} },
-	wire.MethodAttachments:   func() wire.Message { return &wire.VolumeRef{} },
-	wire.MethodWrite:         func() wire.Message { return &wire.WriteRequest{} },
-	wire.MethodRead:          func() wire.Message { return &wire.ReadRequest{} },
-	wire.MethodFlush:         func() wire.Message { return &wire.FlushRequest{} },
-	wire.MethodHeartbeat:     func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodConnectivity:  func() wire.Message { return &wire.ConnectivityRequest{} },
-	wire.MethodNodeGrants:    func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodFenceNode:     func() wire.Message { return &wire.NodeRef{} },
-	wire.MethodLeave:         func() wire.Message { return &wire.LeaveRequest{} },
-	wire.MethodNodes:         func() wire.Message { return &wire.Empty{} },
-	wire.MethodFailedVolumes: func() wire.Message { return &wire.Empty{} },
-	wire.MethodClearFailure:  func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodCreateVolume:     func() wire.Message { return &wire.CreateVolumeRequest{} },
+	wire.MethodDeleteVolume:     func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodGetVolume:        func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodListVolumes:      func() wire.Message { return &wire.Empty{} },
+	wire.MethodCapacity:         func() wire.Message { return &wire.Empty{} },
+	wire.MethodGrant:            func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodFence:            func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodRelease:          func() wire.Message { return &wire.AttachRequest{} },
+	wire.MethodAttachments:      func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodWrite:            func() wire.Message { return &wire.WriteRequest{} },
+	wire.MethodOpenWriteSession: func() wire.Message { return &wire.OpenSessionRequest{} },
+	wire.MethodRead:             func() wire.Message { return &wire.ReadRequest{} },
+	wire.MethodFlush:            func() wire.Message { return &wire.FlushRequest{} },
+	wire.MethodHeartbeat:        func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodConnectivity:     func() wire.Message { return &wire.ConnectivityRequest{} },
+	wire.MethodNodeGrants:       func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodFenceNode:        func() wire.Message { return &wire.NodeRef{} },
+	wire.MethodLeave:            func() wire.Message { return &wire.LeaveRequest{} },
+	wire.MethodNodes:            func() wire.Message { return &wire.Empty{} },
+	wire.MethodFailedVolumes:    func() wire.Message { return &wire.Empty{} },
+	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -124,10 +130,16 @@ func fuzzRequestNode(method string, data []byte) (node string, ok bool) {
 // fuzzStore is a fresh store for one fuzz iteration: a seeded RWO volume
 // granted to node-1 holding "seeded" at offset 0, and an RWX volume with a row
 // in each state: node-1 and node-2 granted, node-3 released, node-4 fenced.
+// node-1 has a write session open on the seeded volume (generation fuzzGen),
+// node-1 and node-2 on the shared one (gens).
 type fuzzStore struct {
 	s              *Store
 	seeded, shared string
+	gens           map[sessionKey]fuzzSession
 }
+
+// fuzzSession is a write session the harness opened.
+type fuzzSession struct{ epoch, gen uint64 }
 
 func newFuzzStore(t *testing.T) fuzzStore {
 	dir := t.TempDir()
@@ -172,7 +184,36 @@ func newFuzzStore(t *testing.T) fuzzStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fuzzStore{s: s, seeded: seeded.ID, shared: shared.ID}
+	gens := map[sessionKey]fuzzSession{}
+	for _, k := range []sessionKey{{seeded.ID, "node-1"}, {shared.ID, "node-1"}, {shared.ID, "node-2"}} {
+		e, err := s.Epoch(k.volumeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range mustAttachments(t, s, k.volumeID) {
+			if a.Node == k.node {
+				e = a.Epoch
+			}
+		}
+		gen, err := s.OpenWriteSession(k.volumeID, k.node, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens[k] = fuzzSession{e, gen}
+	}
+	if g := gens[sessionKey{seeded.ID, "node-1"}].gen; g != fuzzGen {
+		t.Fatalf("the first generation is %d; the corpus writes under %d", g, fuzzGen)
+	}
+	return fuzzStore{s: s, seeded: seeded.ID, shared: shared.ID, gens: gens}
+}
+
+func mustAttachments(t *testing.T, s *Store, id string) []Attachment {
+	t.Helper()
+	as, err := s.Attachments(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return as
 }
 
 // FuzzServer_Request sends arbitrary bytes as the request of an arbitrary
@@ -339,10 +380,13 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodFence, &wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node-1"}},
 		{wire.MethodRelease, &wire.AttachRequest{VolumeID: fuzzVolumeID, Node: "node 1"}},
 		{wire.MethodAttachments, &wire.VolumeRef{ID: fuzzVolumeID}},
-		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Offset: 0, Data: []byte("data")}},
-		{wire.MethodWrite, &wire.WriteRequest{IOTarget: stale, Offset: 0, Data: []byte("zombie")}},
-		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Offset: 64<<10 - 2, Data: []byte("past end")}},
-		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Offset: -1, Data: []byte("x")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: 0, Data: []byte("data")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: stale, Gen: fuzzGen, Offset: 0, Data: []byte("zombie")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: 64<<10 - 2, Data: []byte("past end")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: -1, Data: []byte("x")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen - 1, Offset: 0, Data: []byte("late")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Offset: 0, Data: []byte("no session")}},
+		{wire.MethodOpenWriteSession, &wire.OpenSessionRequest{IOTarget: io}},
 		{wire.MethodRead, &wire.ReadRequest{IOTarget: io, Offset: 0, Length: 1 << 30}},
 		{wire.MethodRead, &wire.ReadRequest{IOTarget: io, Offset: 0, Length: 6}},
 		{wire.MethodFlush, &wire.FlushRequest{IOTarget: io}},
@@ -367,7 +411,7 @@ func fuzzSeeds() []fuzzSeed {
 	for _, s := range seeds {
 		auth := uint8(controller)
 		switch s.name {
-		case wire.MethodWrite, wire.MethodRead, wire.MethodFlush, wire.MethodHeartbeat, wire.MethodLeave:
+		case wire.MethodWrite, wire.MethodRead, wire.MethodFlush, wire.MethodHeartbeat, wire.MethodLeave, wire.MethodOpenWriteSession:
 			auth = node1
 		}
 		out = append(out, fuzzSeed{auth, methodIndex(s.name), s.m.MarshalAppend(nil)})
@@ -375,7 +419,7 @@ func fuzzSeeds() []fuzzSeed {
 	enc := func(m wire.Message) []byte { return m.MarshalAppend(nil) }
 	node1Ref := enc(&wire.NodeRef{Node: "node-1"})
 	write := func(node string, epoch uint64) []byte {
-		return enc(&wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: fuzzVolumeID, Node: node, Epoch: epoch}, Data: []byte("zombie")})
+		return enc(&wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: fuzzVolumeID, Node: node, Epoch: epoch}, Gen: fuzzGen, Data: []byte("zombie")})
 	}
 	return append(out,
 		fuzzSeed{node1, methodIndex(wire.MethodWrite), []byte{0xff, 0xff, 0xff}},

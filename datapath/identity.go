@@ -117,26 +117,27 @@ const (
 // row (TestMethodAccess_EveryMethodHasARow), and a method without one is
 // refused.
 var methodAccess = map[string]access{
-	wire.MethodCreateVolume:  controllerOnly,
-	wire.MethodDeleteVolume:  controllerOnly,
-	wire.MethodListVolumes:   controllerOnly,
-	wire.MethodCapacity:      controllerOnly,
-	wire.MethodGrant:         controllerOnly,
-	wire.MethodFence:         controllerOnly,
-	wire.MethodFenceNode:     controllerOnly,
-	wire.MethodConnectivity:  controllerOnly,
-	wire.MethodNodes:         controllerOnly,
-	wire.MethodFailedVolumes: controllerOnly,
-	wire.MethodClearFailure:  controllerOnly,
-	wire.MethodGetVolume:     anyRole,
-	wire.MethodAttachments:   anyRole,
-	wire.MethodRelease:       controllerOrOwnNode,
-	wire.MethodNodeGrants:    controllerOrOwnNode,
-	wire.MethodRead:          ownNodeOnly,
-	wire.MethodWrite:         ownNodeOnly,
-	wire.MethodFlush:         ownNodeOnly,
-	wire.MethodHeartbeat:     ownNodeOnly,
-	wire.MethodLeave:         ownNodeOnly,
+	wire.MethodCreateVolume:     controllerOnly,
+	wire.MethodDeleteVolume:     controllerOnly,
+	wire.MethodListVolumes:      controllerOnly,
+	wire.MethodCapacity:         controllerOnly,
+	wire.MethodGrant:            controllerOnly,
+	wire.MethodFence:            controllerOnly,
+	wire.MethodFenceNode:        controllerOnly,
+	wire.MethodConnectivity:     controllerOnly,
+	wire.MethodNodes:            controllerOnly,
+	wire.MethodFailedVolumes:    controllerOnly,
+	wire.MethodClearFailure:     controllerOnly,
+	wire.MethodGetVolume:        anyRole,
+	wire.MethodAttachments:      anyRole,
+	wire.MethodRelease:          controllerOrOwnNode,
+	wire.MethodNodeGrants:       controllerOrOwnNode,
+	wire.MethodRead:             ownNodeOnly,
+	wire.MethodWrite:            ownNodeOnly,
+	wire.MethodOpenWriteSession: ownNodeOnly,
+	wire.MethodFlush:            ownNodeOnly,
+	wire.MethodHeartbeat:        ownNodeOnly,
+	wire.MethodLeave:            ownNodeOnly,
 }
 
 // Authorize says whether id may call method with node named in the request
@@ -190,6 +191,8 @@ func requestNode(req any) string {
 	case *wire.WriteRequest:
 		return r.Node
 	case *wire.FlushRequest:
+		return r.Node
+	case *wire.OpenSessionRequest:
 		return r.Node
 	case *wire.ConnectivityRequest:
 		return r.Node

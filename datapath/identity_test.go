@@ -38,6 +38,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodNodeGrants, true, true, false},
 		{wire.MethodRead, false, true, false},
 		{wire.MethodWrite, false, true, false},
+		{wire.MethodOpenWriteSession, false, true, false},
 		{wire.MethodFlush, false, true, false},
 		{wire.MethodHeartbeat, false, true, false},
 		{wire.MethodLeave, false, true, false},

@@ -120,6 +120,11 @@ var serviceDesc = grpc.ServiceDesc{
 		method(wire.MethodClearFailure, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
 			return &wire.Empty{}, s.ClearFailure(r.ID)
 		}),
+		// Appended, not inserted: the fuzz corpus names methods by position.
+		method(wire.MethodOpenWriteSession, func(s *Store, r *wire.OpenSessionRequest) (wire.Message, error) {
+			gen, err := s.OpenWriteSession(r.VolumeID, r.Node, r.Epoch)
+			return &wire.Generation{Gen: gen}, err
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",
@@ -166,7 +171,9 @@ func method[R any, PR interface {
 }
 
 // writeMethod is the Write handler: like method, but the payload goes from
-// gRPC's receive buffers to the volume file with one pwritev, uncopied.
+// gRPC's receive buffers to the volume file with one pwritev, uncopied, and
+// only under the generation of the write session opened last (ErrStaleSession
+// otherwise), as on the bulk channel.
 func writeMethod() grpc.MethodDesc {
 	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*Server)
@@ -187,7 +194,10 @@ func writeMethod() grpc.MethodDesc {
 			return nil, ToStatus(err)
 		}
 		run := func(ctx context.Context, _ any) (any, error) {
-			if err := s.store.writeVec(req.VolumeID, req.Node, req.Epoch, req.Offset, iov); err != nil {
+			err := s.store.sessions.write(req.VolumeID, req.Node, req.Epoch, req.Gen, func() error {
+				return s.store.writeVec(req.VolumeID, req.Node, req.Epoch, req.Offset, iov)
+			})
+			if err != nil {
 				return nil, ToStatus(err)
 			}
 			return &wire.Empty{}, nil

@@ -69,6 +69,9 @@ type Store struct {
 	act    activity
 	index  nodeIndex // node -> its volumes and live grants (nodes.go)
 	leaves leaves    // graceful stops announced with Leave (leave.go)
+	// sessions order each (volume, node)'s writes, over both channels
+	// (writesession.go).
+	sessions writeSessions
 	// started is when Open ran: activity before it is unknown.
 	started time.Time
 }

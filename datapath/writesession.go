@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Write sessions order the bulk channel's writes (package wire, bulk.go). A
+// Write sessions order every write the server accepts, on the bulk channel
+// (package wire, bulk.go) and over gRPC (service.go) alike. A
 // client that gave up on a write (no answer within its timeout, a connection
 // lost) cannot know whether the write is still on its way: delayed in TCP on
 // a black-holed path, it may arrive after the client has sent the write again
@@ -81,6 +82,27 @@ func (s *writeSessions) open(volumeID, node string, epoch uint64, now time.Time)
 		}
 		ws.mu.Unlock()
 	}
+}
+
+// OpenWriteSession starts a new generation of the write session of
+// (volumeID, node) under epoch and returns it: from then on the server
+// applies that node's writes to the volume only under this generation (see
+// writeSessions). It waits for the writes in progress under the previous one.
+// ErrInvalidArgument for a malformed node name. It checks neither the volume
+// nor the epoch and records no activity: a write to an unknown volume or
+// under a stale epoch is refused by the write itself.
+func (s *Store) OpenWriteSession(volumeID, node string, epoch uint64) (uint64, error) {
+	if err := validNode(node); err != nil {
+		return 0, err
+	}
+	return s.sessions.open(volumeID, node, epoch, s.now()), nil
+}
+
+// writeInSession is WriteAt under generation gen of (volumeID, node)'s write
+// session: ErrStaleSession, nothing written, unless gen is the generation
+// opened last under epoch.
+func (s *Store) writeInSession(volumeID, node string, epoch, gen uint64, off int64, p []byte) error {
+	return s.sessions.write(volumeID, node, epoch, gen, func() error { return s.WriteAt(volumeID, node, epoch, off, p) })
 }
 
 // write runs apply if gen is the current generation of (volumeID, node)'s

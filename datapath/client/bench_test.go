@@ -146,16 +146,18 @@ func processCPU() time.Duration {
 }
 
 // BenchmarkWrite_Random4KiB reports 4 KiB random-write IOPS through the client
-// over loopback, without flush and with a flush after every write.
+// over loopback, without flush and with a flush after every write, and
+// without flush over gRPC (WithBulk(false)), whose writes are ordered by the
+// same write sessions as the bulk channel's.
 func BenchmarkWrite_Random4KiB(b *testing.B) {
-	for _, flush := range []bool{false, true} {
-		name := "noflush"
-		if flush {
-			name = "flush"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, v := range []struct {
+		name        string
+		flush, grpc bool
+	}{{"noflush", false, false}, {"flush", true, false}, {"noflush,grpc", false, true}} {
+		flush := v.flush
+		b.Run(v.name, func(b *testing.B) {
 			srv := datapathtest.Start(b, datapath.Options{})
-			c := dial(b, srv)
+			c := dial(b, srv, client.WithBulk(!v.grpc))
 			id, e := benchVolume(b, c)
 			ctx := context.Background()
 			buf := make([]byte, 4096)

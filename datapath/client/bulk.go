@@ -285,12 +285,12 @@ const bulkConns = 2
 const bulkRetryAfter = time.Minute
 
 // bulkConn returns one of the client's live bulk connections (round robin),
-// dialing it if needed. Unless force, it gives errBulkUnsupported for a
-// minute after a server did not answer the hello.
-func (c *Client) bulkConn(ctx context.Context, force bool) (*bulkConn, error) {
+// dialing it if needed. It gives errBulkUnsupported for a minute after a
+// server did not answer the hello.
+func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
 	c.bulkMu.Lock()
 	defer c.bulkMu.Unlock()
-	if c.bulkOff || (!force && time.Now().Before(c.bulkRetryAt)) {
+	if c.bulkOff || time.Now().Before(c.bulkRetryAt) {
 		return nil, errBulkUnsupported
 	}
 	c.bulkNext = (c.bulkNext + 1) % bulkConns
@@ -333,8 +333,7 @@ const maxStaleResends = 8
 // moved to a new epoch), a timeout or the server's answer is not, except a
 // refusal as stale (nothing written), which is sent again at once under a new
 // generation. It returns errBulkUnsupported (wrapped) if the server does not
-// speak it, unless an earlier write of the volume is still unanswered: only
-// the bulk channel can end that write's session, so the write waits for it.
+// speak it: the write then goes over gRPC, under the same sessions.
 func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
 	if !bulkName(volumeID) || !bulkName(node) {
 		// The frame cannot carry it; gRPC gets the server's own refusal.
@@ -350,14 +349,8 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 			attempt--
 			continue
 		}
-		if errors.Is(err, errBulkUnsupported) {
-			if !c.sessions.mustEnd(volumeID, node) {
-				return err
-			}
-			err = fmt.Errorf("%w: an earlier write of volume %s is unanswered and only the bulk channel can end its session (%v)", errBulkTransport, volumeID, err)
-		}
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errBulkUnsupported) {
+			return err
 		}
 		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
 			return c.bulkError(attempt, err)
@@ -378,7 +371,7 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 // server's answer abandons the generation, so the next write of the volume
 // opens a new one and this write can never land after it.
 func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
-	b, err := c.bulkConn(ctx, c.sessions.mustEnd(volumeID, node))
+	b, err := c.bulkConn(ctx)
 	if err != nil {
 		return err
 	}
@@ -391,11 +384,10 @@ func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch
 	switch {
 	case err == nil:
 		datapath.RecordBoot(ctx, b.boot)
-	case errors.Is(err, datapath.ErrStaleSession):
-		c.sessions.stale(volumeID, node, epoch, gen)
-	case err != nil && !errors.As(err, &re):
-		// No answer from the server: the write may still arrive.
-		c.sessions.abandon(volumeID, node, epoch, gen)
+	case errors.Is(err, datapath.ErrStaleSession) || !errors.As(err, &re):
+		// Refused as stale, or no answer from the server: the write may
+		// still arrive, and must not land after the writes that follow.
+		c.sessions.end(volumeID, node, epoch, gen)
 	}
 	return err
 }

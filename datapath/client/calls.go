@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -123,30 +122,6 @@ func (c *Client) Attachments(ctx context.Context, volumeID string) ([]datapath.A
 		}
 	}
 	return out, nil
-}
-
-// WriteAt writes p at byte offset off, as node under epoch. ErrFenced (nothing
-// written) if the epoch is stale or the node was fenced or released;
-// ErrOutOfRange if the write reaches past the volume's end; ErrInvalidArgument
-// if p is larger than datapath.MaxIOSize. The write is acknowledged once the
-// server has written it to its file; call Flush to make it durable.
-func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
-	if len(p) > datapath.MaxIOSize {
-		return fmt.Errorf("%w: write to volume %s: %d bytes, at most %d per request", datapath.ErrInvalidArgument, volumeID, len(p), datapath.MaxIOSize)
-	}
-	if err := c.writeBulk(ctx, volumeID, node, epoch, off, p); !errors.Is(err, errBulkUnsupported) {
-		return err
-	}
-	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Data: p}
-	err := c.invoke(ctx, wire.MethodWrite, req, &wire.Empty{}, retryTransport)
-	// gRPC sends p without copying it. When a call fails (a timeout, a lost
-	// connection) the transport may still be reading p after Invoke returns;
-	// wait until it lets go, so the caller can reuse p at once and a failed
-	// write can never carry bytes the caller wrote into p afterwards.
-	if !req.WaitReleased(c.opts.timeout) && err == nil {
-		err = fmt.Errorf("write volume %s: the transport did not release the buffer within %s", volumeID, c.opts.timeout)
-	}
-	return err
 }
 
 // ReadAt reads n bytes at offset off, as node under epoch. Errors as WriteAt.

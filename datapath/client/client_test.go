@@ -186,8 +186,13 @@ func TestServer_BadRequests_ClearErrorsNothingChanged(t *testing.T) {
 	e, _ := c.Grant(ctx, v.ID, "n1")
 	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
 	codec := grpc.ForceCodecV2(wire.Codec{})
+	target := wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}
+	var session wire.Generation
+	if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession), &wire.OpenSessionRequest{IOTarget: target}, &session, codec, creds); err != nil {
+		t.Fatal(err)
+	}
 	write := func(data []byte) error {
-		req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}, Data: data}
+		req := &wire.WriteRequest{IOTarget: target, Gen: session.Gen, Data: data}
 		return datapath.FromStatus(conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, codec, creds))
 	}
 	if err := write(make([]byte, datapath.MaxIOSize+1)); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "at most") && !strings.Contains(err.Error(), "allowed") {

@@ -23,15 +23,17 @@
 // returns here too. A server that does not answer the bulk hello gets writes
 // over gRPC.
 //
-// Bulk writes are ordered: each carries the generation of its (volume, node,
-// epoch)'s write session. A write left without an answer (its timeout, the
-// caller's context, a lost connection) closes its connection and makes the
-// next write of that volume open a new generation first, so when the caller
-// sends it again, the first copy, if it still arrives, is refused by the
-// server (ErrStaleSession) instead of landing after the writes that follow. A
-// write refused as stale wrote nothing and is sent again at once under a new
-// generation. Until a new generation is open, such a volume's writes wait for
-// the bulk channel rather than go over gRPC, which has no sessions.
+// Writes are ordered on both channels: each carries the generation of its
+// (volume, node, epoch)'s write session, which the server keeps for both. A
+// write left without an answer (its timeout, the caller's context, a lost
+// connection) makes the next write of that volume open a new generation
+// first, so when the caller sends it again, the first copy, if it still
+// arrives, is refused by the server (ErrStaleSession) instead of landing
+// after the writes that follow. A write refused as stale wrote nothing and is
+// sent again at once under a new generation. The client never sends a write
+// the server could apply out of order: a server that answers neither the
+// bulk hello nor OpenWriteSession (older than write sessions over gRPC) gets
+// none, and WriteAt returns ErrServerTooOld.
 //
 // Each client presents one identity's token: the controller's (the manager,
 // the CSI controller) or one node's engine's; the server refuses with

@@ -7,8 +7,13 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
@@ -87,6 +92,118 @@ func TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne(t *testing.T) {
 	}
 }
 
+// TestClient_WriteAt_RetriedGRPCWriteNeverLandsAfterANewerOne is the same
+// over gRPC (WithBulk(false), as after a server did not answer the bulk
+// hello): a write's connection black-holes and is then lost (the proxy cuts
+// the client's side, keeping the server's with the write on its way), the
+// client sends the write again on a new connection, a newer write to the same
+// block follows, and then the path heals and the first copy arrives. The
+// server must refuse it as stale, and the block must hold the newer data.
+func TestClient_WriteAt_RetriedGRPCWriteNeverLandsAfterANewerOne(t *testing.T) {
+	for _, size := range []int{4 << 10, 256 << 10} {
+		srv := datapathtest.Start(t, datapath.Options{})
+		proxy := datapathtest.NewHoldProxy(t, srv.Addr)
+		ctl := dial(t, srv)
+		ctx := context.Background()
+		v, err := ctl.CreateVolume(ctx, "pvc-a", 4<<20, datapath.AccessRWO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ctl.Grant(ctx, v.ID, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine := dial(t, srv.At(proxy.Addr), client.WithBulk(false)).Node("n1")
+		older, newer := bytes.Repeat([]byte{'A'}, size), bytes.Repeat([]byte{'B'}, size)
+		// The first write opens the connection and the write session.
+		if err := engine.WriteAt(ctx, v.ID, "n1", e, 1<<20, older); err != nil {
+			t.Fatal(err)
+		}
+
+		proxy.HoldNextGRPC()
+		first := make(chan error, 1)
+		go func() { first <- engine.WriteAt(ctx, v.ID, "n1", e, 0, older) }()
+		held, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := proxy.HeldBytes(held, size); err != nil {
+			cancel()
+			t.Fatalf("size %d: the write was not held: %v", size, err)
+		}
+		cancel()
+		// The path is lost: the client's attempt fails, and its retry goes
+		// out on a new connection, which the proxy forwards.
+		proxy.Cut()
+		if err := <-first; err != nil {
+			t.Fatalf("size %d: the write, sent again on a new connection: %v", size, err)
+		}
+		if err := engine.WriteAt(ctx, v.ID, "n1", e, 0, newer); err != nil {
+			t.Fatalf("size %d: the newer write: %v", size, err)
+		}
+
+		proxy.Release()
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		code, msg, err := proxy.GRPCStatus(actx)
+		cancel()
+		if err != nil {
+			t.Fatalf("size %d: the server never answered the released write: %v", size, err)
+		}
+		got, err := ctl.Node("n1").ReadAt(ctx, v.ID, "n1", e, 0, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, newer) {
+			t.Fatalf("size %d: the block holds %q...; want the newer write's %q...: the retried write landed after the newer one (its late copy was answered code %d %q)", size, got[:8], newer[:8], code, msg)
+		}
+		if codes.Code(code) != codes.Aborted || !strings.Contains(msg, "stale write session") {
+			t.Fatalf("size %d: the released write was answered code %d %q; want Aborted, a stale write session", size, code, msg)
+		}
+	}
+}
+
+// TestClient_WriteAt_OldServerGetsNoUnorderedWrite: a server from before
+// write sessions over gRPC (it does not answer the bulk hello and knows
+// neither OpenWriteSession nor SessionWrite) gets no write at all, with or
+// without the bulk channel on: the client returns ErrServerTooOld, which
+// says to upgrade the datapath, instead of sending a write the server could
+// apply after a newer one.
+func TestClient_WriteAt_OldServerGetsNoUnorderedWrite(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var called []string
+	old := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		m, _ := grpc.MethodFromServerStream(stream)
+		mu.Lock()
+		called = append(called, m)
+		mu.Unlock()
+		return status.Errorf(codes.Unimplemented, "unknown method %s", m)
+	}))
+	go func() { _ = old.Serve(lis) }()
+	t.Cleanup(old.Stop)
+	for _, bulk := range []bool{true, false} {
+		c, err := client.Dial(context.Background(), lis.Addr().String(), "node-token-0123456789", client.WithBulk(bulk), client.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.WriteAt(context.Background(), "vol-0123456789abcdef", "n1", 1, 0, []byte("data"))
+		_ = c.Close()
+		if !errors.Is(err, client.ErrServerTooOld) || !strings.Contains(err.Error(), "Upgrade vigil-datapath") || !strings.Contains(err.Error(), "nothing was written") {
+			t.Fatalf("bulk %v: a write to a server without write sessions: %v; want ErrServerTooOld naming the upgrade", bulk, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range called {
+		if m != wire.FullMethod(wire.MethodOpenWriteSession) {
+			t.Fatalf("the old server was called %s; want only %s (no write)", m, wire.MethodOpenWriteSession)
+		}
+	}
+	if len(called) != 2 {
+		t.Fatalf("the old server was called %v; want one OpenWriteSession per client", called)
+	}
+}
+
 // TestServer_Bulk_StaleGenerationRefused: over one raw connection, a write
 // under a generation older than the last one opened is refused as stale with
 // nothing written, and so are a write under another epoch and a write to a
@@ -135,6 +252,77 @@ func TestServer_Bulk_StaleGenerationRefused(t *testing.T) {
 	}
 	if got, _ := c.ReadAt(ctx, v.ID, "n1", e, 0, 5); string(got) != "fresh" {
 		t.Fatalf("the current generation's write: %q", got)
+	}
+}
+
+// TestServer_GRPC_StaleGenerationRefused: over gRPC, as over the bulk
+// channel, a write is applied only under the generation opened last for its
+// (volume, node, epoch): an older generation, none, a generation never
+// issued, another epoch and a session never opened are refused as stale with
+// nothing written. The two channels share the sessions: a generation opened
+// on the bulk channel ends the one opened over gRPC, and a gRPC write under
+// it lands.
+func TestServer_GRPC_StaleGenerationRefused(t *testing.T) {
+	srv := datapathtest.Start(t, datapath.Options{})
+	c := dial(t, srv)
+	ctx := context.Background()
+	v, _ := c.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
+	e, _ := c.Grant(ctx, v.ID, "n1")
+	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
+	codec := grpc.ForceCodecV2(wire.Codec{})
+	target := wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}
+	open := func() uint64 {
+		t.Helper()
+		var g wire.Generation
+		if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession), &wire.OpenSessionRequest{IOTarget: target}, &g, codec, creds); err != nil || g.Gen == 0 {
+			t.Fatalf("OpenWriteSession: %d, %v", g.Gen, err)
+		}
+		return g.Gen
+	}
+	write := func(t wire.IOTarget, gen uint64, p string) error {
+		req := &wire.WriteRequest{IOTarget: t, Gen: gen, Data: []byte(p)}
+		return datapath.FromStatus(conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, codec, creds))
+	}
+	old := open()
+	cur := open()
+	other := target
+	other.Epoch++
+	never := target
+	never.VolumeID = "vol-ffffffffffffffff"
+	for _, w := range []struct {
+		name   string
+		target wire.IOTarget
+		gen    uint64
+	}{
+		{"older generation", target, old},
+		{"no generation", target, 0},
+		{"generation never issued", target, cur + 1},
+		{"other epoch", other, cur},
+		{"no session", never, cur},
+	} {
+		if err := write(w.target, w.gen, "stale"); !errors.Is(err, datapath.ErrStaleSession) || !strings.Contains(err.Error(), "generation") {
+			t.Fatalf("%s: %v; want ErrStaleSession naming the generation", w.name, err)
+		}
+	}
+	if got, _ := c.ReadAt(ctx, v.ID, "n1", e, 0, 5); !bytes.Equal(got, make([]byte, 5)) {
+		t.Fatalf("a stale write landed: %q", got)
+	}
+	if err := write(target, cur, "fresh"); err != nil {
+		t.Fatalf("current generation: %v", err)
+	}
+	bulk, read := bulkRaw(t, srv, srv.NodeToken("n1"))
+	if _, code, msg, err := read(); err != nil || code != 0 {
+		t.Fatalf("hello: %d %q %v", code, msg, err)
+	}
+	viaBulk := openRaw(t, bulk, 1, e, v.ID, "n1")
+	if err := write(target, cur, "after"); !errors.Is(err, datapath.ErrStaleSession) {
+		t.Fatalf("a gRPC write under the generation a bulk open ended: %v; want ErrStaleSession", err)
+	}
+	if err := write(target, viaBulk, "bulk!"); err != nil {
+		t.Fatalf("a gRPC write under the generation opened on the bulk channel: %v", err)
+	}
+	if got, _ := c.ReadAt(ctx, v.ID, "n1", e, 0, 5); string(got) != "bulk!" {
+		t.Fatalf("the block holds %q; want the last accepted write's", got)
 	}
 }
 

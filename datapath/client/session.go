@@ -5,13 +5,14 @@ import (
 	"sync"
 )
 
-// writeSessions is the client's side of the bulk channel's write sessions
-// (see the datapath package doc, Bulk channel): per (volume, node) the epoch
-// and generation its writes carry. A write whose outcome is unknown (no
-// answer within its timeout, its connection lost) marks the session
-// abandoned: the next write of that (volume, node) opens a new generation
-// first, and the server then refuses the unanswered write, however late it
-// arrives, instead of letting it land after the writes that follow.
+// writeSessions is the client's side of the write sessions (see the datapath
+// package doc, Bulk channel): per (volume, node) the epoch and generation its
+// writes carry, over the bulk channel and gRPC alike (the server keeps one
+// session per (volume, node) for both). A write whose outcome is unknown (no
+// answer within its timeout, its connection lost) abandons the generation:
+// the next write of that (volume, node) opens a new one first, and the server
+// then refuses the unanswered write, however late it arrives, instead of
+// letting it land after the writes that follow.
 type writeSessions struct {
 	mu sync.Mutex
 	m  map[sessionKey]*writeSession
@@ -20,13 +21,9 @@ type writeSessions struct {
 type sessionKey struct{ volumeID, node string }
 
 type writeSession struct {
-	epoch uint64
-	gen   uint64 // 0: none open under epoch (open one before writing)
-	// abandoned: a write under this session went unanswered and no
-	// generation was opened since. Such a session must not be written over
-	// gRPC (which has no sessions): only the bulk channel can end it.
-	abandoned bool
-	opening   chan struct{} // non-nil while an open is under way; closed at its end
+	epoch   uint64
+	gen     uint64        // 0: none open under epoch (open one before writing)
+	opening chan struct{} // non-nil while an open is under way; closed at its end
 }
 
 // opener opens a new generation of (volumeID, node)'s session under epoch on
@@ -70,7 +67,7 @@ func (s *writeSessions) gen(ctx context.Context, volumeID, node string, epoch ui
 		if err == nil {
 			// A write of another epoch may have run meanwhile; the server
 			// keeps the session opened last, which is this one.
-			ws.epoch, ws.gen, ws.abandoned = epoch, gen, false
+			ws.epoch, ws.gen = epoch, gen
 		}
 		s.mu.Unlock()
 		close(done)
@@ -81,31 +78,13 @@ func (s *writeSessions) gen(ctx context.Context, volumeID, node string, epoch ui
 	}
 }
 
-// abandon records that a write under (epoch, gen) went unanswered: unless a
-// newer generation was opened meanwhile, the next write opens one.
-func (s *writeSessions) abandon(volumeID, node string, epoch, gen uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ws := s.m[sessionKey{volumeID, node}]; ws != nil && ws.epoch == epoch && ws.gen == gen {
-		ws.gen, ws.abandoned = 0, true
-	}
-}
-
-// stale records that the server refused a write under (epoch, gen) as stale:
-// unless a newer generation was opened meanwhile, the next write opens one.
-func (s *writeSessions) stale(volumeID, node string, epoch, gen uint64) {
+// end records that a write under (epoch, gen) went unanswered or was refused
+// as stale: unless a newer generation was opened meanwhile, the next write
+// opens one.
+func (s *writeSessions) end(volumeID, node string, epoch, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ws := s.m[sessionKey{volumeID, node}]; ws != nil && ws.epoch == epoch && ws.gen == gen {
 		ws.gen = 0
 	}
-}
-
-// mustEnd reports whether (volumeID, node) has an unanswered write that no
-// new generation ended yet: its next write must go over the bulk channel.
-func (s *writeSessions) mustEnd(volumeID, node string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ws := s.m[sessionKey{volumeID, node}]
-	return ws != nil && ws.abandoned
 }

@@ -3,21 +3,26 @@ package datapathtest
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
 
 // HoldProxy forwards plaintext TCP connections to a server and can hold back
-// what the client sends on one bulk connection, as a black-holed network path
-// does: the bytes stay in the proxy, even after the client closed the
-// connection, until Release delivers them in order, as TCP would once the
-// path heals. What the server answers after the release is recorded
-// (Answer), so a test can tell what became of the held request.
+// what the client sends on one bulk connection (HoldNextBulk) or one gRPC
+// connection (HoldNextGRPC), as a black-holed network path does: the bytes
+// stay in the proxy, even after the client closed the connection, until
+// Release delivers them in order, as TCP would once the path heals. What the
+// server answers after the release is recorded (Answer; GRPCStatus decodes
+// it for a gRPC connection), so a test can tell what became of the held
+// request.
 type HoldProxy struct {
 	Addr string
 	to   string
@@ -25,6 +30,7 @@ type HoldProxy struct {
 
 	mu     sync.Mutex
 	armed  bool
+	grpc   bool // armed for a gRPC connection, not a bulk one
 	held   *proxyConn
 	isHeld chan struct{} // closed once a connection is held
 	conns  []net.Conn
@@ -51,7 +57,84 @@ func NewHoldProxy(t testing.TB, to string) *HoldProxy {
 func (p *HoldProxy) HoldNextBulk() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed = true
+	p.armed, p.grpc = true, false
+}
+
+// HoldNextGRPC makes the proxy hold what the client sends next on a gRPC
+// connection the server has answered, and everything after it on that
+// connection, until Release. Unlike a bulk hold, Release does not pass on the
+// client's close (Cut): the path heals with the server's side still open, so
+// the server answers the late request and GRPCStatus can read the answer.
+func (p *HoldProxy) HoldNextGRPC() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed, p.grpc = true, true
+}
+
+// HeldBytes waits until at least n bytes are held.
+func (p *HoldProxy) HeldBytes(ctx context.Context, n int) error {
+	if err := p.Held(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pc := p.held
+	p.mu.Unlock()
+	for {
+		pc.mu.Lock()
+		got := len(pc.buf)
+		pc.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d bytes held: %w", got, n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Cut ends the client's side of the held connection, as a client does that
+// gives up on a path: its calls in flight there fail, and it reconnects
+// through the proxy. The server's side stays open with the held bytes on
+// their way.
+func (p *HoldProxy) Cut() {
+	p.mu.Lock()
+	pc := p.held
+	p.mu.Unlock()
+	if pc != nil {
+		_ = pc.client.Close()
+	}
+}
+
+// GRPCStatus waits for the first gRPC status (grpc-status and grpc-message of
+// a response's trailers) the server sent on the held gRPC connection after
+// Release.
+func (p *HoldProxy) GRPCStatus(ctx context.Context) (code uint32, msg string, err error) {
+	p.mu.Lock()
+	pc := p.held
+	p.mu.Unlock()
+	if pc == nil {
+		return 0, "", errors.New("no gRPC connection is held")
+	}
+	for {
+		pc.mu.Lock()
+		if pc.h2 == nil {
+			pc.mu.Unlock()
+			return 0, "", errors.New("the held connection is not a gRPC connection")
+		}
+		if len(pc.h2.statuses) > 0 {
+			s := pc.h2.statuses[0]
+			pc.mu.Unlock()
+			return s.code, s.msg, nil
+		}
+		pc.mu.Unlock()
+		select {
+		case <-pc.more:
+		case <-ctx.Done():
+			return 0, "", ctx.Err()
+		}
+	}
 }
 
 // Held waits until a request is held.
@@ -140,9 +223,11 @@ type proxyConn struct {
 	mu       sync.Mutex
 	head     []byte // the first bytes the client sent (up to the magic's length)
 	held     bool
+	keepOpen bool // a gRPC hold: Release does not pass the client's close on
 	released bool
-	buf      []byte // held bytes
-	eof      bool   // the client closed while held
+	buf      []byte      // held bytes
+	eof      bool        // the client closed while held
+	h2       *h2Trailers // a gRPC connection's statuses, from the server's first byte
 	after    bytes.Buffer
 	more     chan struct{} // a signal per growth of after
 }
@@ -160,8 +245,9 @@ func (pc *proxyConn) take(chunk []byte) bool {
 	p := pc.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.armed && pc.answered.Load() && string(pc.head) == wire.BulkMagic {
-		p.armed, p.held, pc.held = false, pc, true
+	bulk := string(pc.head) == wire.BulkMagic
+	if p.armed && pc.answered.Load() && len(pc.head) == wire.BulkMagicLen && bulk != p.grpc {
+		p.armed, p.held, pc.held, pc.keepOpen = false, pc, true, p.grpc
 		pc.buf = append(pc.buf, chunk...)
 		close(p.isHeld)
 		return true
@@ -211,7 +297,7 @@ func (pc *proxyConn) release() {
 	pc.buf = nil
 	pc.mu.Unlock()
 	_, _ = pc.server.Write(buf)
-	if eof {
+	if eof && !pc.keepOpen {
 		closeWrite(pc.server)
 	}
 }
@@ -224,6 +310,12 @@ func (pc *proxyConn) fromServer() {
 		if n > 0 {
 			pc.answered.Store(true)
 			pc.mu.Lock()
+			if pc.h2 == nil && len(pc.head) == wire.BulkMagicLen && string(pc.head) != wire.BulkMagic {
+				pc.h2 = newH2Trailers()
+			}
+			if pc.h2 != nil {
+				pc.h2.feed(b[:n], pc.released)
+			}
 			if pc.released {
 				pc.after.Write(b[:n])
 				select {

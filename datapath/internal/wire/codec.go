@@ -25,15 +25,24 @@ const (
 	MethodFence        = "Fence"
 	MethodRelease      = "Release"
 	MethodAttachments  = "Attachments"
-	MethodWrite        = "Write"
-	MethodRead         = "Read"
-	MethodFlush        = "Flush"
-	MethodHeartbeat    = "Heartbeat"
-	MethodConnectivity = "Connectivity"
-	MethodNodeGrants   = "NodeGrants"
-	MethodFenceNode    = "FenceNode"
-	MethodLeave        = "Leave"
-	MethodNodes        = "Nodes"
+	// MethodWrite is a write under a write session's generation
+	// (WriteRequest.Gen), ordered like the bulk channel's writes. Releases
+	// before write sessions on gRPC called an unordered "Write", which this
+	// server does not serve: such a client gets Unimplemented, and a current
+	// client meeting an old server gets Unimplemented for
+	// MethodOpenWriteSession and writes nothing.
+	MethodWrite = "SessionWrite"
+	// MethodOpenWriteSession opens a new generation of a (volume, node,
+	// epoch)'s write session, as the bulk channel's session request does.
+	MethodOpenWriteSession = "OpenWriteSession"
+	MethodRead             = "Read"
+	MethodFlush            = "Flush"
+	MethodHeartbeat        = "Heartbeat"
+	MethodConnectivity     = "Connectivity"
+	MethodNodeGrants       = "NodeGrants"
+	MethodFenceNode        = "FenceNode"
+	MethodLeave            = "Leave"
+	MethodNodes            = "Nodes"
 	// MethodFailedVolumes lists the volumes whose flush failed.
 	MethodFailedVolumes = "FailedVolumes"
 	// MethodClearFailure ends a volume's failure after an operator checked it.
@@ -147,8 +156,8 @@ func (f *Frame) Free() {
 }
 
 // maxWriteHeader bounds the encoded header of a WriteRequest: two strings of at
-// most MaxString bytes and four varints.
-const maxWriteHeader = 2*(MaxString+binaryMaxVarint) + 3*binaryMaxVarint
+// most MaxString bytes and four varints (epoch, generation, offset, length).
+const maxWriteHeader = 2*(MaxString+binaryMaxVarint) + 4*binaryMaxVarint
 
 const binaryMaxVarint = 10
 
@@ -162,6 +171,7 @@ func (f *Frame) DecodeWrite() (WriteRequest, [][]byte, error) {
 	var m WriteRequest
 	d := decoder{b: head}
 	m.IOTarget.dec(&d)
+	m.Gen = d.u64("gen")
 	m.Offset = d.i64("offset")
 	n := d.u64("data")
 	if d.err == nil && n > MaxBytes {

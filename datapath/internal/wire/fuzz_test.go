@@ -16,6 +16,7 @@ func messages() []Message {
 		&AttachRequest{}, &Epoch{}, &AttachmentList{}, &WriteRequest{}, &ReadRequest{},
 		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
 		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{}, &FailedList{},
+		&OpenSessionRequest{}, &Generation{},
 	}
 }
 
@@ -97,10 +98,12 @@ func seedMessages() []Message {
 		&AttachRequest{VolumeID: "vol-0123456789abcdef", Node: "node-1", Use: "rw-fs"},
 		&Epoch{Epoch: 1 << 40},
 		&AttachmentList{VolumeID: "vol-0123456789abcdef", Items: []Attachment{{Node: "n", Epoch: 3, State: "fenced", UpdatedUnix: 5}}},
-		&WriteRequest{IOTarget: io, Offset: 4096, Data: []byte("hello")},
+		&WriteRequest{IOTarget: io, Gen: 1 << 60, Offset: 4096, Data: []byte("hello")},
 		&ReadRequest{IOTarget: io, Offset: 0, Length: 512},
 		&Data{Data: []byte{1, 2, 3}},
 		&FlushRequest{IOTarget: io},
+		&OpenSessionRequest{IOTarget: io},
+		&Generation{Gen: 1 << 62},
 		&NodeRef{Node: "node-1"},
 		&ConnectivityRequest{Node: "node-1", VolumeID: "vol-0123456789abcdef", WithinNanos: 5e9},
 		&Connectivity{Connected: true, LastHeartbeat: 1, IOActive: false, LastIO: 2, Now: 3},
@@ -155,13 +158,13 @@ func checkDecodeWrite(t *testing.T, cut int, data []byte) {
 	for _, p := range iov {
 		payload = append(payload, p...)
 	}
-	if got.IOTarget != want.IOTarget || got.Offset != want.Offset || !bytes.Equal(payload, want.Data) {
+	if got.IOTarget != want.IOTarget || got.Gen != want.Gen || got.Offset != want.Offset || !bytes.Equal(payload, want.Data) {
 		t.Fatalf("DecodeWrite = %+v %q, Unmarshal = %+v", got, payload, want)
 	}
 }
 
 func TestFrame_DecodeWrite_SplitBuffers(t *testing.T) {
-	req := &WriteRequest{IOTarget: IOTarget{VolumeID: "vol-0123456789abcdef", Node: "n", Epoch: 9}, Offset: 12, Data: bytes.Repeat([]byte("abc"), 1000)}
+	req := &WriteRequest{IOTarget: IOTarget{VolumeID: "vol-0123456789abcdef", Node: "n", Epoch: 9}, Gen: 300, Offset: 12, Data: bytes.Repeat([]byte("abc"), 1000)}
 	data := req.MarshalAppend(nil)
 	for cut := 0; cut < 7; cut++ {
 		checkDecodeWrite(t, cut, data)

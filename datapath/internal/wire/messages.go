@@ -230,10 +230,12 @@ func (t *IOTarget) dec(d *decoder) {
 	t.Epoch = d.u64("epoch")
 }
 
-// WriteRequest writes Data at Offset. Data is the last field, so the codec can
+// WriteRequest writes Data at Offset under generation Gen of the write
+// session of (VolumeID, Node, Epoch). Data is the last field, so the codec can
 // send it without copying (see Payload).
 type WriteRequest struct {
 	IOTarget
+	Gen    uint64
 	Offset int64
 	Data   []byte
 
@@ -244,6 +246,7 @@ type WriteRequest struct {
 func (m *WriteRequest) Header(b []byte) []byte {
 	e := encoder{b}
 	m.IOTarget.enc(&e)
+	e.u64(m.Gen)
 	e.i64(m.Offset)
 	e.u64(uint64(len(m.Data)))
 	return e.b
@@ -259,9 +262,41 @@ func (m *WriteRequest) MarshalAppend(b []byte) []byte {
 func (m *WriteRequest) Unmarshal(b []byte) error {
 	d := decoder{b: b}
 	m.IOTarget.dec(&d)
+	m.Gen = d.u64("gen")
 	m.Offset = d.i64("offset")
 	m.Data = d.bytes("data")
 	return d.finish("WriteRequest")
+}
+
+// OpenSessionRequest opens a new generation of the write session of
+// (VolumeID, Node, Epoch).
+type OpenSessionRequest struct{ IOTarget }
+
+func (m *OpenSessionRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	m.IOTarget.enc(&e)
+	return e.b
+}
+
+func (m *OpenSessionRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.IOTarget.dec(&d)
+	return d.finish("OpenSessionRequest")
+}
+
+// Generation is the write session generation an OpenSessionRequest opened.
+type Generation struct{ Gen uint64 }
+
+func (m *Generation) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.u64(m.Gen)
+	return e.b
+}
+
+func (m *Generation) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.Gen = d.u64("gen")
+	return d.finish("Generation")
 }
 
 // ReadRequest reads Length bytes at Offset.
