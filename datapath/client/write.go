@@ -60,6 +60,13 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 			attempt--
 			continue
 		case status.Code(err) == codes.Unimplemented:
+			// A server of the release before this one speaks the bulk
+			// channel: if its hello went unanswered only because it was
+			// restarting, the next write tries the bulk channel again at
+			// once instead of a minute later.
+			c.bulkMu.Lock()
+			c.bulkRetryAt = time.Time{}
+			c.bulkMu.Unlock()
 			return fmt.Errorf("%w: datapath %s does not serve %s over gRPC (%v), so it cannot order writes there, and the bulk channel is off or unanswered; "+
 				"nothing was written. Upgrade vigil-datapath to this client's release", ErrServerTooOld, c.addr, wire.MethodOpenWriteSession, datapath.FromStatus(err))
 		case attempt >= c.opts.retries || !retryable(ctx, err, retryTransport):
