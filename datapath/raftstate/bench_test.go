@@ -91,7 +91,7 @@ func benchFence(b *testing.B, tcp bool) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
 
-// BenchmarkGroup_Fence: go test -run '^$' -bench Group_Fence -benchtime 2000x ./datapath/raftstate/
+// BenchmarkGroup_Fence: go test -run '^$' -bench 'Group_Fence$' -benchtime 2000x ./datapath/raftstate/
 func BenchmarkGroup_Fence(b *testing.B) {
 	b.Run("inmem", func(b *testing.B) { benchFence(b, false) })
 	b.Run("tcp-bbolt", func(b *testing.B) { benchFence(b, true) })

@@ -107,6 +107,6 @@
 // time on three servers, and the fence of a rack (50 nodes with 40 live
 // grants each, one FenceNode per node at once):
 //
-//	go test -run '^$' -bench Group_Fence -benchtime 2000x ./datapath/raftstate/
+//	go test -run '^$' -bench 'Group_Fence$' -benchtime 2000x ./datapath/raftstate/
 //	go test -run '^$' -bench Group_FenceNode -benchtime 3x ./datapath/raftstate/
 package raftstate
