@@ -46,7 +46,7 @@ const (
 const BinDir = "/usr/local/bin"
 
 // vigilBinaries are the binaries of `make build` that deploy/'s pods run.
-var vigilBinaries = []string{"vigil-manager", "vigil-engine-node"}
+var vigilBinaries = []string{"vigil-manager", "vigil-datapath", "vigil-engine-node"}
 
 // hostTool is a program of this machine's Debian packages that
 // vigil-engine-node runs at run time, copied into the vigil image with the

@@ -71,7 +71,7 @@ func buildAll(t *testing.T) map[string]images.Result {
 			return
 		}
 		sharedDir = dir
-		bins := standIns(t, "vigil-manager", "vigil-engine-node")
+		bins := standIns(t, "vigil-manager", "vigil-datapath", "vigil-engine-node")
 		testbin := standIns(t, images.CSIProvisioner, images.CSIAttacher, images.CSIRegistrar, images.LivenessProbe)
 		// The stand-ins are read while building, before this test's TempDir goes.
 		res, err := images.Build(context.Background(), images.Options{Out: dir, VigilBinDir: bins,
@@ -121,7 +121,7 @@ func TestBuild_EachImage_Config(t *testing.T) {
 	}{
 		{name: images.Vigil, ref: "localhost/vigil:dev", user: "65532:65532",
 			entrypoint: []string{"/usr/local/bin/vigil-manager"}, env: []string{vigilPath},
-			files: []string{"/usr/local/bin/vigil-manager", "/usr/local/bin/vigil-engine-node", "/usr/sbin/blkid",
+			files: []string{"/usr/local/bin/vigil-manager", "/usr/local/bin/vigil-datapath", "/usr/local/bin/vigil-engine-node", "/usr/sbin/blkid",
 				"/usr/sbin/mke2fs", "/usr/sbin/mkfs.ext4", "/etc/mke2fs.conf", "/etc/passwd", "/etc/group"},
 			notFiles: []string{"/usr/local/bin/vigil-sandbox", "/bin/sh"},
 			dynamic:  []string{"/usr/sbin/blkid", "/usr/sbin/mke2fs"}},
@@ -216,7 +216,7 @@ func TestBuild_BadInput(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bins := standIns(t, "vigil-manager", "vigil-engine-node")
+	bins := standIns(t, "vigil-manager", "vigil-datapath", "vigil-engine-node")
 	ok := images.Options{VigilBinDir: bins, TestbinDir: t.TempDir(), Pins: pins, SourceDir: repoRoot()}
 	for _, c := range []struct {
 		name    string
