@@ -127,6 +127,8 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 				Usage: "directory for journal.db and the FUSE disk mount points; must survive restarts"},
 			&cli.StringFlag{Name: "csi-endpoint", Value: DefaultCSIEndpoint, EnvVars: []string{"CSI_ENDPOINT"},
 				Usage: "unix socket to serve CSI on (unix:///path or a path)"},
+			&cli.StringFlag{Name: "kubelet-registration-dir", Value: DefaultKubeletRegistrationDir, EnvVars: []string{"VIGIL_KUBELET_REGISTRATION_DIR"}, TakesFile: true,
+				Usage: "the kubelet's plugin registration directory (plugins_registry under its root directory): the engine registers " + vigil.DriverName + " there itself, on the socket " + RegistrationSocketName + ", with the --csi-endpoint path, which must be the same path on the kubelet's side; empty: do not register (a node-driver-registrar does)"},
 			&cli.StringFlag{Name: "boot-id-file", Value: DefaultBootIDFile, EnvVars: []string{"VIGIL_BOOT_ID_FILE"},
 				Usage: "file holding the boot id that tells a reboot from a restart (the sandbox points it elsewhere)"},
 			&cli.DurationFlag{Name: "heartbeat-interval", Value: DefaultHeartbeatInterval, EnvVars: []string{"VIGIL_HEARTBEAT_INTERVAL"},
@@ -165,7 +167,7 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 // runOptions are the checked flags.
 type runOptions struct {
 	node, kubeconfig, stateDir, endpoint, bootID, metricsAddr string
-	writebackGuard, keeperSocket                              string
+	writebackGuard, keeperSocket, registrationDir             string
 	datapath                                                  DialConfig
 	heartbeat, ioTimeout, cleanup, leave                      time.Duration
 	unflushedBudget                                           int64
@@ -182,7 +184,7 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
 		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard"),
-		keeperSocket: c.String("fd-keeper-socket"), unflushedBudget: c.Int64("unflushed-write-budget")}
+		keeperSocket: c.String("fd-keeper-socket"), registrationDir: c.String("kubelet-registration-dir"), unflushedBudget: c.Int64("unflushed-write-budget")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -212,6 +214,9 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	var err error
 	if o.endpoint, err = vcsi.ParseEndpoint(c.String("csi-endpoint")); err != nil {
 		return o, fmt.Errorf("--csi-endpoint: %w", err)
+	}
+	if err := CheckRegistrationDir(o.registrationDir); err != nil {
+		return o, err
 	}
 	if _, err = datapath.ReadTokenFile(o.datapath.TokenFile); err != nil {
 		return o, fmt.Errorf("--datapath-token-file: %w", err)
@@ -282,7 +287,35 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 	srv := vcsi.NewServer(nil, vcsi.WithNodeService(node), vcsi.WithLogger(o.log))
 	o.log.Info("engine-node starting", "node", o.node, "datapath", o.datapath.Addr, "datapath-tls", o.datapath.CAFile != "", "state", o.stateDir,
 		"csi", o.endpoint, "boot", o.bootID, "version", vigil.Version)
-	return serveWithHeartbeats(ctx, o, dp, metrics, func() error { return srv.Serve(ctx, o.endpoint) })
+	return serveWithHeartbeats(ctx, o, dp, metrics, func() error { return serveCSIAndRegistration(ctx, o, srv, metrics) })
+}
+
+// serveCSIAndRegistration serves the CSI socket and, once it listens, the kubelet's plugin
+// registration (unless --kubelet-registration-dir is empty); either failing
+// stops both.
+func serveCSIAndRegistration(ctx context.Context, o runOptions, srv *vcsi.Server, m *Metrics) error {
+	if o.registrationDir == "" {
+		return srv.Serve(ctx, o.endpoint)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	regDone := make(chan error, 1)
+	go func() {
+		select {
+		case <-srv.Ready():
+		case <-ctx.Done():
+			regDone <- nil
+			return
+		}
+		err := ServeRegistration(ctx, o.registrationDir, &Registration{Endpoint: o.endpoint, Metrics: m, Log: o.log})
+		if err != nil {
+			srv.Stop()
+		}
+		regDone <- err
+	}()
+	err := srv.Serve(ctx, o.endpoint)
+	cancel()
+	return errors.Join(err, <-regDone)
 }
 
 // serveWithHeartbeats heartbeats while serve runs. When serve returns because

@@ -55,7 +55,7 @@ func runArgs(t *testing.T, dir, addr, token string) []string {
 	return []string{"vigil-engine-node", "run", "--node-name", "node-a", "--datapath", addr,
 		"--datapath-token-file", tokenFile, "--state-dir", filepath.Join(dir, "state"),
 		"--csi-endpoint", "unix://" + filepath.Join(dir, "csi.sock"), "--boot-id-file", bootFile,
-		"--heartbeat-interval", "50ms", "--metrics-address", ""}
+		"--heartbeat-interval", "50ms", "--metrics-address", "", "--kubelet-registration-dir", ""}
 }
 
 func with(args []string, flag, value string) []string {
@@ -82,6 +82,10 @@ func TestApp_Run_BadFlags(t *testing.T) {
 		{"heartbeat", "--heartbeat-interval", "0s", "--heartbeat-interval"},
 		{"unflushed budget too small", "--unflushed-write-budget", "4096", "--unflushed-write-budget 4096: want 1048576 (1 MiB)"},
 		{"unflushed budget too large", "--unflushed-write-budget", "2147483648", "to 1073741824 (1 GiB)"},
+		{"registration dir missing", "--kubelet-registration-dir", filepath.Join(dir, "missing"),
+			"--kubelet-registration-dir \"" + filepath.Join(dir, "missing") + "\": stat"},
+		{"registration dir a file", "--kubelet-registration-dir", filepath.Join(dir, "token"),
+			"a regular file, not a directory: want the kubelet's existing plugin registration directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

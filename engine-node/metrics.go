@@ -27,6 +27,7 @@ type Metrics struct {
 	replayedBytes     prometheus.Counter
 	budgetFlushes     prometheus.Counter
 	heartbeatFailures prometheus.Counter
+	registrations     *prometheus.CounterVec
 	stageSeconds      prometheus.Histogram
 	publishSeconds    prometheus.Histogram
 }
@@ -67,6 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "heartbeat_failures_total",
 			Help: "Heartbeats to the datapath that failed.",
 		}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "kubelet_registrations_total",
+			Help: "What the kubelet answered to the engine's plugin registration (--kubelet-registration-dir), by outcome: registered or failed.",
+		}, []string{"outcome"}),
 		stageSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "stage_duration_seconds",
 			Help: "Time NodeStageVolume took, successful or not.", Buckets: buckets,
@@ -79,8 +84,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{CleanupCleaned, CleanupReserved, CleanupFailed} {
 		m.cleanups.WithLabelValues(o)
 	}
+	for _, o := range []string{RegistrationRegistered, RegistrationFailed} {
+		m.registrations.WithLabelValues(o)
+	}
 	if reg != nil {
-		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.replays, m.replayedBytes, m.budgetFlushes, m.heartbeatFailures, m.stageSeconds, m.publishSeconds)
+		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.replays, m.replayedBytes, m.budgetFlushes, m.heartbeatFailures, m.registrations, m.stageSeconds, m.publishSeconds)
 	}
 	return m
 }

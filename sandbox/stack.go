@@ -401,7 +401,7 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
 		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
 		"--datapath-token-file", NodeTokenFile("$VIGIL_NODE_DIR"), "--datapath-ca-file", stk.CAFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
-		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
+		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id", "--kubelet-registration-dir=",
 		"--heartbeat-interval", cfg.HeartbeatInterval.String(), "--fd-keeper-socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
 	kubelet := ProcessSpec{Name: StackKubelet, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "kubelet",
 		"--kubeconfig", identityKubeconfig(s.workDir, "kubelet", "$VIGIL_NODE"), "--csi-endpoint", endpoint, "--poll-interval", cfg.KubeletPollInterval.String()}}
