@@ -211,6 +211,16 @@
 // to the binary's own process only (ProcessApp): App, which runs the engine
 // inside another program such as a test, leaves its process alone.
 //
+// # Registering with the kubelet
+//
+// With --kubelet-registration-dir (the kubelet's plugins_registry), the
+// engine serves the kubelet's plugin registration API itself (registration.go),
+// as node-driver-registrar would: GetInfo names driver.vigil.io, a CSI plugin
+// of CSI 1.0.0, at the --csi-endpoint path; a registration the kubelet refuses
+// is a Warning and vigil_engine_kubelet_registrations_total{outcome="failed"}
+// (TestRegistration_*, TestServeRegistration_*,
+// TestApp_Run_ServesKubeletRegistration).
+//
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the
 // controller service to the manager, and the datapath to its server.
