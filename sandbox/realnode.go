@@ -144,9 +144,18 @@ type realDirs struct {
 func dirsOf(st *state, n *nodeState) realDirs {
 	d := n.dir(st.WorkDir)
 	run := filepath.Join(d, "run")
-	return realDirs{node: d, kubelet: filepath.Join(d, "kubelet-root"), pods: filepath.Join(d, "pod-logs"), run: run,
+	return realDirs{node: d, kubelet: filepath.Join(d, kubeletRootDir), pods: filepath.Join(d, "pod-logs"), run: run,
 		ctrd: ContainerdConfig{Dir: filepath.Join(d, "containerd"), SandboxImage: st.PauseImage, CNIBinDir: cniPluginDir,
 			RuncRoot: filepath.Join(run, "runc")}}
+}
+
+// kubeletRootDir is a real node's kubelet --root-dir, under its node directory.
+const kubeletRootDir = "kubelet-root"
+
+// KubeletRoot is real node node's kubelet --root-dir: its plugins_registry
+// (where a CSI driver registers) and plugins directories are under it.
+func (s *Sandbox) KubeletRoot(node string) string {
+	return filepath.Join(s.NodeDir(node), kubeletRootDir)
 }
 
 func (d realDirs) socket() string { return d.ctrd.Socket() }
