@@ -224,7 +224,8 @@
 // of CSI 1.0.0, at the --csi-endpoint path; a registration the kubelet refuses
 // is a Warning and vigil_engine_kubelet_registrations_total{outcome="failed"}
 // (TestRegistration_*, TestServeRegistration_*,
-// TestApp_Run_ServesKubeletRegistration).
+// TestApp_Run_ServesKubeletRegistration; with a real kubelet,
+// TestRealNodes_EngineRegistersWithKubelet in test/e2e).
 //
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the
