@@ -29,33 +29,11 @@ import (
 // namespace or cgroup behind.
 func TestRealNodes_Smoke(t *testing.T) {
 	requireRealNodes(t)
-	images, pause := realNodeImages(t)
+	nodeImages, pause := realNodeImages(t, images.Pause, images.Tools)
 	ctx := context.Background()
-	const name = "e2e-real"
-	workDir := filepath.Join(os.TempDir(), "vigil-e2e-real")
-	must(t, sandbox.DownWorkDir(workDir)) // a crashed run's leftover
-	t.Cleanup(func() {
-		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
-			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s", workDir)
-			return
-		}
-		if err := sandbox.DownWorkDir(workDir); err != nil {
-			t.Errorf("sandbox down: %v", err)
-		}
-		left, err := sandbox.Leftovers(name, workDir)
-		if err != nil || len(left) > 0 {
-			t.Errorf("after down (%v): %s", err, strings.Join(left, "\n"))
-		}
-	})
-	upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
 	t0 := time.Now()
-	s, err := sandbox.Up(upCtx, sandbox.Config{Name: name, WorkDir: workDir, Nodes: 2, Kubelet: sandbox.KubeletReal,
-		NodeImages: images, PauseImage: pause, Subnet: "10.213.129.0/24", PodSubnet: "10.215.0.0/16",
-		NodeMonitorGracePeriod: nodeMonitorGrace, DefaultTolerationSeconds: tolerationSeconds, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("up: %v", err)
-	}
+	s := upRealNodes(t, sandbox.Config{Name: "e2e-real", WorkDir: filepath.Join(os.TempDir(), "vigil-e2e-real"), Nodes: 2,
+		NodeImages: nodeImages, PauseImage: pause, Subnet: "10.213.129.0/24", PodSubnet: "10.215.0.0/16"}, 3*time.Minute)
 	t.Logf("2 real nodes Ready %.1fs after Up was called", time.Since(t0).Seconds())
 	c := s.Client()
 	for _, n := range []string{"node-1", "node-2"} {
@@ -67,7 +45,7 @@ func TestRealNodes_Smoke(t *testing.T) {
 	}
 
 	pod := apiProbePod("probe", "node-2")
-	_, err = c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	_, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 	must(t, err)
 	var podIP string
 	must(t, sandbox.Poll(ctx, 90*time.Second, "pod probe Running and its answer from the API server in its log",
@@ -262,15 +240,49 @@ func requireRealNodes(t *testing.T) {
 	}
 }
 
-// realNodeImages builds the pause and tools images (sandbox/images) for real
-// nodes to import, and returns their tarballs and the pause image's
-// reference.
-func realNodeImages(t *testing.T) ([]string, string) {
+// upRealNodes brings up cfg's sandbox of real nodes (the kubelet mode, the
+// control plane's grace periods and t.Logf filled in) within timeout, after
+// removing a crashed run's leftover in cfg.WorkDir. At the end of the test it
+// takes it down and checks that nothing is left behind, or leaves it up for
+// its logs when the test failed and VIGIL_E2E_KEEP is set.
+func upRealNodes(t *testing.T, cfg sandbox.Config, timeout time.Duration) *sandbox.Sandbox {
+	t.Helper()
+	cfg.Kubelet = sandbox.KubeletReal
+	cfg.NodeMonitorGracePeriod = nodeMonitorGrace
+	cfg.DefaultTolerationSeconds = tolerationSeconds
+	cfg.Logf = t.Logf
+	must(t, sandbox.DownWorkDir(cfg.WorkDir)) // a crashed run's leftover
+	t.Cleanup(func() {
+		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
+			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s", cfg.WorkDir)
+			return
+		}
+		if err := sandbox.DownWorkDir(cfg.WorkDir); err != nil {
+			t.Errorf("sandbox down: %v", err)
+		}
+		left, err := sandbox.Leftovers(cfg.Name, cfg.WorkDir)
+		if err != nil || len(left) > 0 {
+			t.Errorf("after down (%v): %s", err, strings.Join(left, "\n"))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := sandbox.Up(ctx, cfg)
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	return s
+}
+
+// realNodeImages builds the images named by only (sandbox/images; the pause
+// image among them) for real nodes to import, and returns their tarballs and
+// the pause image's reference.
+func realNodeImages(t *testing.T, only ...string) ([]string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	res, err := images.Build(ctx, images.Options{Out: t.TempDir(), Only: []string{images.Pause, images.Tools}, SourceDir: filepath.Join("..", "..")})
+	res, err := images.Build(ctx, images.Options{Out: t.TempDir(), Only: only, SourceDir: filepath.Join("..", "..")})
 	if err != nil {
 		t.Fatalf("build the node images: %v", err)
 	}

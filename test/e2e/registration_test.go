@@ -30,38 +30,9 @@ func TestRealNodes_EngineRegistersWithKubelet(t *testing.T) {
 	requireRealNodes(t)
 	ctx := context.Background()
 	t0 := time.Now()
-	imgCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	built, err := images.Build(imgCtx, images.Options{Out: t.TempDir(), Only: []string{images.Pause}, SourceDir: filepath.Join("..", "..")})
-	if err != nil {
-		t.Fatalf("build the pause image: %v", err)
-	}
-	pause, err := images.Ref(images.Pause, "dev", nil)
-	must(t, err)
-	const name = "e2e-reg"
-	workDir := filepath.Join(os.TempDir(), "vigil-e2e-reg")
-	must(t, sandbox.DownWorkDir(workDir)) // a crashed run's leftover
-	t.Cleanup(func() {
-		if os.Getenv("VIGIL_E2E_KEEP") != "" && t.Failed() {
-			t.Logf("VIGIL_E2E_KEEP: sandbox left in %s", workDir)
-			return
-		}
-		if err := sandbox.DownWorkDir(workDir); err != nil {
-			t.Errorf("sandbox down: %v", err)
-		}
-		left, err := sandbox.Leftovers(name, workDir)
-		if err != nil || len(left) > 0 {
-			t.Errorf("after down (%v): %s", err, strings.Join(left, "\n"))
-		}
-	})
-	upCtx, cancelUp := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelUp()
-	s, err := sandbox.Up(upCtx, sandbox.Config{Name: name, WorkDir: workDir, Nodes: 1, Kubelet: sandbox.KubeletReal,
-		NodeImages: []string{built[0].File}, PauseImage: pause, Subnet: "10.213.130.0/24", PodSubnet: "10.216.0.0/16",
-		NodeMonitorGracePeriod: nodeMonitorGrace, DefaultTolerationSeconds: tolerationSeconds, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("up: %v", err)
-	}
+	nodeImages, pause := realNodeImages(t, images.Pause)
+	s := upRealNodes(t, sandbox.Config{Name: "e2e-reg", WorkDir: filepath.Join(os.TempDir(), "vigil-e2e-reg"), Nodes: 1,
+		NodeImages: nodeImages, PauseImage: pause, Subnet: "10.213.130.0/24", PodSubnet: "10.216.0.0/16"}, 2*time.Minute)
 	const node = "node-1"
 	root := s.KubeletRoot(node)
 	regDir := filepath.Join(root, "plugins_registry")
