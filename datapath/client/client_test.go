@@ -24,6 +24,23 @@ func dial(t testing.TB, srv *datapathtest.Server, opts ...client.Option) *datapa
 	return srv.DialRoles(t, opts...)
 }
 
+// grantedVolume creates a read-write-once volume of size through c and
+// grants it to node n1, failing t on any error; it returns the volume and the
+// grant's epoch.
+func grantedVolume(t testing.TB, c *datapathtest.Roles, size int64) (datapath.Volume, uint64) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := c.CreateVolume(ctx, "pvc-a", size, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Grant(ctx, v.ID, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, e
+}
+
 func TestClient_VolumeLifecycle(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{Capacity: 1 << 30})
 	c := dial(t, srv)
@@ -171,6 +188,25 @@ func rawConn(t *testing.T, srv *datapathtest.Server, token string) (*grpc.Client
 	return conn, grpc.PerRPCCredsCallOption{Creds: bearer(token)}
 }
 
+// rawIO is node n1's raw connection (rawConn) for I/O requests on target.
+type rawIO struct {
+	conn   *grpc.ClientConn
+	creds  grpc.CallOption
+	target wire.IOTarget
+}
+
+func newRawIO(t *testing.T, srv *datapathtest.Server, volumeID string, epoch uint64) rawIO {
+	t.Helper()
+	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
+	return rawIO{conn: conn, creds: creds, target: wire.IOTarget{VolumeID: volumeID, Node: "n1", Epoch: epoch}}
+}
+
+// invoke calls method with req and resp in the wire codec, and returns its
+// error as the datapath's.
+func (r rawIO) invoke(ctx context.Context, method string, req, resp any) error {
+	return datapath.FromStatus(r.conn.Invoke(ctx, wire.FullMethod(method), req, resp, grpc.ForceCodecV2(wire.Codec{}), r.creds))
+}
+
 type bearer string
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
@@ -182,18 +218,15 @@ func TestServer_BadRequests_ClearErrorsNothingChanged(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{})
 	c := dial(t, srv)
 	ctx := context.Background()
-	v, _ := c.CreateVolume(ctx, "pvc-a", 8<<20, datapath.AccessRWO)
-	e, _ := c.Grant(ctx, v.ID, "n1")
-	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
-	codec := grpc.ForceCodecV2(wire.Codec{})
-	target := wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}
+	v, e := grantedVolume(t, c, 8<<20)
+	raw := newRawIO(t, srv, v.ID, e)
 	var session wire.Generation
-	if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession), &wire.OpenSessionRequest{IOTarget: target}, &session, codec, creds); err != nil {
+	if err := raw.invoke(ctx, wire.MethodOpenWriteSession, &wire.OpenSessionRequest{IOTarget: raw.target}, &session); err != nil {
 		t.Fatal(err)
 	}
 	write := func(data []byte) error {
-		req := &wire.WriteRequest{IOTarget: target, Gen: session.Gen, Data: data}
-		return datapath.FromStatus(conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, codec, creds))
+		req := &wire.WriteRequest{IOTarget: raw.target, Gen: session.Gen, Data: data}
+		return raw.invoke(ctx, wire.MethodWrite, req, &wire.Empty{})
 	}
 	if err := write(make([]byte, datapath.MaxIOSize+1)); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "at most") && !strings.Contains(err.Error(), "allowed") {
 		t.Fatalf("oversize write: %v", err)
@@ -202,7 +235,7 @@ func TestServer_BadRequests_ClearErrorsNothingChanged(t *testing.T) {
 		t.Fatalf("far oversize write: %v", err)
 	}
 	// A request that does not decode.
-	err := datapath.FromStatus(conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), rawBytes{0xff, 0xff}, &wire.Empty{}, codec, creds))
+	err := raw.invoke(ctx, wire.MethodWrite, rawBytes{0xff, 0xff}, &wire.Empty{})
 	if !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "malformed") {
 		t.Fatalf("garbage request: %v", err)
 	}

@@ -33,14 +33,7 @@ func TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne(t *testing.T) {
 		proxy := datapathtest.NewHoldProxy(t, srv.Addr)
 		ctl := dial(t, srv)
 		ctx := context.Background()
-		v, err := ctl.CreateVolume(ctx, "pvc-a", 4<<20, datapath.AccessRWO)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ctl.Grant(ctx, v.ID, "n1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		v, e := grantedVolume(t, ctl, 4<<20)
 		engine := dial(t, srv.At(proxy.Addr)).Node("n1")
 		older, newer := bytes.Repeat([]byte{'A'}, size), bytes.Repeat([]byte{'B'}, size)
 		// Two first writes open the write session and both bulk connections,
@@ -53,7 +46,7 @@ func TestClient_WriteAt_RetriedWriteNeverLandsAfterANewerOne(t *testing.T) {
 
 		proxy.HoldNextBulk()
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err = engine.WriteAt(short, v.ID, "n1", e, 0, older)
+		err := engine.WriteAt(short, v.ID, "n1", e, 0, older)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("size %d: the held write returned %v; want its timeout", size, err)
@@ -105,14 +98,7 @@ func TestClient_WriteAt_RetriedGRPCWriteNeverLandsAfterANewerOne(t *testing.T) {
 		proxy := datapathtest.NewHoldProxy(t, srv.Addr)
 		ctl := dial(t, srv)
 		ctx := context.Background()
-		v, err := ctl.CreateVolume(ctx, "pvc-a", 4<<20, datapath.AccessRWO)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := ctl.Grant(ctx, v.ID, "n1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		v, e := grantedVolume(t, ctl, 4<<20)
 		engine := dial(t, srv.At(proxy.Addr), client.WithBulk(false)).Node("n1")
 		older, newer := bytes.Repeat([]byte{'A'}, size), bytes.Repeat([]byte{'B'}, size)
 		// The first write opens the connection and the write session.
@@ -212,8 +198,7 @@ func TestServer_Bulk_StaleGenerationRefused(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{})
 	c := dial(t, srv)
 	ctx := context.Background()
-	v, _ := c.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
-	e, _ := c.Grant(ctx, v.ID, "n1")
+	v, e := grantedVolume(t, c, 1<<20)
 	conn, read := bulkRaw(t, srv, srv.NodeToken("n1"))
 	if _, code, msg, err := read(); err != nil || code != 0 {
 		t.Fatalf("hello: %d %q %v", code, msg, err)
@@ -266,22 +251,20 @@ func TestServer_GRPC_StaleGenerationRefused(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{})
 	c := dial(t, srv)
 	ctx := context.Background()
-	v, _ := c.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
-	e, _ := c.Grant(ctx, v.ID, "n1")
-	conn, creds := rawConn(t, srv, srv.NodeToken("n1"))
-	codec := grpc.ForceCodecV2(wire.Codec{})
-	target := wire.IOTarget{VolumeID: v.ID, Node: "n1", Epoch: e}
+	v, e := grantedVolume(t, c, 1<<20)
+	raw := newRawIO(t, srv, v.ID, e)
+	target := raw.target
 	open := func() uint64 {
 		t.Helper()
 		var g wire.Generation
-		if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession), &wire.OpenSessionRequest{IOTarget: target}, &g, codec, creds); err != nil || g.Gen == 0 {
+		if err := raw.invoke(ctx, wire.MethodOpenWriteSession, &wire.OpenSessionRequest{IOTarget: target}, &g); err != nil || g.Gen == 0 {
 			t.Fatalf("OpenWriteSession: %d, %v", g.Gen, err)
 		}
 		return g.Gen
 	}
 	write := func(t wire.IOTarget, gen uint64, p string) error {
 		req := &wire.WriteRequest{IOTarget: t, Gen: gen, Data: []byte(p)}
-		return datapath.FromStatus(conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, codec, creds))
+		return raw.invoke(ctx, wire.MethodWrite, req, &wire.Empty{})
 	}
 	old := open()
 	cur := open()
@@ -362,8 +345,7 @@ func TestClient_WriteAt_StaleRefusalIsSentAgain(t *testing.T) {
 	srv := datapathtest.Start(t, datapath.Options{})
 	ctl := dial(t, srv)
 	ctx := context.Background()
-	v, _ := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
-	e, _ := ctl.Grant(ctx, v.ID, "n1")
+	v, e := grantedVolume(t, ctl, 1<<20)
 	a := dial(t, srv).Node("n1")
 	b := dial(t, srv, client.WithRetries(0)).Node("n1")
 	for i := range 6 {
