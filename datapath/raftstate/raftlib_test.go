@@ -56,34 +56,9 @@ func (f *indexFSM) has(i uint64) bool {
 // If this test fails, the library checks the request's range before
 // committing: drop the canary and the warning in doc.go.
 func TestRaftLibrary_EmptyAppendCommitsUnverifiedSuffix(t *testing.T) {
-	store := raft.NewInmemStore()
-	conf := raft.Configuration{Servers: []raft.Server{
-		{Suffrage: raft.Voter, ID: "F", Address: "F"},
-		{Suffrage: raft.Voter, ID: "L", Address: "L"},
-	}}
-	if err := store.StoreLogs([]*raft.Log{
-		{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)},
-		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("committed")},
-		{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("appended by the old leader, never committed")},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
-		t.Fatal(err)
-	}
-	_, ft := raft.NewInmemTransport("F")
-	_, lt := raft.NewInmemTransport("L")
-	lt.Connect("F", ft)
-	cfg := raft.DefaultConfig()
-	cfg.LocalID = "F"
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 10*time.Second, 10*time.Second, time.Second
-	cfg.Logger = hclog.NewNullLogger()
+	store := termOneLog(t, []byte("committed"), []byte("appended by the old leader, never committed"))
 	fsm := &indexFSM{}
-	r, err := raft.NewRaft(cfg, fsm, store, store, raft.NewInmemSnapshotStore(), ft)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown()
+	lt := startFollower(t, fsm, store)
 
 	req := &raft.AppendEntriesRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("L"), Addr: []byte("L")},
@@ -111,35 +86,11 @@ func TestRaftLibrary_EmptyAppendCommitsUnverifiedSuffix(t *testing.T) {
 // applies nothing more, and refuses snapshots and reads with ErrDiverged.
 func TestFSM_AnEntryTheGroupReplacedStopsTheServer(t *testing.T) {
 	enc := func(c Command) []byte { d, _ := c.encode(); return d }
-	store := raft.NewInmemStore()
-	conf := raft.Configuration{Servers: []raft.Server{
-		{Suffrage: raft.Voter, ID: "F", Address: "F"},
-		{Suffrage: raft.Voter, ID: "L", Address: "L"},
-	}}
-	if err := store.StoreLogs([]*raft.Log{
-		{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)},
-		{Index: 2, Term: 1, Type: raft.LogCommand, Data: enc(Command{Op: OpAddServer, At: t0, Member: member("s1")})},
-		{Index: 3, Term: 1, Type: raft.LogCommand, Data: enc(Command{Op: OpAddServer, At: t0, Member: member("s2")})}, // never committed
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
-		t.Fatal(err)
-	}
-	_, ft := raft.NewInmemTransport("F")
-	_, lt := raft.NewInmemTransport("L")
-	lt.Connect("F", ft)
-	cfg := raft.DefaultConfig()
-	cfg.LocalID = "F"
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 10*time.Second, 10*time.Second, time.Second
-	cfg.Logger = hclog.NewNullLogger()
+	store := termOneLog(t, enc(Command{Op: OpAddServer, At: t0, Member: member("s1")}),
+		enc(Command{Op: OpAddServer, At: t0, Member: member("s2")})) // the second never committed
 	fsm := NewFSM()
 	fsm.logs = store
-	r, err := raft.NewRaft(cfg, fsm, store, store, raft.NewInmemSnapshotStore(), ft)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown()
+	lt := startFollower(t, fsm, store)
 	send := func(req *raft.AppendEntriesRequest) {
 		t.Helper()
 		req.RPCHeader = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("L"), Addr: []byte("L")}
@@ -198,4 +149,47 @@ func TestGroup_DivergedServerStops(t *testing.T) {
 	}
 	c.kill(l)
 	fence(t, c, v.ID, "n1", 1)
+}
+
+// termOneLog returns an in-memory log of term 1 (the current term): at index
+// 1 the configuration of voters F and L, then a command of each data.
+func termOneLog(t *testing.T, data ...[]byte) *raft.InmemStore {
+	t.Helper()
+	store := raft.NewInmemStore()
+	conf := raft.Configuration{Servers: []raft.Server{
+		{Suffrage: raft.Voter, ID: "F", Address: "F"},
+		{Suffrage: raft.Voter, ID: "L", Address: "L"},
+	}}
+	logs := []*raft.Log{{Index: 1, Term: 1, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(conf)}}
+	for i, d := range data {
+		logs = append(logs, &raft.Log{Index: uint64(i) + 2, Term: 1, Type: raft.LogCommand, Data: d})
+	}
+	if err := store.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// startFollower starts server F on store with fsm, with timeouts long enough
+// that it never stands for election during a test, and shuts it down when the
+// test ends; it returns the transport of L, connected to F, to send F what a
+// leader would.
+func startFollower(t *testing.T, fsm raft.FSM, store *raft.InmemStore) *raft.InmemTransport {
+	t.Helper()
+	_, ft := raft.NewInmemTransport("F")
+	_, lt := raft.NewInmemTransport("L")
+	lt.Connect("F", ft)
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = "F"
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 10*time.Second, 10*time.Second, time.Second
+	cfg.Logger = hclog.NewNullLogger()
+	r, err := raft.NewRaft(cfg, fsm, store, store, raft.NewInmemSnapshotStore(), ft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Shutdown().Error() })
+	return lt
 }
