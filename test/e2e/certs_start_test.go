@@ -206,6 +206,11 @@ func (p podFiles) file(flag string) string {
 func (p podFiles) start(ctx context.Context, t *testing.T, bin string, hosts ...string) (*exec.Cmd, string) {
 	t.Helper()
 	c := p.w.Spec.Containers[0]
+	if len(c.Command) > 0 {
+		// The container's program, from this build's bin/ (the datapath's is
+		// vigil-datapath, the manager's vigil-manager).
+		bin = filepath.Join(filepath.Dir(bin), filepath.Base(c.Command[0]))
+	}
 	cmd := newPodIdentity(ctx, t, p.w.Spec.ServiceAccountName, hosts...).command(t, bin, p.args...)
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
