@@ -110,7 +110,7 @@ func TestClient_WriteAt_RetriedGRPCWriteNeverLandsAfterANewerOne(t *testing.T) {
 		first := make(chan error, 1)
 		go func() { first <- engine.WriteAt(ctx, v.ID, "n1", e, 0, older) }()
 		held, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := proxy.HeldBytes(held, size); err != nil {
+		if err := proxy.HeldGRPCRequest(held); err != nil {
 			cancel()
 			t.Fatalf("size %d: the write was not held: %v", size, err)
 		}

@@ -344,3 +344,49 @@ func closeWrite(c net.Conn) {
 	}
 	_ = c.Close()
 }
+
+// HeldGRPCRequest waits until the held bytes of a gRPC connection hold a
+// whole request: an HTTP/2 DATA frame that ends its stream. Counting bytes is
+// not enough: a request is its message plus gRPC's and HTTP/2's framing, and
+// a request held in part would wait on the server for the rest, which the
+// cut client never sends. It assumes the hold began at a frame boundary, as
+// it does when no request was on its way.
+func (p *HoldProxy) HeldGRPCRequest(ctx context.Context) error {
+	if err := p.Held(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pc := p.held
+	p.mu.Unlock()
+	for {
+		pc.mu.Lock()
+		done := endsAStream(pc.buf)
+		got := len(pc.buf)
+		pc.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d bytes held, no whole gRPC request among them: %w", got, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// endsAStream reports whether b, read from the start of an HTTP/2 frame,
+// holds a whole DATA frame with the END_STREAM flag.
+func endsAStream(b []byte) bool {
+	const header, typeData, flagEndStream = 9, 0x0, 0x1
+	for len(b) >= header {
+		n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+		if len(b) < header+n {
+			return false
+		}
+		if b[3] == typeData && b[4]&flagEndStream != 0 {
+			return true
+		}
+		b = b[header+n:]
+	}
+	return false
+}
