@@ -41,23 +41,38 @@ func newH2Trailers() *h2Trailers {
 
 // HTTP/2 frame types and flags (RFC 9113, section 6).
 const (
+	h2FrameData         = 0x0
 	h2FrameHeaders      = 0x1
 	h2FrameContinuation = 0x9
+	h2FlagEndStream     = 0x1
 	h2FlagEndHeaders    = 0x4
 	h2FlagPadded        = 0x8
 	h2FlagPriority      = 0x20
 )
 
+// h2Frame splits the first whole HTTP/2 frame off b: its type, flags and
+// payload, and the bytes after it; ok is false while b holds no whole frame.
+func h2Frame(b []byte) (typ, flags byte, payload, rest []byte, ok bool) {
+	const header = 9
+	if len(b) < header {
+		return 0, 0, nil, b, false
+	}
+	n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+	if len(b) < header+n {
+		return 0, 0, nil, b, false
+	}
+	return b[3], b[4], b[header : header+n], b[header+n:], true
+}
+
 // feed takes the next bytes the server sent; released says they came after
 // the release.
 func (h *h2Trailers) feed(p []byte, released bool) {
 	h.buf = append(h.buf, p...)
-	for len(h.buf) >= 9 {
-		n := int(h.buf[0])<<16 | int(h.buf[1])<<8 | int(h.buf[2])
-		if len(h.buf) < 9+n {
+	for {
+		typ, flags, payload, rest, ok := h2Frame(h.buf)
+		if !ok {
 			return
 		}
-		typ, flags, payload := h.buf[3], h.buf[4], h.buf[9:9+n]
 		switch typ {
 		case h2FrameHeaders:
 			if flags&h2FlagPadded != 0 && len(payload) > 0 {
@@ -72,7 +87,7 @@ func (h *h2Trailers) feed(p []byte, released bool) {
 		case h2FrameContinuation:
 			h.header(payload, flags)
 		}
-		h.buf = h.buf[9+n:]
+		h.buf = rest
 	}
 }
 

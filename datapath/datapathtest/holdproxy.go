@@ -73,6 +73,13 @@ func (p *HoldProxy) HoldNextGRPC() {
 
 // HeldBytes waits until at least n bytes are held.
 func (p *HoldProxy) HeldBytes(ctx context.Context, n int) error {
+	return p.waitHeld(ctx, func(b []byte) bool { return len(b) >= n },
+		func(got int) string { return fmt.Sprintf("%d of %d bytes held", got, n) })
+}
+
+// waitHeld waits until a connection is held and its held bytes satisfy
+// done; short says what was held instead, when ctx ends first.
+func (p *HoldProxy) waitHeld(ctx context.Context, done func([]byte) bool, short func(got int) string) error {
 	if err := p.Held(ctx); err != nil {
 		return err
 	}
@@ -81,14 +88,14 @@ func (p *HoldProxy) HeldBytes(ctx context.Context, n int) error {
 	p.mu.Unlock()
 	for {
 		pc.mu.Lock()
-		got := len(pc.buf)
+		ok, got := done(pc.buf), len(pc.buf)
 		pc.mu.Unlock()
-		if got >= n {
+		if ok {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d bytes held: %w", got, n, ctx.Err())
+			return fmt.Errorf("%s: %w", short(got), ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -352,41 +359,21 @@ func closeWrite(c net.Conn) {
 // cut client never sends. It assumes the hold began at a frame boundary, as
 // it does when no request was on its way.
 func (p *HoldProxy) HeldGRPCRequest(ctx context.Context) error {
-	if err := p.Held(ctx); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	pc := p.held
-	p.mu.Unlock()
-	for {
-		pc.mu.Lock()
-		done := endsAStream(pc.buf)
-		got := len(pc.buf)
-		pc.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d bytes held, no whole gRPC request among them: %w", got, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return p.waitHeld(ctx, endsAStream,
+		func(got int) string { return fmt.Sprintf("%d bytes held, no whole gRPC request among them", got) })
 }
 
 // endsAStream reports whether b, read from the start of an HTTP/2 frame,
 // holds a whole DATA frame with the END_STREAM flag.
 func endsAStream(b []byte) bool {
-	const header, typeData, flagEndStream = 9, 0x0, 0x1
-	for len(b) >= header {
-		n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
-		if len(b) < header+n {
+	for {
+		typ, flags, _, rest, ok := h2Frame(b)
+		if !ok {
 			return false
 		}
-		if b[3] == typeData && b[4]&flagEndStream != 0 {
+		if typ == h2FrameData && flags&h2FlagEndStream != 0 {
 			return true
 		}
-		b = b[header+n:]
+		b = rest
 	}
-	return false
 }
