@@ -152,6 +152,9 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 				Usage: "bytes of acknowledged, unflushed writes each volume keeps in the engine's (locked) memory, to send them again when\n" +
 					"the datapath's machine lost them in a power cut (its boot id changed); past it the engine flushes the volume.\n" +
 					"From 1 MiB to 1 GiB"},
+			&cli.Int64Flag{Name: "unflushed-write-node-budget", Value: DefaultUnflushedNodeBudget, EnvVars: []string{"VIGIL_UNFLUSHED_WRITE_NODE_BUDGET"},
+				Usage: "bytes of acknowledged, unflushed writes all the node's volumes keep together (see --unflushed-write-budget); past it,\n" +
+					"the next write to a volume flushes that volume first. From --unflushed-write-budget to 16 GiB"},
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
 				Usage: "host:port for /metrics and /healthz; empty disables"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
@@ -170,7 +173,7 @@ type runOptions struct {
 	writebackGuard, keeperSocket, registrationDir             string
 	datapath                                                  DialConfig
 	heartbeat, ioTimeout, cleanup, leave                      time.Duration
-	unflushedBudget                                           int64
+	unflushedBudget, unflushedNodeBudget                      int64
 	log                                                       *slog.Logger
 }
 
@@ -184,7 +187,8 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
 		leave: c.Duration("graceful-leave"), writebackGuard: c.String("writeback-guard"),
-		keeperSocket: c.String("fd-keeper-socket"), registrationDir: c.String("kubelet-registration-dir"), unflushedBudget: c.Int64("unflushed-write-budget")}
+		keeperSocket: c.String("fd-keeper-socket"), registrationDir: c.String("kubelet-registration-dir"), unflushedBudget: c.Int64("unflushed-write-budget"),
+		unflushedNodeBudget: c.Int64("unflushed-write-node-budget")}
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
@@ -199,6 +203,10 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	}
 	if o.unflushedBudget < minUnflushedBudget || o.unflushedBudget > maxUnflushedBudget {
 		return o, fmt.Errorf("--unflushed-write-budget %d: want %d (1 MiB) to %d (1 GiB) bytes", o.unflushedBudget, minUnflushedBudget, maxUnflushedBudget)
+	}
+	if o.unflushedNodeBudget < o.unflushedBudget || o.unflushedNodeBudget > maxUnflushedNodeBudget {
+		return o, fmt.Errorf("--unflushed-write-node-budget %d: want --unflushed-write-budget (%d) to %d (16 GiB) bytes",
+			o.unflushedNodeBudget, o.unflushedBudget, int64(maxUnflushedNodeBudget))
 	}
 	if err := checkWritebackGuard(o.writebackGuard); err != nil {
 		return o, err
@@ -258,7 +266,8 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 		return err
 	}
 	cfg := Config{NodeName: o.node, StateDir: o.stateDir, BootID: o.bootID,
-		Datapath: dp, IOTimeout: o.ioTimeout, UnflushedBudget: o.unflushedBudget, Metrics: metrics, Log: o.log}
+		Datapath: dp, IOTimeout: o.ioTimeout, UnflushedBudget: o.unflushedBudget,
+		UnflushedNodeBudget: o.unflushedNodeBudget, Metrics: metrics, Log: o.log}
 	if cleaner != nil {
 		cfg.Gate = cleaner
 	}

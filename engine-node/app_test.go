@@ -82,6 +82,8 @@ func TestApp_Run_BadFlags(t *testing.T) {
 		{"heartbeat", "--heartbeat-interval", "0s", "--heartbeat-interval"},
 		{"unflushed budget too small", "--unflushed-write-budget", "4096", "--unflushed-write-budget 4096: want 1048576 (1 MiB)"},
 		{"unflushed budget too large", "--unflushed-write-budget", "2147483648", "to 1073741824 (1 GiB)"},
+		{"node budget below a volume's", "--unflushed-write-node-budget", "1048576", "--unflushed-write-node-budget 1048576: want --unflushed-write-budget (67108864) to"},
+		{"node budget too large", "--unflushed-write-node-budget", "34359738368", "to 17179869184 (16 GiB)"},
 		{"registration dir missing", "--kubelet-registration-dir", filepath.Join(dir, "missing"),
 			"--kubelet-registration-dir \"" + filepath.Join(dir, "missing") + "\": stat"},
 		{"registration dir a file", "--kubelet-registration-dir", filepath.Join(dir, "token"),

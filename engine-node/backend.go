@@ -43,11 +43,12 @@ type volumeBackend struct {
 	// io is held for reading by every request, from its first attempt until
 	// its answer is recorded in unfl, and for writing by a replay, which so
 	// waits for the requests in flight and holds the next ones back.
-	io      sync.RWMutex
-	unfl    *unflushed // nil: nothing kept (no replay)
-	budget  int64      // past it, a write flushes the volume first
-	flushMu sync.Mutex // one budget flush at a time
-	noBoot  atomic.Bool
+	io         sync.RWMutex
+	unfl       *unflushed  // nil: nothing kept (no replay)
+	budget     int64       // past it, a write flushes the volume first
+	nodeBudget *nodeBudget // the node's budget over every volume; nil: none
+	flushMu    sync.Mutex  // one budget flush at a time
+	noBoot     atomic.Bool
 }
 
 func newVolumeBackend(dp Datapath, volumeID, node string, epoch uint64, timeout time.Duration, m *Metrics) *volumeBackend {
@@ -60,16 +61,35 @@ func (n *NodeServer) newBackend(rec StageRecord) *volumeBackend {
 	b := newVolumeBackend(n.cfg.Datapath, rec.VolumeID, n.cfg.NodeName, rec.Epoch, n.cfg.IOTimeout, n.metrics)
 	b.log = n.log
 	if n.cfg.UnflushedBudget > 0 {
-		b.keepUnflushed(n.cfg.UnflushedBudget)
+		b.keepUnflushed(n.cfg.UnflushedBudget, &n.unflushed)
 	}
 	return b
 }
 
+// nodeBudget is the bytes of acknowledged, unflushed writes the volumes of a
+// node may keep together, and what they keep.
+type nodeBudget struct {
+	limit int64
+	held  atomic.Int64
+}
+
 // keepUnflushed makes b keep up to budget bytes of acknowledged, unflushed
-// writes to send again after a datapath reboot.
-func (b *volumeBackend) keepUnflushed(budget int64) *volumeBackend {
-	b.unfl, b.budget = newUnflushed(), budget
+// writes to send again after a datapath reboot, and, with node, within the
+// node's budget too.
+func (b *volumeBackend) keepUnflushed(budget int64, node *nodeBudget) *volumeBackend {
+	var held *atomic.Int64
+	if node != nil {
+		held = &node.held
+	}
+	b.unfl, b.budget, b.nodeBudget = newUnflushed(held), budget, node
 	return b
+}
+
+// discardKept drops the writes b keeps, once its stack is gone.
+func (b *volumeBackend) discardKept() {
+	if b.unfl != nil {
+		b.unfl.discard()
+	}
 }
 
 func (b *volumeBackend) ctx(parent context.Context) (context.Context, context.CancelFunc) {

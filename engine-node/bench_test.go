@@ -211,7 +211,7 @@ func BenchmarkVolumeBackend_Write(b *testing.B) {
 					}
 					be := newVolumeBackend(c, vol.ID, "bench-node", epoch, 30*time.Second, NewMetrics(nil))
 					if keep {
-						be.keepUnflushed(DefaultUnflushedBudget)
+						be.keepUnflushed(DefaultUnflushedBudget, nil)
 					}
 					benchBackendWrites(b, be, size, qd)
 					if keep {

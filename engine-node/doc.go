@@ -144,9 +144,10 @@
 // newest boot), then reads again or flushes again; no pod sees an error and,
 // since only the latest content of each range is kept, nothing newer is
 // overwritten. A restart of the datapath's process keeps the boot id and costs
-// nothing. Past --unflushed-write-budget (64 MiB per volume by default) a
-// write flushes the volume first, so the engine's locked memory stays bounded
-// (at most the budget per volume, plus the writes in flight). A graceful stop
+// nothing. Past --unflushed-write-budget (64 MiB per volume by default), or
+// past --unflushed-write-node-budget for all the node's volumes together
+// (512 MiB), a write flushes its volume first, so the engine's locked memory
+// stays bounded (at most the node's budget, plus the writes in flight). A graceful stop
 // (SIGTERM) flushes every volume after draining it, so nothing is left to
 // keep; a crash of the engine loses what it kept, so an engine crash and a
 // power cut of the datapath's machine before the next flush can still lose

@@ -26,6 +26,7 @@ type Metrics struct {
 	replays           prometheus.Counter
 	replayedBytes     prometheus.Counter
 	budgetFlushes     prometheus.Counter
+	unflushedBytes    prometheus.Gauge
 	heartbeatFailures prometheus.Counter
 	registrations     *prometheus.CounterVec
 	stageSeconds      prometheus.Histogram
@@ -62,7 +63,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		budgetFlushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "unflushed_budget_flushes_total",
-			Help: "Flushes the engine made on its own because a volume's acknowledged, unflushed writes exceeded --unflushed-write-budget.",
+			Help: "Flushes the engine made on its own because a volume's acknowledged, unflushed writes exceeded --unflushed-write-budget, or every volume's together exceeded --unflushed-write-node-budget.",
+		}),
+		unflushedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "unflushed_bytes",
+			Help: "Memory the engine holds for acknowledged, unflushed writes of every volume (bounded by --unflushed-write-node-budget).",
 		}),
 		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: vigil.MetricsNamespace, Subsystem: metricsSubsystem, Name: "heartbeat_failures_total",
@@ -88,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.registrations.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.replays, m.replayedBytes, m.budgetFlushes, m.heartbeatFailures, m.registrations, m.stageSeconds, m.publishSeconds)
+		reg.MustRegister(m.volumesStaged, m.cleanups, m.writesFenced, m.ioRetries, m.replays, m.replayedBytes, m.budgetFlushes, m.unflushedBytes, m.heartbeatFailures, m.registrations, m.stageSeconds, m.publishSeconds)
 	}
 	return m
 }

@@ -39,6 +39,10 @@ type Config struct {
 	// machine (past it the volume is flushed); 0 means
 	// DefaultUnflushedBudget, below 0 keeps none (tests only).
 	UnflushedBudget int64
+	// UnflushedNodeBudget bounds what every volume of the node keeps
+	// together (past it, a write flushes its volume first); 0 means
+	// DefaultUnflushedNodeBudget.
+	UnflushedNodeBudget int64
 	// Gate, if set, may refuse stages (see Gate).
 	Gate Gate
 	// Keeper, if set, holds each staged volume's FUSE connection across
@@ -62,6 +66,8 @@ type NodeServer struct {
 	mu     sync.Mutex
 	busy   map[string]bool   // volume ids with an operation in progress
 	stacks map[string]*stack // live stacks by volume id
+
+	unflushed nodeBudget // acknowledged, unflushed writes of every volume
 }
 
 // NewNodeServer opens the journal and recovers what a previous run left (see
@@ -83,6 +89,9 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 	if cfg.UnflushedBudget == 0 {
 		cfg.UnflushedBudget = DefaultUnflushedBudget
 	}
+	if cfg.UnflushedNodeBudget == 0 {
+		cfg.UnflushedNodeBudget = DefaultUnflushedNodeBudget
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -95,6 +104,7 @@ func NewNodeServer(ctx context.Context, cfg Config) (*NodeServer, error) {
 	}
 	n := &NodeServer{cfg: cfg, journal: j, metrics: cfg.Metrics, log: cfg.Log,
 		busy: map[string]bool{}, stacks: map[string]*stack{}}
+	n.unflushed.limit = cfg.UnflushedNodeBudget
 	rebooted := previousBoot != "" && previousBoot != cfg.BootID
 	if err := n.Recover(ctx, rebooted); err != nil {
 		n.log.Error("recovery left work undone; it is retried by the next stage or unstage, and after a reboot by the next start", "err", err)
@@ -134,6 +144,10 @@ func (n *NodeServer) setLive(volumeID string, st *stack) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if st == nil {
+		if old := n.stacks[volumeID]; old != nil {
+			old.backend.discardKept()
+			n.metrics.unflushedBytes.Set(float64(n.unflushed.held.Load()))
+		}
 		delete(n.stacks, volumeID)
 	} else {
 		n.stacks[volumeID] = st

@@ -138,21 +138,33 @@ func (b *volumeBackend) replay(ctx context.Context, boot string) error {
 	return nil
 }
 
-// keepWithinBudget flushes the volume when its kept writes exceed the budget,
-// one flush at a time (the writers past the budget wait for it), so the
-// engine's memory stays bounded whatever the file system's flush rate.
+// keepWithinBudget flushes the volume when its kept writes exceed the
+// volume's budget, or the writes kept by every volume of the node exceed the
+// node's, one flush at a time (the writers past the budget wait for it), so
+// the engine's memory stays bounded whatever the file system's flush rate and
+// however many volumes the node stages. Past the node's budget the writer
+// flushes its own volume, which holds at least the write just made: each
+// volume that goes on writing so pays for its share.
 func (b *volumeBackend) keepWithinBudget(ctx context.Context) error {
-	if b.unfl == nil {
-		return nil
+	if b.nodeBudget != nil {
+		defer func() { b.metrics.unflushedBytes.Set(float64(b.nodeBudget.held.Load())) }()
 	}
-	if held, _ := b.unfl.size(); held <= b.budget {
+	if b.unfl == nil || !b.overBudget() {
 		return nil
 	}
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
-	if held, _ := b.unfl.size(); held <= b.budget {
+	if !b.overBudget() {
 		return nil
 	}
 	b.metrics.budgetFlushes.Inc()
 	return b.flush(ctx)
+}
+
+func (b *volumeBackend) overBudget() bool {
+	held, entries := b.unfl.size()
+	if held > b.budget {
+		return true
+	}
+	return b.nodeBudget != nil && entries > 0 && b.nodeBudget.held.Load() > b.nodeBudget.limit
 }

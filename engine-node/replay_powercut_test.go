@@ -126,7 +126,7 @@ func TestVolumeBackend_DatapathPowerCut_FlushLosesNoAcknowledgedWrite(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newVolumeBackend(eng, v.ID, "node-a", epoch, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget)
+	b := newVolumeBackend(eng, v.ID, "node-a", epoch, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget, nil)
 	want := make([]byte, size)
 	write := func(from, to int, c byte) {
 		t.Helper()

@@ -109,7 +109,7 @@ func TestVolumeBackend_Replay_FlushAfterAPowerCutLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	dp := newMachine(64 << 10)
 	m := NewMetrics(nil)
-	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, m).keepUnflushed(DefaultUnflushedBudget)
+	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, m).keepUnflushed(DefaultUnflushedBudget, nil)
 	want := make([]byte, 64<<10)
 	write := func(i int, c byte) {
 		t.Helper()
@@ -158,7 +158,7 @@ func firstDiff(a, b []byte) int {
 func TestVolumeBackend_Replay_ReadNeverSeesALostWrite(t *testing.T) {
 	ctx := context.Background()
 	dp := newMachine(16 << 10)
-	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget)
+	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget, nil)
 	if err := b.WriteAt(ctx, 4096, block(0, 'x')); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestVolumeBackend_Replay_ReadNeverSeesALostWrite(t *testing.T) {
 func TestVolumeBackend_Replay_HoldsConcurrentWritesBack(t *testing.T) {
 	ctx := context.Background()
 	dp := newMachine(16 << 10)
-	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget)
+	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget, nil)
 	if err := b.WriteAt(ctx, 0, block(0, 'o')); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestVolumeBackend_Replay_HoldsConcurrentWritesBack(t *testing.T) {
 func TestVolumeBackend_Replay_SecondCutMidReplay(t *testing.T) {
 	ctx := context.Background()
 	dp := newMachine(64 << 10)
-	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget)
+	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, NewMetrics(nil)).keepUnflushed(DefaultUnflushedBudget, nil)
 	want := make([]byte, 64<<10)
 	for i := range 8 {
 		if err := b.WriteAt(ctx, int64(i)*4096, block(i, 'a')); err != nil {
@@ -252,7 +252,7 @@ func TestVolumeBackend_Budget_FlushesAndDrops(t *testing.T) {
 	dp := newMachine(8 << 20)
 	m := NewMetrics(nil)
 	const budget = 1 << 20
-	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, m).keepUnflushed(budget)
+	b := newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, m).keepUnflushed(budget, nil)
 	p := bytes.Repeat([]byte{7}, 256<<10)
 	for i := range 24 {
 		if err := b.WriteAt(ctx, int64(i)*int64(len(p)), p); err != nil {
@@ -264,5 +264,52 @@ func TestVolumeBackend_Budget_FlushesAndDrops(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.budgetFlushes); n < 4 || dp.flushes < 4 {
 		t.Fatalf("%v budget flushes (%d flushes) for 6 MiB written with a 1 MiB budget; want at least 4", n, dp.flushes)
+	}
+}
+
+// The node's budget bounds what all its volumes keep together, though each
+// stays within its own: past it, the volume written to flushes, and a volume
+// whose stack is gone stops counting.
+func TestVolumeBackend_NodeBudget_BoundsEveryVolumeTogether(t *testing.T) {
+	ctx := context.Background()
+	dp := newMachine(8 << 20)
+	m := NewMetrics(nil)
+	node := &nodeBudget{limit: 1 << 20}
+	vols := []*volumeBackend{
+		newVolumeBackend(dp, "vol-1", "node-a", 2, 30*time.Second, m).keepUnflushed(maxUnflushedBudget, node),
+		newVolumeBackend(dp, "vol-2", "node-a", 2, 30*time.Second, m).keepUnflushed(maxUnflushedBudget, node),
+	}
+	p := bytes.Repeat([]byte{7}, 192<<10)
+	for i := range 24 {
+		b := vols[i%2]
+		if err := b.WriteAt(ctx, int64(i)*int64(len(p)), p); err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, v := range vols {
+			held, _ := v.unfl.size()
+			sum += held
+		}
+		if got := node.held.Load(); got != sum || got > node.limit {
+			t.Fatalf("after write %d: the node counts %d bytes, its volumes hold %d, budget %d", i, got, sum, node.limit)
+		}
+		if got := testutil.ToFloat64(m.unflushedBytes); got != float64(node.held.Load()) {
+			t.Fatalf("after write %d: vigil_engine_unflushed_bytes %v, want %d", i, got, node.held.Load())
+		}
+	}
+	if n := testutil.ToFloat64(m.budgetFlushes); n < 4 {
+		t.Fatalf("%v budget flushes for 4.5 MiB written to two volumes with a 1 MiB node budget; want at least 4", n)
+	}
+	if err := vols[0].WriteAt(ctx, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	if node.held.Load() == 0 {
+		t.Fatal("a write kept nothing against the node's budget")
+	}
+	for _, v := range vols {
+		v.discardKept()
+	}
+	if got := node.held.Load(); got != 0 {
+		t.Fatalf("after both stacks went, the node still counts %d bytes", got)
 	}
 }

@@ -39,9 +39,11 @@ func diskDir(stateDir, volumeID string) string {
 
 // build brings up every layer for rec; on failure it removes what it made.
 func (n *NodeServer) build(ctx context.Context, rec StageRecord) (st *stack, err error) {
-	st = &stack{backend: n.newBackend(rec)}
+	backend := n.newBackend(rec)
+	st = &stack{backend: backend}
 	defer func() {
 		if err != nil {
+			backend.discardKept()
 			if terr := n.teardownRecord(rec); terr != nil {
 				err = errors.Join(err, terr)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultUnflushedBudget is how many bytes of acknowledged, unflushed writes
@@ -12,10 +13,18 @@ import (
 // flushes the volume on its own.
 const DefaultUnflushedBudget = 64 << 20
 
-// The range of --unflushed-write-budget.
+// DefaultUnflushedNodeBudget is how many bytes of acknowledged, unflushed
+// writes the engine keeps for all its volumes together (`run
+// --unflushed-write-node-budget`): past it, the next write to any volume
+// flushes that volume first, so the engine's memory stays bounded however
+// many volumes the node stages.
+const DefaultUnflushedNodeBudget = 512 << 20
+
+// The ranges of --unflushed-write-budget and --unflushed-write-node-budget.
 const (
-	minUnflushedBudget = 1 << 20
-	maxUnflushedBudget = 1 << 30
+	minUnflushedBudget     = 1 << 20
+	maxUnflushedBudget     = 1 << 30
+	maxUnflushedNodeBudget = 16 << 30
 )
 
 // unflushed keeps a copy of every write the datapath acknowledged and no
@@ -32,6 +41,7 @@ type unflushed struct {
 	ext   []*unflExt     // sorted by off, never overlapping
 	bytes int64          // the memory the entries hold (capacity of their buffers)
 	boots map[string]int // entries per boot id
+	node  *atomic.Int64  // the bytes every volume of the node holds; nil: not counted
 }
 
 // unflExt is one acknowledged write, or what newer writes left of it.
@@ -53,7 +63,11 @@ type replayWrite struct {
 	Boot string
 }
 
-func newUnflushed() *unflushed { return &unflushed{boots: map[string]int{}} }
+// newUnflushed keeps a volume's writes; node, if not nil, counts the bytes
+// held by every volume of the node.
+func newUnflushed(node *atomic.Int64) *unflushed {
+	return &unflushed{boots: map[string]int{}, node: node}
+}
 
 // add records that the machine boot boot acknowledged p at off: p is copied,
 // and what older entries held of [off, off+len(p)) is dropped. It returns the
@@ -107,15 +121,30 @@ func (u *unflushed) piece(e *unflExt, from, to int64) *unflExt {
 }
 
 func (u *unflushed) count(e *unflExt) {
-	u.bytes += int64(cap(e.data))
+	u.grow(int64(cap(e.data)))
 	u.boots[e.boot]++
 }
 
 func (u *unflushed) remove(e *unflExt) {
-	u.bytes -= int64(cap(e.data))
+	u.grow(-int64(cap(e.data)))
 	if u.boots[e.boot]--; u.boots[e.boot] == 0 {
 		delete(u.boots, e.boot)
 	}
+}
+
+func (u *unflushed) grow(n int64) {
+	u.bytes += n
+	if u.node != nil {
+		u.node.Add(n)
+	}
+}
+
+// discard drops every entry: the volume's stack is gone (unstaged, or its
+// stage failed), and what it kept no longer counts against the node.
+func (u *unflushed) discard() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.dropIf(func(*unflExt) bool { return true })
 }
 
 // last is the sequence number of the latest acknowledgement recorded: a flush

@@ -42,7 +42,7 @@ func TestUnflushed_Add_LatestContentPerRange(t *testing.T) {
 		{"no boot id trims and keeps nothing", []w{{0, "aaaa", "b1"}, {1, "XX", ""}}, "0:a@b1 3:a@b1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := newUnflushed()
+			u := newUnflushed(nil)
 			for _, x := range tc.writes {
 				u.add(x.off, []byte(x.data), x.boot)
 			}
@@ -63,7 +63,7 @@ func TestUnflushed_Add_LatestContentPerRange(t *testing.T) {
 // A piece trimmed down to a small part of a large write does not keep the
 // whole write's buffer alive: the memory counted is the memory held.
 func TestUnflushed_Add_TrimmedPiecesReleaseTheirBuffer(t *testing.T) {
-	u := newUnflushed()
+	u := newUnflushed(nil)
 	big := bytes.Repeat([]byte{1}, 1<<20)
 	for i := range 64 {
 		u.add(int64(i)*4096, big, "b1") // each trims all but the first 4 KiB of the one before
@@ -79,7 +79,7 @@ func TestUnflushed_Add_TrimmedPiecesReleaseTheirBuffer(t *testing.T) {
 // writes acknowledged after it, or by another boot, stay; the latter make
 // the flush stale (they must be sent again).
 func TestUnflushed_Flushed_DropsOnlyWhatTheFlushCovered(t *testing.T) {
-	u := newUnflushed()
+	u := newUnflushed(nil)
 	u.add(0, []byte("aa"), "b1")
 	u.add(10, []byte("bb"), "b1")
 	upTo := u.last()
@@ -118,7 +118,7 @@ func TestUnflushed_Flushed_DropsOnlyWhatTheFlushCovered(t *testing.T) {
 // pending lists the writes oldest acknowledgement first, whatever their
 // offsets; resent refuses an entry a newer write replaced.
 func TestUnflushed_Pending_OldestFirst(t *testing.T) {
-	u := newUnflushed()
+	u := newUnflushed(nil)
 	u.add(30, []byte("c"), "b1")
 	u.add(10, []byte("a"), "b1")
 	u.add(20, []byte("b"), "b1")
@@ -138,7 +138,7 @@ func TestUnflushed_Pending_OldestFirst(t *testing.T) {
 
 // A datapath without boot ids: nothing is kept, a flush is never stale.
 func TestUnflushed_NoBootID_KeepsNothing(t *testing.T) {
-	u := newUnflushed()
+	u := newUnflushed(nil)
 	u.add(0, []byte("aa"), "")
 	if held, n := u.size(); held != 0 || n != 0 || u.stale("") || u.flushed(u.last(), "") {
 		t.Fatalf("kept %d bytes in %d entries for a datapath without boot ids", held, n)
