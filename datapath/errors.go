@@ -53,4 +53,15 @@ var (
 	// writes acknowledged before it may be lost; every read, write and flush
 	// is refused until an operator clears the failure (ClearFailureCommand).
 	ErrVolumeFailed = errors.New("datapath: volume failed")
+	// ErrNotLeader: the server is not the leader of the control group (a
+	// Control, datapath/raftstate), so it neither changed nor read the
+	// control state; the message names the leader when one is known.
+	// Nothing was proposed: the call may be sent to the leader.
+	ErrNotLeader = errors.New("datapath: not the leader of the control group")
+	// ErrNotCommitted: a change was proposed to the control group but no
+	// majority confirmed it in time (the leader was cut off or lost its
+	// leadership). Its outcome is unknown: it may still be committed.
+	// Retrying is safe (a grant retried gets the same epoch; a fence retried
+	// moves the epoch once more).
+	ErrNotCommitted = errors.New("datapath: not committed by a majority of the control group")
 )

@@ -34,6 +34,8 @@ var wireErrors = []struct {
 	{ErrReadOnly, codes.PermissionDenied, "READ_ONLY"},
 	{ErrStaleSession, codes.Aborted, "STALE_SESSION"},
 	{ErrVolumeFailed, codes.DataLoss, "VOLUME_FAILED"},
+	{ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
+	{ErrNotCommitted, codes.Unavailable, "NOT_COMMITTED"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

@@ -29,9 +29,13 @@ const (
 	OpClearLeave   Op = "clear-leave"
 	OpAddServer    Op = "add-server"
 	OpRemoveServer Op = "remove-server"
+	// OpImportVolume records a volume with its epoch and attachment table
+	// as a data directory of the release before the group held them (its
+	// datapath.db); a volume already recorded is left as it is.
+	OpImportVolume Op = "import-volume"
 )
 
-var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer}
+var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer, OpImportVolume}
 
 // commandVersion is the first byte of every encoded command: the encoding
 // that follows (1: JSON). A server that meets a higher one refuses the entry
@@ -64,6 +68,55 @@ type Command struct {
 	Until time.Time `json:"until,omitempty"`
 	// Member: add-server; remove-server uses its ID only.
 	Member *Server `json:"member,omitempty"`
+	// Created, Epoch, Rows: import-volume (with VolumeID, Name, Size,
+	// Access, Server): the volume's creation time, its highest epoch and its
+	// attachment table, as the release before recorded them.
+	Created time.Time   `json:"created,omitempty"`
+	Epoch   uint64      `json:"epoch,omitempty"`
+	Rows    []ImportRow `json:"rows,omitempty"`
+}
+
+// ImportRow is one row of an imported attachment table.
+type ImportRow struct {
+	Node    string                   `json:"node"`
+	Epoch   uint64                   `json:"epoch"`
+	State   datapath.AttachmentState `json:"state"`
+	Use     datapath.GrantUse        `json:"use,omitempty"`
+	Updated time.Time                `json:"updated"`
+}
+
+// validateImport checks an imported volume: its record, and rows of known
+// nodes, states and uses, none listed twice nor with an epoch above the
+// volume's.
+func (c Command) validateImport() error {
+	if err := firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server)); err != nil {
+		return err
+	}
+	if c.Created.IsZero() {
+		return fmt.Errorf("%w: volume %s has no creation time", datapath.ErrInvalidArgument, c.VolumeID)
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Rows {
+		if err := datapath.ValidNode(r.Node); err != nil {
+			return err
+		}
+		switch {
+		case seen[r.Node]:
+			return fmt.Errorf("%w: volume %s: node %s has two rows", datapath.ErrInvalidArgument, c.VolumeID, r.Node)
+		case r.Epoch > c.Epoch:
+			return fmt.Errorf("%w: volume %s: node %s has epoch %d above the volume's %d", datapath.ErrInvalidArgument, c.VolumeID, r.Node, r.Epoch, c.Epoch)
+		case r.State != datapath.StateGranted && r.State != datapath.StateFenced && r.State != datapath.StateReleased:
+			return fmt.Errorf("%w: volume %s: node %s has state %q; known are %s, %s and %s", datapath.ErrInvalidArgument, c.VolumeID, r.Node, r.State,
+				datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
+		}
+		if r.Use != "" {
+			if err := r.Use.Validate(); err != nil {
+				return err
+			}
+		}
+		seen[r.Node] = true
+	}
+	return nil
 }
 
 // Server is one member of the group: its Raft identity and address, and
@@ -123,6 +176,8 @@ func (c Command) validate() error {
 	switch c.Op {
 	case OpCreateVolume:
 		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server))
+	case OpImportVolume:
+		err = c.validateImport()
 	case OpDeleteVolume:
 		err = datapath.ValidVolumeID(c.VolumeID)
 	case OpGrant:

@@ -89,9 +89,13 @@
 // Heartbeats, I/O activity and volumes' data never go through the log; the
 // datapath server keeps them, as soft state, next to the data. Capacity and
 // the choice of a volume's server are the caller's (a create names its
-// server). The datapath server does not use this package yet, clients do
-// not find the leader by themselves yet, and a data directory of the single
-// server (datapath.db) is not yet imported as a one-member group.
+// server). The datapath server (datapath.Store with a Control, which Group
+// is) keeps its control state here: it proposes each change and refreshes
+// its copy of a volume's table, under the volume's lock, from OnApplied;
+// import-volume takes in a data directory of the release that kept the
+// control state in datapath.db, epochs unchanged; Start brings a server
+// into service (a lone server: a one-member group, Raft in process).
+// Clients do not find the leader by themselves yet.
 //
 // # Files
 //

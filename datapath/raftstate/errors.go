@@ -1,6 +1,10 @@
 package raftstate
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
 
 // Sentinel errors. The rules' refusals (datapath.ErrAttachedElsewhere,
 // ErrNotFound, ErrInUse, ErrAlreadyExists, ErrInvalidArgument) pass through
@@ -9,13 +13,13 @@ var (
 	// ErrNotLeader: this server is not the leader, so it neither changed nor
 	// read anything; the error names the leader when one is known. The
 	// command was not proposed: retrying it at the leader is safe.
-	ErrNotLeader = errors.New("raftstate: not the leader")
+	ErrNotLeader = datapath.ErrNotLeader
 	// ErrNotCommitted: the command was proposed but no majority confirmed it
 	// in time (the leader was cut off from the others, lost its leadership,
 	// or shut down). Its outcome is unknown: it may still be committed. A
 	// grant retried gets the same epoch; a fence retried moves the epoch
 	// once more; either is safe.
-	ErrNotCommitted = errors.New("raftstate: not committed by a majority")
+	ErrNotCommitted = datapath.ErrNotCommitted
 	// ErrBadCommand: a log entry that is not a well-formed command (unknown
 	// op, undecodable bytes, a field missing or malformed). It changes
 	// nothing on any server.

@@ -13,21 +13,12 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 )
 
-// Volume is a volume of the control state.
-type Volume struct {
-	datapath.Volume
-	// Server is the id of the member that holds the volume's data.
-	Server string
-	// Epoch is the highest epoch ever issued for the volume.
-	Epoch uint64
-}
+// Volume is a volume of the control state: its record, the member that
+// holds its data (Server) and the highest epoch ever issued for it.
+type Volume = datapath.ControlVolume
 
 // Leave is a graceful stop a node announced.
-type Leave struct {
-	Node      string
-	Until     time.Time
-	Announced time.Time
-}
+type Leave = datapath.NodeLeave
 
 // FSM is the replicated state machine of the control state: volumes and
 // their placement, attachment tables with epochs, announced stops, and the
@@ -44,6 +35,31 @@ type FSM struct {
 	last appliedEntry
 	// diverged, once set, refuses every apply, snapshot and read.
 	diverged error
+
+	// observer, when set, is called with the volumes each apply touched,
+	// after the change and before Apply returns (OnApplied).
+	obsMu    sync.Mutex
+	observer func(volumeIDs []string)
+}
+
+// OnApplied sets the function called with the ids of the volumes each
+// applied entry (or restored snapshot) touched, after the change and before
+// Apply returns, on Raft's apply goroutine; nil removes it. It runs with no
+// lock of the FSM held, so it may read the FSM.
+func (f *FSM) OnApplied(fn func(volumeIDs []string)) {
+	f.obsMu.Lock()
+	f.observer = fn
+	f.obsMu.Unlock()
+}
+
+// notify calls the observer with ids.
+func (f *FSM) notify(ids []string) {
+	f.obsMu.Lock()
+	fn := f.observer
+	f.obsMu.Unlock()
+	if fn != nil && len(ids) > 0 {
+		fn(ids)
+	}
 }
 
 type state struct {
@@ -69,6 +85,8 @@ type result struct {
 	volume Volume
 	fenced []datapath.FencedVolume
 	err    error
+	// touched: the volumes the command changed (for the observer).
+	touched []string
 }
 
 // NewFSM returns an empty state machine.
@@ -85,6 +103,12 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	res := f.applyEntry(l)
+	f.notify(res.touched)
+	return res
+}
+
+func (f *FSM) applyEntry(l *raft.Log) result {
 	c, err := decodeCommand(l.Data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -95,13 +119,25 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		return result{err: err}
 	}
-	return f.st.apply(c)
+	res := f.st.apply(c)
+	switch {
+	case res.err != nil:
+	case c.Op == OpFenceNode:
+		for _, fv := range res.fenced {
+			res.touched = append(res.touched, fv.VolumeID)
+		}
+	case c.VolumeID != "":
+		res.touched = []string{c.VolumeID}
+	}
+	return res
 }
 
 func (s *state) apply(c Command) result {
 	switch c.Op {
 	case OpCreateVolume:
 		return s.create(c)
+	case OpImportVolume:
+		return s.importVolume(c)
 	case OpDeleteVolume:
 		return result{err: s.delete(c.VolumeID)}
 	case OpGrant, OpFence, OpRelease:
@@ -145,6 +181,30 @@ func (s *state) create(c Command) result {
 	}
 	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.At.UTC().Truncate(time.Microsecond)}, Server: c.Server}
 	s.vols[v.ID] = &volState{vol: v, rows: map[string]rowState{}}
+	s.names[v.Name] = v.ID
+	return result{volume: v}
+}
+
+// importVolume records a volume of the release before with its epoch and
+// table, unless a volume of that id is already recorded (an import done
+// again after a restart). A name taken by another id is refused.
+func (s *state) importVolume(c Command) result {
+	if vs, ok := s.vols[c.VolumeID]; ok {
+		return result{volume: vs.vol}
+	}
+	if id, ok := s.names[c.Name]; ok {
+		return result{err: fmt.Errorf("%w: import volume %s: its name %q is volume %s's", datapath.ErrAlreadyExists, c.VolumeID, c.Name, id)}
+	}
+	if _, ok := s.servers[c.Server]; !ok {
+		return result{err: fmt.Errorf("%w: import volume %s onto server %q, which is not a member; members are %s",
+			datapath.ErrInvalidArgument, c.VolumeID, c.Server, s.memberList())}
+	}
+	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.Created.UTC()}, Server: c.Server, Epoch: c.Epoch}
+	vs := &volState{vol: v, rows: map[string]rowState{}}
+	for _, r := range c.Rows {
+		vs.rows[r.Node] = rowState{row: datapath.AttachRow{Epoch: r.Epoch, State: r.State, Use: r.Use}, updated: r.Updated.UTC()}
+	}
+	s.vols[v.ID] = vs
 	s.names[v.Name] = v.ID
 	return result{volume: v}
 }
@@ -306,7 +366,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
+	ids := make([]string, 0, len(f.st.vols)+len(st.vols))
+	for id := range f.st.vols {
+		ids = append(ids, id)
+	}
+	for id := range st.vols {
+		if _, ok := f.st.vols[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
 	f.st, f.last, f.diverged = st, last, nil
 	f.mu.Unlock()
+	sort.Strings(ids)
+	f.notify(ids)
 	return nil
 }

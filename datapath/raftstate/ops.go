@@ -142,3 +142,54 @@ func (g *Group) Leaves(ctx context.Context) ([]Leave, error) {
 // or a cut-off leader: for status pages only, never to answer a grant, a
 // fence or an I/O check.
 func (g *Group) Local() *FSM { return g.fsm }
+
+// Self is this server's id in the group.
+func (g *Group) Self() string { return g.id }
+
+// CreateVolumeWithID is CreateVolume with the new volume's id chosen by the
+// caller: the datapath server makes the data file under that id before the
+// volume is committed. A volume already named name is returned as
+// CreateVolume returns it (its id may differ from id).
+func (g *Group) CreateVolumeWithID(ctx context.Context, id, name string, size int64, mode datapath.AccessMode, server string) (Volume, error) {
+	res, err := g.apply(ctx, Command{Op: OpCreateVolume, VolumeID: id, Name: name, Size: size, Access: mode, Server: server})
+	return res.volume, err
+}
+
+// ImportVolume records a volume with its epoch and attachment table as the
+// release before the group kept them in datapath.db; a volume already
+// recorded under its id is left as it is, so an import cut short may be done
+// again. The volume's server must be a member.
+func (g *Group) ImportVolume(ctx context.Context, v Volume, rows []datapath.Attachment) error {
+	c := Command{Op: OpImportVolume, VolumeID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Server: v.Server, Created: v.Created, Epoch: v.Epoch}
+	for _, a := range rows {
+		c.Rows = append(c.Rows, ImportRow{Node: a.Node, Epoch: a.Epoch, State: a.State, Use: a.Use, Updated: a.Updated})
+	}
+	_, err := g.apply(ctx, c)
+	return err
+}
+
+// ImportLeave records an announced stop as the release before recorded it
+// (the time it was announced, and when it runs out).
+func (g *Group) ImportLeave(ctx context.Context, l Leave) error {
+	_, err := g.apply(ctx, Command{Op: OpLeave, At: l.Announced.UTC(), Node: l.Node, Until: l.Until.UTC()})
+	return err
+}
+
+// AppliedVolume is one volume and its attachment table as this server
+// applied them (which may be behind the group: see Local).
+func (g *Group) AppliedVolume(id string) (Volume, []datapath.Attachment, bool) {
+	return g.fsm.VolumeTable(id)
+}
+
+// AppliedVolumes is every volume as this server applied them.
+func (g *Group) AppliedVolumes() []Volume { return g.fsm.Volumes() }
+
+// AppliedLeaves is the announced stops as this server applied them.
+func (g *Group) AppliedLeaves() []Leave { return g.fsm.Leaves() }
+
+// OnApplied sets the function called with the volumes each change applied
+// at this server touched (FSM.OnApplied).
+func (g *Group) OnApplied(fn func(volumeIDs []string)) { g.fsm.OnApplied(fn) }
+
+// Group is the control state of a datapath.Store.
+var _ datapath.Control = (*Group)(nil)

@@ -42,12 +42,27 @@ func (f *FSM) Attachments(id string) ([]datapath.Attachment, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: volume %s", datapath.ErrNotFound, id)
 	}
+	return vs.attachments(), nil
+}
+
+// VolumeTable returns one volume and its attachment table, read together.
+func (f *FSM) VolumeTable(id string) (Volume, []datapath.Attachment, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	vs, ok := f.st.vols[id]
+	if !ok {
+		return Volume{}, nil, false
+	}
+	return vs.vol, vs.attachments(), true
+}
+
+func (vs *volState) attachments() []datapath.Attachment {
 	out := make([]datapath.Attachment, 0, len(vs.rows))
 	for n, r := range vs.rows {
-		out = append(out, attachment(id, n, r))
+		out = append(out, attachment(vs.vol.ID, n, r))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out, nil
+	return out
 }
 
 // NodeGrants returns node's row on every volume that has one, sorted by
