@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -20,6 +21,9 @@ func (s *Store) Grant(volumeID, node string) (uint64, error) {
 func (s *Store) GrantAs(volumeID, node string, use GrantUse) (uint64, error) {
 	if err := use.Validate(); err != nil {
 		return 0, err
+	}
+	if s.ctl != nil {
+		return s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return s.ctl.Grant(ctx, volumeID, node, use) })
 	}
 	v, err := s.lockLive(volumeID, node)
 	if err != nil {
@@ -59,6 +63,9 @@ func (v *volume) table() AttachTable {
 // the volume's write lock, so it waits for writes in flight and no later write
 // passes the epoch check; the fence is committed to bbolt before it returns.
 func (s *Store) Fence(volumeID, node string) (uint64, error) {
+	if s.ctl != nil {
+		return s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return s.ctl.Fence(ctx, volumeID, node) })
+	}
 	v, err := s.lockLive(volumeID, node)
 	if err != nil {
 		return 0, err
@@ -94,6 +101,21 @@ func (s *Store) lockLive(volumeID, node string) (*volume, error) {
 	return v, nil
 }
 
+// ctlChange makes a change of a volume of this server through the control
+// group (control.go). It holds no lock of the volume: the change takes its
+// write lock when this server applies it, before change returns.
+func (s *Store) ctlChange(volumeID, node string, change func(context.Context) (uint64, error)) (uint64, error) {
+	if err := validNode(node); err != nil {
+		return 0, err
+	}
+	if _, err := s.GetVolume(volumeID); err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.ctlContext()
+	defer cancel()
+	return change(ctx)
+}
+
 // record commits a step the rules decided (the volume's epoch and the node's
 // row, stamped with the store's clock) and then applies it to v and to the
 // node index. The caller holds v.mu for writing.
@@ -113,6 +135,10 @@ func (s *Store) record(v *volume, step AttachStep) error {
 // Release ends node's live grant on the volume, under the volume's write lock
 // like Fence. A node without a live grant is left as it is.
 func (s *Store) Release(volumeID, node string) error {
+	if s.ctl != nil {
+		_, err := s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return 0, s.ctl.Release(ctx, volumeID, node) })
+		return err
+	}
 	v, err := s.lockLive(volumeID, node)
 	if err != nil {
 		return err

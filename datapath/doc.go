@@ -36,6 +36,35 @@
 // touches a data file only through the File interface (file.go), so tests can
 // put a fault-injecting layer under it (datapathtest.Faults).
 //
+// # The control group
+//
+// `vigil-datapath serve` opens the Store with a Control (control.go): the
+// volumes, the attachment tables with their epochs and the announced stops
+// then live in a Raft group (datapath/raftstate; a lone server is a
+// one-member group), and datapath.db keeps only the failed volumes (format
+// version 2). Every create, delete, grant, fence, FenceNode, release and
+// leave is a command the group commits by a majority, with the rules of
+// AttachTable, and it returns once this server, which holds the volume's
+// data, applied it: the apply refreshes the Store's copy of the volume's
+// table under the volume's write lock, so everything said below of a
+// fence's commit holds of the group's (TestStoreControl_FenceReturnsOnlyOnceApplied,
+// TestStoreControl_FenceNode_NoWriteLandsAfterFence,
+// TestStoreControl_ChangesGoThroughTheGroupAndSurviveRestart). The data
+// path reads that copy, never the group. The group runs on hashicorp/raft
+// v1.8.0 with raft-boltdb/v2 rather than go.etcd.io/raft this release: its
+// one known flaw (a follower may commit an uncommitted entry of a former
+// leader) is caught by raftstate's guard, which stops the server with
+// ErrDiverged instead of answering, and porcupine checks the group's
+// grants and fences for linearizability (see package raftstate). A data
+// directory of the release that kept the control state in datapath.db is
+// imported at the first Open with a Control, epochs unchanged, then its
+// datapath.db migrated to version 2, which that release refuses
+// (TestStoreControl_UpgradeFromTheBboltRelease, on testdata/release-bbolt).
+// Data files no volume of the group names are logged and kept, not removed:
+// a server behind the group may not know a volume yet. A Store without a
+// Control keeps all of it in datapath.db as described below; the package's
+// other tests use it so.
+//
 // # A failed flush is never forgotten
 //
 // After fdatasync fails, the kernel may drop the pages it could not write and

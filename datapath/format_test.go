@@ -121,7 +121,7 @@ func TestStore_Open_NewerFormatRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(boltformat.MetaBucket)).Put([]byte(boltformat.VersionKey), []byte("2"))
+		return tx.Bucket([]byte(boltformat.MetaBucket)).Put([]byte(boltformat.VersionKey), []byte("3")) // 2 is the format under a control group
 	})
 	if err != nil || db.Close() != nil {
 		t.Fatal(err)
@@ -129,9 +129,9 @@ func TestStore_Open_NewerFormatRefused(t *testing.T) {
 	before, _ := os.ReadFile(path)
 	_, err = Open(dir, Options{Capacity: 1 << 30})
 	if !errors.Is(err, boltformat.ErrTooNew) {
-		t.Fatalf("Open of a version 2 datapath.db: %v; want ErrTooNew", err)
+		t.Fatalf("Open of a version 3 datapath.db: %v; want ErrTooNew", err)
 	}
-	for _, want := range []string{path, "version 2", "versions up to 1"} {
+	for _, want := range []string{path, "version 3", "versions up to 1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q lacks %q", err, want)
 		}

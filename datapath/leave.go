@@ -46,6 +46,15 @@ func (s *Store) Leave(node string, d time.Duration) (time.Time, error) {
 	if err := s.checkOpen(); err != nil {
 		return time.Time{}, err
 	}
+	if s.ctl != nil {
+		ctx, cancel := s.ctlContext()
+		defer cancel()
+		until, err := s.ctl.Leave(ctx, node, d)
+		if err == nil {
+			s.log.Info("datapath: node announced a graceful stop", "node", node, "until", until)
+		}
+		return until, err
+	}
 	now := s.now().UTC()
 	rec := leaveRecord{Until: now.Add(min(d, MaxLeave)), Announced: now}
 	s.leaves.writeMu.Lock()
@@ -65,6 +74,10 @@ func (s *Store) Leave(node string, d time.Duration) (time.Time, error) {
 // LeaveSettle after the announcement. A failure to commit the removal is
 // logged and the announcement stays (it runs out by itself).
 func (s *Store) clearLeave(node string, now time.Time) {
+	if s.ctl != nil {
+		s.ctlClearLeave(node, now)
+		return
+	}
 	settled := func() bool {
 		r, ok := s.leaves.get(node)
 		return ok && !now.Before(r.Announced.Add(LeaveSettle))
@@ -156,11 +169,17 @@ func (s *Store) Nodes() (NodesReport, error) {
 	for node, c := range s.index.liveNodes() {
 		get(node).LiveGrants = c
 	}
-	s.leaves.mu.RLock()
-	for node, l := range s.leaves.m {
-		get(node).LeavingUntil = l.Until
+	if s.ctl != nil {
+		for node, l := range s.ctlLeaves() {
+			get(node).LeavingUntil = l.Until
+		}
+	} else {
+		s.leaves.mu.RLock()
+		for node, l := range s.leaves.m {
+			get(node).LeavingUntil = l.Until
+		}
+		s.leaves.mu.RUnlock()
 	}
-	s.leaves.mu.RUnlock()
 	r.Nodes = make([]NodeStatus, 0, len(byNode))
 	for _, n := range byNode {
 		r.Nodes = append(r.Nodes, *n)

@@ -78,18 +78,47 @@ func (a attachmentRecord) row() AttachRow {
 	return AttachRow{Epoch: a.Epoch, State: a.State, Use: a.Use}
 }
 
-// formatVersion is the on-disk format this binary writes (see above).
+// formatVersion is the on-disk format a Store without a Control writes
+// (see above).
 const formatVersion = 1
 
-// dbFormat is datapath.db's format at path; no migrations yet.
+// controlledFormatVersion is datapath.db's format under a Control: the
+// volumes, names, attachments and leaving buckets are gone (the control
+// group holds what they held, imported from version 1 at the first Open
+// with a Control); meta and failed remain. A binary that knows version 1
+// only refuses it, so the release before cannot serve stale epochs from it.
+const controlledFormatVersion = 2
+
+// dbFormat is datapath.db's format at path for a Store without a Control.
 func dbFormat(path string) boltformat.Format {
 	return boltformat.Format{File: path, Current: formatVersion}
 }
 
+// controlledFormat is datapath.db's format under a Control; version 1 is
+// migrated by dropping the buckets the control group took over (after they
+// were imported).
+func controlledFormat(path string) boltformat.Format {
+	return boltformat.Format{File: path, Current: controlledFormatVersion, Migrate: map[uint64]func(*bolt.Tx) error{1: dropControlBuckets}}
+}
+
+func dropControlBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketVolumes, bucketNames, bucketAttachments, bucketLeaving} {
+		if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+			return fmt.Errorf("drop bucket %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
 // initBuckets checks the file's format version, before anything else
-// touches it, then creates the buckets a new file lacks.
+// touches it, then creates the buckets a new file lacks. A file whose
+// control state moved to a control group is refused by name.
 func initBuckets(db *bolt.DB) error {
 	return db.Update(func(tx *bolt.Tx) error {
+		if v, _, err := boltformat.Version(tx, db.Path()); err == nil && v == controlledFormatVersion {
+			return fmt.Errorf("%w: %s has format version %d: its volumes, attachment tables and epochs are in the control group "+
+				"(the raft directory), so the store must be opened with it (vigil-datapath serve does)", boltformat.ErrTooNew, db.Path(), v)
+		}
 		if _, err := dbFormat(db.Path()).Check(tx); err != nil {
 			return err
 		}
@@ -100,6 +129,57 @@ func initBuckets(db *bolt.DB) error {
 		}
 		return nil
 	})
+}
+
+// readV1 reads what a version 1 datapath.db holds for the control group:
+// every volume with its table, and the announced stops. A new file holds
+// none.
+func readV1(db *bolt.DB) ([]loadedVolume, map[string]leaveRecord, error) {
+	var (
+		v1     bool
+		leaves = map[string]leaveRecord{}
+	)
+	err := db.View(func(tx *bolt.Tx) error {
+		v, _, err := boltformat.Version(tx, db.Path())
+		if err != nil || v != 1 || tx.Bucket(bucketVolumes) == nil {
+			return err
+		}
+		v1 = true
+		if b := tx.Bucket(bucketLeaving); b != nil {
+			return b.ForEach(func(k, v []byte) error {
+				var r leaveRecord
+				if err := json.Unmarshal(v, &r); err == nil { // an undecodable one is dropped, as a start of version 1 did
+					leaves[string(k)] = r
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	if err != nil || !v1 {
+		return nil, nil, err
+	}
+	loaded, err := loadAll(db)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s is damaged: %w", db.Path(), err)
+	}
+	return loaded, leaves, nil
+}
+
+// readFailures reads the failed bucket (format 2).
+func readFailures(db *bolt.DB) (map[string]*failureRecord, error) {
+	out := map[string]*failureRecord{}
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketFailed).ForEach(func(k, v []byte) error {
+			f := new(failureRecord)
+			if err := json.Unmarshal(v, f); err != nil {
+				return fmt.Errorf("failure of volume %s: %w", k, err)
+			}
+			out[string(k)] = f
+			return nil
+		})
+	})
+	return out, err
 }
 
 func putJSON(b *bolt.Bucket, key string, v any) error {
@@ -194,6 +274,10 @@ func loadAll(db *bolt.DB) ([]loadedVolume, error) {
 				if err != nil {
 					return err
 				}
+			}
+			if failed == nil { // a file from before versions were recorded
+				out = append(out, lv)
+				return nil
 			}
 			if v := failed.Get(k); v != nil {
 				lv.failed = new(failureRecord)

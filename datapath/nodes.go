@@ -153,6 +153,14 @@ func (s *Store) FenceNode(node string) ([]FencedVolume, error) {
 	if err := validNode(node); err != nil {
 		return nil, err
 	}
+	if s.ctl != nil {
+		if err := s.checkOpen(); err != nil {
+			return nil, err
+		}
+		ctx, cancel := s.ctlContext()
+		defer cancel()
+		return s.ctl.FenceNode(ctx, node) // one entry; each volume's write lock is taken as this server applies it
+	}
 	var (
 		out  []FencedVolume
 		errs []error

@@ -156,6 +156,9 @@ func (s *Store) makeVolume(p *pendingCreate) (File, error) {
 		return nil, fmt.Errorf("create volume %q: %w", p.rec.Name, fileErr(err))
 	}
 	s.prov.at("create:file", p.rec.ID)
+	if s.ctl != nil {
+		return s.ctlCreate(p, f)
+	}
 	if err := s.commits.update(func(tx *bolt.Tx) error { return putVolume(tx, p.rec) }); err != nil {
 		_ = f.Close()
 		_ = os.Remove(s.imgPath(p.rec.ID))
@@ -246,7 +249,13 @@ func (s *Store) DeleteVolume(id string) error {
 	if err != nil || v == nil {
 		return err
 	}
-	err = s.unrecord(v)
+	if s.ctl != nil {
+		ctx, cancel := s.ctlContext()
+		err = s.ctl.DeleteVolume(ctx, id) // applied here, it marks v deleted under its write lock
+		cancel()
+	} else {
+		err = s.unrecord(v)
+	}
 	if err == nil {
 		s.prov.at("delete:committed", id)
 	}

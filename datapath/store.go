@@ -43,6 +43,13 @@ type Options struct {
 	// OpenFile opens volumes' data files (default OpenOSFile); tests pass a
 	// fault-injecting layer.
 	OpenFile OpenFileFunc
+	// Control, when set, holds the control state (volumes, attachment
+	// tables and epochs, announced stops) instead of datapath.db (see
+	// control.go); the Store opens the volumes whose data the control state
+	// places on this server (Control.Self). A datapath.db of the release
+	// before is imported into it at the first Open. Its applied state must
+	// be current when Open is called (the server waits for the group).
+	Control Control
 }
 
 // Store is the volume server's state: volumes (one sparse file each), the
@@ -57,6 +64,8 @@ type Store struct {
 	capacity int64
 	overPct  int // OverProvisioningPercentage; 100: volumes reserved on disk
 	open     OpenFileFunc
+	// ctl, when set, holds the control state (control.go).
+	ctl Control
 
 	// mu guards vols, names, closed and prov. Every I/O holds it for
 	// reading (lookup), so it is held for writing only briefly: never across
@@ -101,12 +110,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: data directory: empty path", ErrInvalidArgument)
 	}
-	if p := opts.OverProvisioningPercentage; p != 0 && (p < 100 || p > MaxOverProvisioningPercentage) {
-		return nil, fmt.Errorf("%w: over-provisioning percentage %d: want 100 (every volume reserved on disk) to %d (thin volumes, up to %d times the capacity)",
-			ErrInvalidArgument, p, MaxOverProvisioningPercentage, MaxOverProvisioningPercentage/100)
-	}
-	if opts.Capacity < 0 {
-		return nil, fmt.Errorf("%w: capacity %d bytes: must be 0 (the file system's size) or positive", ErrInvalidArgument, opts.Capacity)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, volumesDir), 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, err)
@@ -119,7 +124,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, dbFile), err)
 	}
 	s := &Store{dir: dir, db: db, commits: groupCommit{db: db}, now: opts.Now, log: opts.Logger, capacity: opts.Capacity, overPct: max(opts.OverProvisioningPercentage, 100), open: opts.OpenFile,
-		vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex(), prov: newProvisioning()}
+		ctl: opts.Control, vols: map[string]*volume{}, names: map[string]string{}, index: newNodeIndex(), prov: newProvisioning()}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -147,7 +152,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Validate checks the capacity and the over-provisioning percentage (Open
+// does; a caller may check them before it opens anything else).
+func (o Options) Validate() error {
+	if p := o.OverProvisioningPercentage; p != 0 && (p < 100 || p > MaxOverProvisioningPercentage) {
+		return fmt.Errorf("%w: over-provisioning percentage %d: want 100 (every volume reserved on disk) to %d (thin volumes, up to %d times the capacity)",
+			ErrInvalidArgument, p, MaxOverProvisioningPercentage, MaxOverProvisioningPercentage/100)
+	}
+	if o.Capacity < 0 {
+		return fmt.Errorf("%w: capacity %d bytes: must be 0 (the file system's size) or positive", ErrInvalidArgument, o.Capacity)
+	}
+	return nil
+}
+
 func (s *Store) load() error {
+	if s.ctl != nil {
+		return s.loadControlled()
+	}
 	if err := initBuckets(s.db); err != nil {
 		if errors.Is(err, boltformat.ErrTooNew) || errors.Is(err, boltformat.ErrBadVersion) {
 			return err // names the file already
@@ -217,6 +238,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.ctl != nil {
+		s.ctl.OnApplied(nil)
+	}
 	var errs []error
 	for _, v := range s.vols {
 		if err := s.closeVolume(v); err != nil {

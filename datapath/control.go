@@ -1,0 +1,364 @@
+package datapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A Store with a Control keeps its control state - the volumes and the
+// server that holds each one's data, the attachment tables with their
+// epochs, the graceful stops nodes announced - in a replicated group
+// (datapath/raftstate.Group) instead of in datapath.db. The data files, the
+// failed volumes and the soft state (heartbeats, I/O activity, write
+// sessions) stay with the Store.
+//
+// Every change goes through the group, and the rules are AttachTable's
+// (attachrules.go), which the group's state machine applies. The Store keeps
+// a copy of each of its volumes' applied tables next to the volume, which
+// the data path checks under the volume's lock as before; the copy is
+// refreshed from the state machine, under the volume's write lock, each time
+// this server applies a change of the volume (applied). That refresh runs
+// inside the state machine's apply, and a call returns only once this server
+// applied its change, so when a fence returns:
+//
+//   - the fence is committed by a majority (it survives any single loss);
+//   - the server that holds the volume's data applied it, and in doing so
+//     took the volume's write lock: every write that passed the epoch check
+//     before it has ended, and every later write sees the fence.
+//
+// With one copy of the data, returning on commit alone would not do: a
+// zombie write reaching the data server after the fence returned, but
+// before that server applied it, would pass the old table and be accepted
+// (TestStoreControl_FenceReturnsOnlyOnceApplied breaks it that way and
+// fails).
+
+// ControlVolume is a volume as the control state holds it.
+type ControlVolume struct {
+	Volume
+	// Server is the id of the group member that holds the volume's data.
+	Server string
+	// Epoch is the highest epoch ever issued for the volume.
+	Epoch uint64
+}
+
+// NodeLeave is a graceful stop a node announced (Leave).
+type NodeLeave struct {
+	Node      string
+	Until     time.Time
+	Announced time.Time
+}
+
+// Control is the replicated control state a Store keeps its control state
+// in (datapath/raftstate.Group). Changes return once committed by a majority
+// and applied by this server; the Applied reads return this server's applied
+// state without asking the leader.
+type Control interface {
+	// Self is this server's id in the group.
+	Self() string
+	CreateVolumeWithID(ctx context.Context, id, name string, size int64, mode AccessMode, server string) (ControlVolume, error)
+	DeleteVolume(ctx context.Context, id string) error
+	Grant(ctx context.Context, id, node string, use GrantUse) (uint64, error)
+	Fence(ctx context.Context, id, node string) (uint64, error)
+	FenceNode(ctx context.Context, node string) ([]FencedVolume, error)
+	Release(ctx context.Context, id, node string) error
+	Leave(ctx context.Context, node string, d time.Duration) (time.Time, error)
+	ClearLeave(ctx context.Context, node string) error
+	// ImportVolume and ImportLeave record the state of a data directory
+	// written by the release that kept it in datapath.db, epochs unchanged;
+	// a volume already recorded is left as it is.
+	ImportVolume(ctx context.Context, v ControlVolume, rows []Attachment) error
+	ImportLeave(ctx context.Context, l NodeLeave) error
+	AppliedVolume(id string) (ControlVolume, []Attachment, bool)
+	AppliedVolumes() []ControlVolume
+	AppliedLeaves() []NodeLeave
+	// OnApplied sets the function called with the ids of the volumes each
+	// applied change touched, after the change and before the call that
+	// proposed it returns.
+	OnApplied(fn func(volumeIDs []string))
+}
+
+// controlTimeout bounds a change through the control group when the group
+// sets no tighter bound.
+const controlTimeout = 10 * time.Second
+
+func (s *Store) ctlContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), controlTimeout)
+}
+
+// loadFromControl opens this server's volumes as the control state holds
+// them (their tables, epochs) with the failures datapath.db recorded.
+func (s *Store) loadFromControl(failed map[string]*failureRecord) error {
+	for _, cv := range s.ctl.AppliedVolumes() {
+		if cv.Server != s.ctl.Self() {
+			continue
+		}
+		if err := s.openControlled(cv, failed[cv.ID]); err != nil {
+			return err
+		}
+	}
+	for id := range failed {
+		if s.vols[id] == nil {
+			s.log.Warn("datapath: datapath.db records a failure of a volume this server does not hold; ignored", "volume", id)
+		}
+	}
+	return s.reportOrphans()
+}
+
+// openControlled opens the data file of a volume of the control state and
+// publishes it. The caller holds s.mu or is Open.
+func (s *Store) openControlled(cv ControlVolume, failed *failureRecord) error {
+	path := s.imgPath(cv.ID)
+	f, err := s.open(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("volume %s (%s): data file: %w", cv.ID, cv.Name, err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Size() != cv.Size {
+		_ = f.Close()
+		return fmt.Errorf("volume %s (%s): data file %s is %d bytes, the control state says %d", cv.ID, cv.Name, path, fi.Size(), cv.Size)
+	}
+	v := &volume{rec: volumeRecord{ID: cv.ID, Name: cv.Name, Size: cv.Size, Access: cv.Access, Created: cv.Created}, attach: map[string]attachmentRecord{}, file: f, failed: failed}
+	s.refreshLocked(v)
+	s.vols[cv.ID] = v
+	s.names[cv.Name] = cv.ID
+	return nil
+}
+
+// reportOrphans logs the data files no volume of the control state names. They
+// are not removed: a server whose state is behind the group's might not know
+// a volume yet.
+func (s *Store) reportOrphans() error {
+	entries, err := os.ReadDir(filepath.Join(s.dir, volumesDir))
+	if err != nil {
+		return fmt.Errorf("list volumes directory: %w", err)
+	}
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), imgSuffix); ok && s.vols[id] == nil {
+			s.log.Warn("datapath: a data file no volume of the control state names (a create that did not commit); kept", "file", e.Name())
+		}
+	}
+	return nil
+}
+
+// applied refreshes this server's copy of each volume a change touched:
+// its table and epoch under its write lock (so the change waits for the
+// I/O that passed the old table), a volume deleted by the group is closed
+// and its file removed, a volume of this server the group created that is
+// not open yet is opened.
+func (s *Store) applied(ids []string) {
+	for _, id := range ids {
+		s.mu.RLock()
+		v, closed := s.vols[id], s.closed
+		s.mu.RUnlock()
+		switch {
+		case closed:
+			return
+		case v == nil:
+			s.adopt(id)
+		default:
+			v.mu.Lock()
+			gone := s.refreshLocked(v)
+			v.mu.Unlock()
+			if gone {
+				s.forget(v)
+			}
+		}
+	}
+}
+
+// refreshLocked copies the applied table and epoch of v from the control
+// state and keeps the node index with it; it reports whether the group
+// deleted the volume (v is then marked deleted). The caller holds v.mu for
+// writing.
+func (s *Store) refreshLocked(v *volume) (deleted bool) {
+	if v.deleted {
+		return false
+	}
+	cv, rows, ok := s.ctl.AppliedVolume(v.rec.ID)
+	if !ok {
+		v.deleted = true
+		s.index.drop(v.rec.ID, v.attach)
+		return true
+	}
+	v.rec.Epoch = cv.Epoch
+	for _, a := range rows {
+		old, had := v.attach[a.Node]
+		v.attach[a.Node] = attachmentRecord{Epoch: a.Epoch, State: a.State, Updated: a.Updated, Use: a.Use}
+		s.index.set(a.Node, v.rec.ID, had && old.State == StateGranted, a.State == StateGranted)
+	}
+	return false
+}
+
+// forget closes and removes the data file of a volume the group deleted,
+// unless this server's own DeleteVolume is doing it.
+func (s *Store) forget(v *volume) {
+	s.mu.Lock()
+	if _, busy := s.prov.deleting[v.rec.ID]; busy || s.vols[v.rec.ID] != v {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.vols, v.rec.ID)
+	delete(s.names, v.rec.Name)
+	s.mu.Unlock()
+	_ = v.file.Close()
+	if err := os.Remove(s.imgPath(v.rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("datapath: data file of a deleted volume not removed", "volume", v.rec.ID, "err", err)
+	}
+}
+
+// adopt opens a volume of this server that the group created while no
+// create of this server was waiting for it (its outcome was unknown here).
+func (s *Store) adopt(id string) {
+	cv, _, ok := s.ctl.AppliedVolume(id)
+	if !ok || cv.Server != s.ctl.Self() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, busy := s.prov.fileOps[id]; busy || s.vols[id] != nil || s.closed {
+		return // its create publishes it
+	}
+	if err := s.openControlled(cv, nil); err != nil {
+		s.log.Error("datapath: the group created a volume on this server whose data file cannot be opened", "volume", id, "err", err)
+	}
+}
+
+// ctlCreate commits a new volume, whose data file is durable, to the
+// control group. On a refusal the file is removed; when the outcome is
+// unknown it is kept (the group may still commit the volume, which adopt
+// then opens).
+func (s *Store) ctlCreate(p *pendingCreate, f File) (File, error) {
+	ctx, cancel := s.ctlContext()
+	defer cancel()
+	cv, err := s.ctl.CreateVolumeWithID(ctx, p.rec.ID, p.rec.Name, p.rec.Size, p.rec.Access, s.ctl.Self())
+	if err == nil && cv.ID == p.rec.ID {
+		p.rec.Created, p.rec.Epoch = cv.Created, cv.Epoch
+		return f, nil
+	}
+	_ = f.Close()
+	if errors.Is(err, ErrNotCommitted) {
+		return nil, fmt.Errorf("create volume %q: %w", p.rec.Name, err)
+	}
+	_ = os.Remove(s.imgPath(p.rec.ID))
+	if err != nil {
+		return nil, fmt.Errorf("create volume %q: %w", p.rec.Name, err)
+	}
+	return nil, fmt.Errorf("%w: volume %q is %s on server %s", errCreatedElsewhere, cv.Name, cv.ID, cv.Server)
+}
+
+// errCreatedElsewhere: the name was taken, on the group, by a volume whose
+// data another server holds.
+var errCreatedElsewhere = errors.New("datapath: a volume of that name exists on another server")
+
+// ctlLeaves returns the announced stops of the control state by node.
+func (s *Store) ctlLeaves() map[string]NodeLeave {
+	out := map[string]NodeLeave{}
+	for _, l := range s.ctl.AppliedLeaves() {
+		out[l.Node] = l
+	}
+	return out
+}
+
+// ctlClearLeave is clearLeave with the announcements in the control state.
+func (s *Store) ctlClearLeave(node string, now time.Time) {
+	l, ok := s.ctlLeaves()[node]
+	if !ok || now.Before(l.Announced.Add(LeaveSettle)) {
+		return
+	}
+	ctx, cancel := s.ctlContext()
+	defer cancel()
+	if err := s.ctl.ClearLeave(ctx, node); err != nil {
+		s.log.Warn("datapath: node heartbeats again but its announced stop could not be cleared; it runs out by itself", "node", node, "err", err)
+		return
+	}
+	s.log.Info("datapath: node heartbeats again; its announced stop is over", "node", node)
+}
+
+// importToControl records, once, the control state of a datapath.db the
+// release before the control group wrote: every volume with its table and
+// epochs, and the announced stops not yet run out. It is idempotent, so an
+// import cut short is done again at the next start.
+func (s *Store) importToControl(loaded []loadedVolume, leaves map[string]leaveRecord) error {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout+time.Duration(len(loaded))*time.Second)
+	defer cancel()
+	sort.Slice(loaded, func(i, j int) bool { return loaded[i].rec.ID < loaded[j].rec.ID })
+	for _, lv := range loaded {
+		r := lv.rec
+		cv := ControlVolume{Volume: r.volume(), Server: s.ctl.Self(), Epoch: r.Epoch}
+		rows := make([]Attachment, 0, len(lv.attach))
+		for node, a := range lv.attach {
+			rows = append(rows, Attachment{VolumeID: r.ID, Node: node, Epoch: a.Epoch, State: a.State, Use: a.Use, Updated: a.Updated})
+		}
+		sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
+		if err := s.ctl.ImportVolume(ctx, cv, rows); err != nil {
+			return fmt.Errorf("import volume %s (%s) from datapath.db into the control group: %w", r.ID, r.Name, err)
+		}
+	}
+	now := s.now()
+	for _, node := range sortedLeaveNodes(leaves) {
+		l := leaves[node]
+		if !l.Until.After(now) {
+			continue
+		}
+		if err := s.ctl.ImportLeave(ctx, NodeLeave{Node: node, Until: l.Until, Announced: l.Announced}); err != nil {
+			return fmt.Errorf("import the announced stop of node %s from datapath.db into the control group: %w", node, err)
+		}
+	}
+	if len(loaded) > 0 || len(leaves) > 0 {
+		s.log.Info("datapath: imported the control state of datapath.db into the control group", "volumes", len(loaded), "leaves", len(leaves))
+	}
+	return nil
+}
+
+func sortedLeaveNodes(m map[string]leaveRecord) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// loadControlled opens the store under its Control: a version 1
+// datapath.db is imported into the control group first and then migrated
+// (its control buckets dropped), so it is imported once; then this
+// server's volumes are opened as the control state holds them. The store
+// follows every change applied from then on (applied).
+func (s *Store) loadControlled() error {
+	loaded, leaves, err := readV1(s.db)
+	if err != nil {
+		return err
+	}
+	if err := s.importToControl(loaded, leaves); err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if _, err := controlledFormat(s.db.Path()).Check(tx); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketFailed)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	failed, err := readFailures(s.db)
+	if err != nil {
+		return fmt.Errorf("%s is damaged: %w", s.db.Path(), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctl.OnApplied(s.applied) // waits for s.mu: no change is missed between the load and it
+	if err := s.loadFromControl(failed); err != nil {
+		s.ctl.OnApplied(nil)
+		return err
+	}
+	return nil
+}
