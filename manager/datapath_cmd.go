@@ -33,12 +33,16 @@ func datapathCommands() []*cli.Command {
 		Description: "Every caller proves who it is: the controller role (the manager, the CSI controller) creates, deletes,\n" +
 			"grants, fences and releases; an engine does I/O, heartbeats and Leave as its own node only. Identities come\n" +
 			"from a tokens file (--" + flagServeTokenFile + ") or from ServiceAccount tokens checked with TokenReview (--" + flagServeControllerSAs + ",\n" +
-			"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".",
+			"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".\n" +
+			"The control state (volumes, attachment tables, epochs, announced stops) lives in a Raft group; a lone server (no --" + flagServeRaftPeers + ")\n" +
+			"is a one-member group, its Raft in process unless --" + flagServeRaftListen + " gives it an address. A grant or fence returns once committed\n" +
+			"and applied by this server, which holds the volume's data.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: flagServeListen, Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
 				Usage: "address to listen on (host:port); loopback unless you choose otherwise, and off loopback only with TLS or --" + flagServeInsecure},
 			&cli.StringFlag{Name: "data-dir", Required: true, EnvVars: []string{"VIGIL_DATAPATH_DATA_DIR"},
-				Usage: "directory for datapath.db (metadata, epochs) and volumes/<id>.img (sparse data files)"},
+				Usage: "directory for volumes/<id>.img (the volumes' data files), datapath.db (failed volumes) and, unless --" + flagServeRaftDir + " says otherwise, " +
+					"raft/ (the control group: volumes, attachment tables, epochs, announced stops); a directory of the release that kept these in datapath.db is imported at the first start"},
 			&cli.Int64Flag{Name: "capacity", EnvVars: []string{"VIGIL_DATAPATH_CAPACITY"},
 				Usage: "bytes that may be provisioned in total; 0 means the size of the data directory's file system"},
 			&cli.IntFlag{Name: "over-provisioning-percentage", Value: 100, EnvVars: []string{"VIGIL_DATAPATH_OVER_PROVISIONING_PERCENTAGE"},
@@ -50,7 +54,7 @@ func datapathCommands() []*cli.Command {
 			&cli.StringFlag{Name: flagServeBootIDFile, Value: datapath.DefaultBootIDFile, EnvVars: []string{"VIGIL_DATAPATH_BOOT_ID_FILE"}, TakesFile: true,
 				Usage: "file holding this machine's boot id, reported to every caller: an engine that sees it change knows the machine lost\n" +
 					"its page cache (a power cut) and writes again what it had not flushed (the sandbox points it elsewhere)"},
-		}, datapathServeAuthFlags()...),
+		}, append(datapathServeAuthFlags(), datapathServeRaftFlags()...)...),
 		Action: datapathServe,
 	}, {
 		Name:   "status",
@@ -175,10 +179,34 @@ func datapathServe(c *cli.Context) error {
 	if err != nil {
 		return cliflags.Usagef("--%s: %w", flagServeBootIDFile, err)
 	}
-	store, err := datapath.Open(c.String("data-dir"), datapath.Options{Capacity: c.Int64("capacity"),
-		OverProvisioningPercentage: c.Int("over-provisioning-percentage")})
+	rf, err := parseRaftFlags(c)
 	if err != nil {
 		return err
+	}
+	storeOpts := datapath.Options{Capacity: c.Int64("capacity"), OverProvisioningPercentage: c.Int("over-provisioning-percentage")}
+	if err := storeOpts.Validate(); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", c.String("listen"), err)
+	}
+	group, err := startControl(c.Context, rf, lis.Addr().String())
+	if err != nil {
+		return errors.Join(err, lis.Close())
+	}
+	stopGroup := func() error {
+		if len(group.Status().Voters) > 1 && group.IsLeader() {
+			if err := group.TransferLeadership(); err != nil {
+				slog.Warn("datapath: leadership not handed over before the stop; the others elect a leader", "err", err)
+			}
+		}
+		return group.Close()
+	}
+	storeOpts.Control = group
+	store, err := datapath.Open(c.String("data-dir"), storeOpts)
+	if err != nil {
+		return errors.Join(err, lis.Close(), stopGroup())
 	}
 	opts := []datapath.ServerOption{datapath.WithBootID(bootID)}
 	if sec.tls != nil {
@@ -186,13 +214,10 @@ func datapathServe(c *cli.Context) error {
 	}
 	srv, err := datapath.NewServer(store, sec.auth, opts...)
 	if err != nil {
-		return errors.Join(err, store.Close())
+		return errors.Join(err, lis.Close(), store.Close(), stopGroup())
 	}
 	slog.Info("datapath: callers", "security", sec.describe)
-	lis, err := net.Listen("tcp", c.String("listen"))
-	if err != nil {
-		return errors.Join(fmt.Errorf("--listen %s: %w", c.String("listen"), err), store.Close())
-	}
+	slog.Info("datapath: control group", "server", rf.self.ID, "raft", rf.self.RaftAddress, "dir", rf.dir)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -210,7 +235,10 @@ func datapathServe(c *cli.Context) error {
 	case serveErr = <-served:
 	}
 	if err := store.Close(); err != nil {
-		return errors.Join(serveErr, fmt.Errorf("flush and close store: %w", err))
+		return errors.Join(serveErr, fmt.Errorf("flush and close store: %w", err), stopGroup())
+	}
+	if err := stopGroup(); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("close the control group: %w", err))
 	}
 	if serveErr == nil {
 		fmt.Fprintln(c.App.Writer, "datapath: stopped; every volume flushed")

@@ -16,6 +16,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/devcerts"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
 )
 
 // serveChildEnv makes TestDatapathServe_Child run the command for real; the
@@ -161,11 +162,8 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 	if !strings.Contains(rest.String(), "every volume flushed") {
 		t.Fatalf("no flush message in:\n%s", rest.String())
 	}
-	store, err := datapath.Open(data, datapath.Options{})
-	if err != nil {
-		t.Fatalf("reopen after shutdown: %v", err)
-	}
-	defer store.Close()
+	store, closeStore := reopenServed(t, data)
+	defer closeStore()
 	p, err := store.ReadAt(v.ID, "node-1", e, 4096, 4)
 	if err != nil || string(p) != "kept" {
 		t.Fatalf("after shutdown read %q, %v", p, err)
@@ -232,6 +230,15 @@ current-context: c
 		{"review rate without service accounts", serve("--token-file", good, "--token-review-qps", "10"), "--token-review-qps is a TokenReview setting"},
 		{"kubeconfig without service accounts", serve("--token-file", good, "--kubeconfig", kubeconfig), "no ServiceAccount has a role"},
 		{"audience without service accounts", serve("--token-file", good, "--token-review-audience", "x"), "--token-review-audience is a TokenReview setting"},
+		{"bad server id", serve("--token-file", good, "--server-id", "data path"), `--server-id "data path"`},
+		{"peers without a raft address", serve("--token-file", good, "--raft-peers", "datapath-0=127.0.0.1:9601"), "--raft-peers needs --raft-listen"},
+		{"raft address without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1"), `--raft-listen "127.0.0.1": want HOST:PORT`},
+		{"raft address on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:0"), "with a fixed port"},
+		{"raft off loopback", serve("--token-file", good, "--raft-listen", "0.0.0.0:9601"), "neither encrypted nor authenticated yet"},
+		{"malformed peers", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0"), "want ID=HOST:PORT"},
+		{"peer listed twice", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0=127.0.0.1:9601,datapath-0=127.0.0.1:9602"), "listed twice"},
+		{"peers without this server", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "a=127.0.0.1:9602,b=127.0.0.1:9603"), "does not list this server (--server-id datapath-0)"},
+		{"this server at another address", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0=127.0.0.1:9609"), "lists this server (datapath-0) at 127.0.0.1:9609, but --raft-listen is 127.0.0.1:9601"},
 		{"missing kubeconfig", serve("--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", filepath.Join(dir, "nope")), "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,4 +282,76 @@ func writeKey(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return other.Key
+}
+
+// reopenServed opens the data directory a lone `serve` left, with its
+// one-member control group as serve starts it.
+func reopenServed(t *testing.T, data string) (*datapath.Store, func()) {
+	t.Helper()
+	rf := raftFlags{self: raftstate.Server{ID: defaultServerID, RaftAddress: raftstate.InProcessAddress}, dir: filepath.Join(data, "raft")}
+	g, err := startControl(context.Background(), rf, "")
+	if err != nil {
+		t.Fatalf("reopen the control group after shutdown: %v", err)
+	}
+	store, err := datapath.Open(data, datapath.Options{Control: g})
+	if err != nil {
+		_ = g.Close()
+		t.Fatalf("reopen after shutdown: %v", err)
+	}
+	return store, func() { _ = store.Close(); _ = g.Close() }
+}
+
+// TestDatapathServe_UpgradesADirectoryOfTheBboltRelease: `serve` on a data
+// directory written by the release that kept the control state in
+// datapath.db (datapath/testdata/release-bbolt) serves it as a one-member
+// group: the same volumes, epochs and data; the next fence moves the epoch
+// on by one; after SIGTERM the directory reopens from the group alone.
+func TestDatapathServe_UpgradesADirectoryOfTheBboltRelease(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	if out, err := exec.Command("cp", "-r", filepath.Join("..", "datapath", "testdata", "release-bbolt"), data).CombinedOutput(); err != nil {
+		t.Fatalf("copy the fixture: %v\n%s", err, out)
+	}
+	tokens := writeFile(t, "tokens", serveTokens)
+	cmd, addr, lines := startServe(t, "--data-dir", data, "--token-file", tokens, "--over-provisioning-percentage", "1000")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, "controller-token-0123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	node2, err := client.Dial(ctx, addr, "node-2-token-0123456")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node2.Close()
+	vols, err := c.ListVolumes(ctx)
+	if err != nil || len(vols) != 5 {
+		t.Fatalf("volumes served from the old directory: %+v, %v; want the fixture's 5", vols, err)
+	}
+	const pvcA = "vol-30f36322caca48de"
+	as, err := c.Attachments(ctx, pvcA)
+	if err != nil || len(as) != 2 || as[0].Node != "node-1" || as[0].Epoch != 2 || as[0].State != datapath.StateFenced ||
+		as[1].Node != "node-2" || as[1].Epoch != 3 || as[1].State != datapath.StateGranted {
+		t.Fatalf("pvc-a's table: %+v, %v; want node-1 fenced at 2, node-2 granted at 3", as, err)
+	}
+	if p, err := node2.ReadAt(ctx, pvcA, "node-2", 3, 4096, 28); err != nil || string(p) != "written by node-2 at epoch 3" {
+		t.Fatalf("node-2 reads pvc-a at epoch 3: %q, %v", p, err)
+	}
+	if e, err := c.Fence(ctx, pvcA, "node-2"); err != nil || e != 4 {
+		t.Fatalf("fence node-2: epoch %d, %v; want 4", e, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("server exit after SIGTERM: %v", err)
+	}
+	store, closeStore := reopenServed(t, data)
+	defer closeStore()
+	if e, err := store.Epoch(pvcA); err != nil || e != 4 {
+		t.Fatalf("pvc-a's epoch after the restart: %d, %v; want 4", e, err)
+	}
 }

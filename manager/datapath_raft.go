@@ -1,0 +1,114 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
+	"github.com/vigil-storage/vigil/internal/cliflags"
+)
+
+// Flags of `vigil-datapath serve` for the control group: the Raft group
+// that holds the volumes, attachment tables, epochs and announced stops.
+const (
+	flagServeServerID   = "server-id"
+	flagServeRaftListen = "raft-listen"
+	flagServeRaftPeers  = "raft-peers"
+	flagServeRaftDir    = "raft-dir"
+	// defaultServerID is a lone server's id; each server of a group needs
+	// its own, stable across restarts.
+	defaultServerID = "datapath-0"
+	// raftStartTimeout bounds the wait for a leader at start.
+	raftStartTimeout = 30 * time.Second
+)
+
+func datapathServeRaftFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: flagServeServerID, Value: defaultServerID, EnvVars: []string{"VIGIL_DATAPATH_SERVER_ID"},
+			Usage: "this server's id in the control group (1 to 253 printable characters, no white space); stable across restarts, " +
+				"since the group knows its members and the volumes whose data each holds by it"},
+		&cli.StringFlag{Name: flagServeRaftListen, EnvVars: []string{"VIGIL_DATAPATH_RAFT_LISTEN"},
+			Usage: "host:port the control group's Raft transport listens on and the other servers reach this one at; empty (a lone server): " +
+				"Raft runs in process with no port. Raft's messages are not encrypted or authenticated yet: off loopback only with --" + flagServeInsecure},
+		&cli.StringFlag{Name: flagServeRaftPeers, EnvVars: []string{"VIGIL_DATAPATH_RAFT_PEERS"},
+			Usage: "the group's servers as ID=HOST:PORT,... (this server among them, at --" + flagServeRaftListen + "), to bootstrap a new group " +
+				"on first start (ignored once the raft directory holds state); empty: a one-member group of this server alone"},
+		&cli.StringFlag{Name: flagServeRaftDir, EnvVars: []string{"VIGIL_DATAPATH_RAFT_DIR"},
+			Usage: "directory of the control group's log, term and snapshots; default: raft/ under --data-dir"},
+	}
+}
+
+// raftFlags are the checked values of the control group's flags.
+type raftFlags struct {
+	self  raftstate.Server
+	peers []raftstate.Server
+	dir   string
+}
+
+// parseRaftFlags checks the control group's flags, before anything is
+// opened or created.
+func parseRaftFlags(c *cli.Context) (raftFlags, error) {
+	f := raftFlags{self: raftstate.Server{ID: c.String(flagServeServerID)}, dir: c.String(flagServeRaftDir)}
+	if err := raftstate.ValidServerID(f.self.ID); err != nil {
+		return f, cliflags.Usagef("--%s %q: %v", flagServeServerID, f.self.ID, err)
+	}
+	if f.dir == "" {
+		f.dir = filepath.Join(c.String("data-dir"), "raft")
+	}
+	listen, peers := c.String(flagServeRaftListen), c.String(flagServeRaftPeers)
+	if listen == "" {
+		if peers != "" {
+			return f, cliflags.Usagef("--%s needs --%s: the other servers must reach this one", flagServeRaftPeers, flagServeRaftListen)
+		}
+		f.self.RaftAddress = raftstate.InProcessAddress
+		return f, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "0" || host == "" {
+		return f, cliflags.Usagef("--%s %q: want HOST:PORT with a fixed port (the other servers record it)", flagServeRaftListen, listen)
+	}
+	if !datapath.IsLoopback(host) && !c.Bool(flagServeInsecure) {
+		return f, cliflags.Usagef("--%s %s is off loopback, and Raft's messages are neither encrypted nor authenticated yet: "+
+			"keep it on loopback or pass --%s on a network you trust", flagServeRaftListen, listen, flagServeInsecure)
+	}
+	f.self.RaftAddress = listen
+	if peers == "" {
+		return f, nil
+	}
+	if f.peers, err = raftstate.ParsePeers(peers); err != nil {
+		return f, cliflags.Usagef("--%s: %v", flagServeRaftPeers, err)
+	}
+	for _, p := range f.peers {
+		if p.ID == f.self.ID && p.RaftAddress != listen {
+			return f, cliflags.Usagef("--%s lists this server (%s) at %s, but --%s is %s", flagServeRaftPeers, p.ID, p.RaftAddress, flagServeRaftListen, listen)
+		}
+		if p.ID == f.self.ID {
+			return f, nil
+		}
+	}
+	return f, cliflags.Usagef("--%s does not list this server (--%s %s)", flagServeRaftPeers, flagServeServerID, f.self.ID)
+}
+
+// startControl starts this server's member of the control group and waits
+// until its state is current (a lone server: it leads at once).
+func startControl(ctx context.Context, f raftFlags, datapathAddr string) (*raftstate.Group, error) {
+	ctx, cancel := context.WithTimeout(ctx, raftStartTimeout)
+	defer cancel()
+	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress}
+	if f.self.RaftAddress == raftstate.InProcessAddress {
+		cfg.Transport = raftstate.InProcessTransport()
+	}
+	self := f.self
+	self.DatapathAddress = datapathAddr
+	g, err := raftstate.Start(ctx, cfg, self, f.peers)
+	if err != nil {
+		return nil, fmt.Errorf("control group (server %s, raft directory %s): %w", f.self.ID, f.dir, err)
+	}
+	return g, nil
+}
