@@ -37,6 +37,13 @@ const (
 	TopologyNodeKey = "topology.vigil.io/node"
 )
 
+// CSIProbePath is the HTTP path on which vigil-engine-node (on its
+// --metrics-address) and `vigil-manager csi serve` (on its --health-address)
+// answer a liveness probe with the CSI Probe of their own CSI socket: 200 when
+// it answers ready, 503 with the reason otherwise. deploy/'s livenessProbes
+// point at it, in place of the upstream livenessprobe sidecar.
+const CSIProbePath = "/healthz/csi"
+
 // DefaultDatapathAddress is where `vigil-datapath serve` listens by
 // default (loopback; the gRPC volume server).
 const DefaultDatapathAddress = "127.0.0.1:9600"

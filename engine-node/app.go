@@ -128,7 +128,7 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 			&cli.StringFlag{Name: "csi-endpoint", Value: DefaultCSIEndpoint, EnvVars: []string{"CSI_ENDPOINT"},
 				Usage: "unix socket to serve CSI on (unix:///path or a path)"},
 			&cli.StringFlag{Name: "kubelet-registration-dir", Value: DefaultKubeletRegistrationDir, EnvVars: []string{"VIGIL_KUBELET_REGISTRATION_DIR"}, TakesFile: true,
-				Usage: "the kubelet's plugin registration directory (plugins_registry under its root directory): the engine registers " + vigil.DriverName + " there itself, on the socket " + RegistrationSocketName + ", with the --csi-endpoint path, which must be the same path on the kubelet's side; empty: do not register (a node-driver-registrar does)"},
+				Usage: "the kubelet's plugin registration directory (plugins_registry under its root directory): the engine registers " + vigil.DriverName + " there itself, on the socket " + RegistrationSocketName + ", with the --csi-endpoint path, which must be the same path on the kubelet's side (mount the kubelet's directory at its own path); empty: do not register (something else, such as a node-driver-registrar, does)"},
 			&cli.StringFlag{Name: "boot-id-file", Value: DefaultBootIDFile, EnvVars: []string{"VIGIL_BOOT_ID_FILE"},
 				Usage: "file holding the boot id that tells a reboot from a restart (the sandbox points it elsewhere)"},
 			&cli.DurationFlag{Name: "heartbeat-interval", Value: DefaultHeartbeatInterval, EnvVars: []string{"VIGIL_HEARTBEAT_INTERVAL"},
@@ -156,7 +156,7 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 				Usage: "bytes of acknowledged, unflushed writes all the node's volumes keep together (see --unflushed-write-budget); past it,\n" +
 					"the next write to a volume flushes that volume first. From --unflushed-write-budget to 16 GiB"},
 			&cli.StringFlag{Name: "metrics-address", Value: DefaultMetricsAddress, EnvVars: []string{"VIGIL_METRICS_ADDRESS"},
-				Usage: "host:port for /metrics and /healthz; empty disables"},
+				Usage: "host:port for /metrics, /healthz (the process answers) and " + vigil.CSIProbePath + " (the CSI Probe of --csi-endpoint, through the socket: for a liveness probe); empty disables"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "writeback-guard", Value: WritebackGuardWarn, EnvVars: []string{"VIGIL_WRITEBACK_GUARD"},
 				Usage: "keep writeback under memory pressure from deadlocking the engine that serves it: become an I/O flusher\n" +
@@ -289,7 +289,7 @@ func run(c *cli.Context, dial DialFunc, guard func() WritebackGuard) error {
 		o.log.Warn("no --kubeconfig and not in a cluster: the fenced-taint cleanup and the stage gate are off")
 	}
 	if o.metricsAddr != "" {
-		if err := serveMetrics(ctx, o.metricsAddr, reg, o.log); err != nil {
+		if err := serveMetrics(ctx, o.metricsAddr, reg, o.endpoint, o.log); err != nil {
 			return err
 		}
 	}
@@ -357,8 +357,10 @@ func announceLeave(dp Leaver, o runOptions) {
 	o.log.Info("announced a graceful stop to the datapath", "node", o.node, "until", until)
 }
 
-// serveMetrics serves /metrics and /healthz on addr until ctx ends.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+// serveMetrics serves /metrics, /healthz (the process answers) and
+// vigil.CSIProbePath (the CSI Probe of csiSocket, for the kubelet's liveness
+// probe) on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, csiSocket string, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--metrics-address %s: %w", addr, err)
@@ -366,6 +368,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle(vigil.CSIProbePath, vcsi.ProbeHandler(csiSocket, vcsi.DefaultProbeHandlerTimeout))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

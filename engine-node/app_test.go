@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
@@ -179,6 +180,16 @@ func TestApp_Run_ServesNodeHeartbeatsAndMetrics(t *testing.T) {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+	// The liveness endpoint calls the CSI Probe of the engine's own socket.
+	resp, err = http.Get("http://" + metricsAddr + vigil.CSIProbePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Errorf("%s: HTTP %d %q, want 200 ok", vigil.CSIProbePath, resp.StatusCode, body)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,6 +48,9 @@ func csiCommand() *cli.Command {
 				&cli.IntFlag{Name: flagAPIBurst, Value: 100, Usage: "with --kubeconfig, the requests made at once before the rate limit applies"},
 				&cli.DurationFlag{Name: "datapath-timeout", Value: 10 * time.Second,
 					Usage: "how long one datapath call may take"},
+				&cli.StringFlag{Name: flagHealthAddress, EnvVars: []string{"VIGIL_CSI_HEALTH_ADDRESS"},
+					Usage: "host:port to serve " + vigil.CSIProbePath + " on, in plain HTTP: the CSI Probe of this server through its socket, 200 when ready, " +
+						"503 with the reason (the socket does not answer, or the datapath does not); for a liveness probe. Empty: not served"},
 			}, datapathTLSFlags("datapath-")...),
 			Action: csiServe,
 		}},
@@ -57,7 +62,8 @@ func csiServe(c *cli.Context) error {
 		return fmt.Errorf("csi serve takes no arguments, got %q", c.Args().Slice())
 	}
 	endpoint := c.String("csi-endpoint")
-	if _, err := csi.ParseEndpoint(endpoint); err != nil {
+	socket, err := csi.ParseEndpoint(endpoint)
+	if err != nil {
 		return fmt.Errorf("--csi-endpoint %q: %w", endpoint, err)
 	}
 	qps, burst := c.Float64(flagAPIQPS), c.Int(flagAPIBurst)
@@ -72,8 +78,15 @@ func csiServe(c *cli.Context) error {
 		}
 		opts = append(opts, csi.WithNodes(nodes))
 	}
+	health, err := listenHealth(c.String(flagHealthAddress))
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if health != nil {
+		serveHealth(ctx, health, socket)
+	}
 	dp, err := dialDatapath(ctx, c, "datapath-", c.String("datapath"), client.WithTimeout(c.Duration("datapath-timeout")))
 	if err != nil {
 		return fmt.Errorf("--datapath: %w", err)
@@ -97,6 +110,35 @@ func csiServe(c *cli.Context) error {
 	serveDone()
 	<-announced
 	return err
+}
+
+// flagHealthAddress is where `csi serve` answers its liveness probe.
+const flagHealthAddress = "health-address"
+
+// listenHealth listens on --health-address; nil for an empty address.
+func listenHealth(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("--%s %q: %w: want host:port (0.0.0.0:9808 in a pod), or empty to serve no probe endpoint", flagHealthAddress, addr, err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %q: %w", flagHealthAddress, addr, err)
+	}
+	return lis, nil
+}
+
+// serveHealth serves vigil.CSIProbePath (the CSI Probe of the server on
+// socket) on lis until ctx ends. Plain HTTP: it takes no token and changes
+// nothing.
+func serveHealth(ctx context.Context, lis net.Listener, socket string) {
+	mux := http.NewServeMux()
+	mux.Handle(vigil.CSIProbePath, csi.ProbeHandler(socket, csi.DefaultProbeHandlerTimeout))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	context.AfterFunc(ctx, func() { _ = hs.Close() })
+	go func() { _ = hs.Serve(lis) }()
 }
 
 // kubeNodes answers "is this a Kubernetes node?" with one GET per publish (a

@@ -3,6 +3,9 @@ package manager
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +32,7 @@ func writeToken(t *testing.T, token string) string {
 func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	dp := datapathtest.StartWith(t, datapathtest.Config{TLS: true})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
+	health := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	app := App()
@@ -37,7 +41,7 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	go func() {
 		done <- app.RunContext(ctx, []string{"vigil-manager", "csi", "serve",
 			"--csi-endpoint", "unix://" + sock, "--datapath", dp.Addr, "--datapath-token-file", writeToken(t, dp.Token),
-			"--datapath-ca-file", dp.CAFile})
+			"--datapath-ca-file", dp.CAFile, "--health-address", health})
 	}()
 	var stopped bool
 	stop := func() {
@@ -87,10 +91,31 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	if _, err := dp.Store.GetVolume(vol.GetVolume().GetVolumeId()); err != nil {
 		t.Fatalf("the volume CreateVolume returned is not in the datapath: %v", err)
 	}
+	// The liveness endpoint: the CSI Probe through the socket, ready as the
+	// datapath answers.
+	resp, err := http.Get("http://" + health + vigil.CSIProbePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Errorf("%s: HTTP %d %q, want 200 ok", vigil.CSIProbePath, resp.StatusCode, body)
+	}
 	stop() // the output is read only once the command has returned
 	if !strings.Contains(out.String(), "csi: serving "+vigil.DriverName) {
 		t.Fatalf("no readiness line in %q", out.String())
 	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
@@ -116,6 +141,8 @@ func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
 			"--kube-api-qps", "0"}, "--kube-api-qps 0 and --kube-api-burst 100: both must be positive"},
 		{"negative burst", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--kube-api-burst", "-1"}, "--kube-api-burst -1"},
+		{"health address without a port", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--health-address", "9808"}, "--health-address \"9808\": address 9808: missing port in address: want host:port"},
 		{"qps not a number", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--kube-api-qps", "fast"}, "kube-api-qps"},
 	} {
