@@ -197,8 +197,8 @@ func TestCheckCommand_BadInput(t *testing.T) {
 // the manifests: the settings store and overlay exist and are mounted, the
 // datapath address is the datapath's Service and port, datapath tokens are
 // projected for the audience vigil-datapath, and in each pod the CSI socket of
-// Vigil and of its sidecars is one file (the registrar's registration path is
-// where the kubelet finds the engine's socket on the host).
+// Vigil and of its sidecars is one file (the engine's, which the kubelet
+// reaches, checkRegistration).
 func TestWorkloads_Wiring_Consistent(t *testing.T) {
 	objs := build(t, "base")
 	for _, err := range checkWiring(t, objs) {
@@ -241,12 +241,9 @@ func checkWiring(t *testing.T, objs []*unstructured.Unstructured) []error {
 					if !projectedToken(w.Spec, c, v, "vigil-datapath") {
 						bad("%s=%s: not a projected ServiceAccount token for the audience vigil-datapath", id, v)
 					}
-				case "csi-endpoint", "csi-address", "kubelet-registration-path":
+				case "csi-endpoint", "csi-address":
 					p := strings.TrimPrefix(v, "unix://")
 					where := hostPath(w.Spec, c, p)
-					if flag == "kubelet-registration-path" {
-						where = p // a path on the host, for the kubelet
-					}
 					if where == "" {
 						bad("%s=%s: the socket is on no volume", id, v)
 					}
@@ -323,7 +320,10 @@ func TestCheckWiring_BadInput(t *testing.T) {
 			setArg(t, objs, "DaemonSet", "vigil-engine-node", "--datapath-token-file=", "--datapath-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token")
 		},
 		"socket": func(objs []*unstructured.Unstructured) {
-			setArg(t, objs, "DaemonSet", "vigil-engine-node", "--kubelet-registration-path=", "--kubelet-registration-path=/var/lib/kubelet/plugins/other/csi.sock")
+			setArg(t, objs, "Deployment", "vigil-csi-controller", "--csi-address=", "--csi-address=/csi/other.sock")
+		},
+		"socket on no volume": func(objs []*unstructured.Unstructured) {
+			setArg(t, objs, "DaemonSet", "vigil-engine-node", "--csi-endpoint=", "--csi-endpoint=unix:///run/csi.sock")
 		},
 		"settings dir": func(objs []*unstructured.Unstructured) {
 			setArg(t, objs, "Deployment", "vigil-manager", "--settings-dir=", "--settings-dir=/etc/other")

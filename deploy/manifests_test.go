@@ -140,10 +140,8 @@ func TestBase_Build_Components(t *testing.T) {
 	if !bidi {
 		t.Errorf("the engine must mount /var/lib/kubelet with Bidirectional propagation")
 	}
-	if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool {
-		return c.Image == "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.14.0"
-	}) {
-		t.Errorf("the engine DaemonSet has no node-driver-registrar")
+	for _, err := range checkRegistration(ds.Spec.Template.Spec) {
+		t.Error(err)
 	}
 	if !slices.ContainsFunc(ds.Spec.Template.Spec.Tolerations, func(tl corev1.Toleration) bool {
 		return tl.Operator == corev1.TolerationOpExists && tl.Key == ""
@@ -278,12 +276,7 @@ func mountsVolume(c corev1.Container, volume string) bool {
 // hostPath resolves path inside container c to where it lives: the host path
 // for a hostPath volume, "VOLUME-KIND:NAME/rest" for others, "" if unmounted.
 func hostPath(spec corev1.PodSpec, c corev1.Container, path string) string {
-	best := corev1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		if (path == m.MountPath || strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) && len(m.MountPath) > len(best.MountPath) {
-			best = m
-		}
-	}
+	best := mountOf(c, path)
 	if best.Name == "" {
 		return ""
 	}
@@ -307,6 +300,17 @@ func hostPath(spec corev1.PodSpec, c corev1.Container, path string) string {
 		return "volume:" + v.Name + rest
 	}
 	return ""
+}
+
+// mountOf is the mount of c that holds path (the deepest), or none.
+func mountOf(c corev1.Container, path string) corev1.VolumeMount {
+	best := corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		if (path == m.MountPath || strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) && len(m.MountPath) > len(best.MountPath) {
+			best = m
+		}
+	}
+	return best
 }
 
 func TestHostPath_Resolve(t *testing.T) {

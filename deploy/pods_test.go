@@ -20,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/deploy/deploytest"
 )
 
@@ -35,12 +36,9 @@ const (
 var (
 	// privileged: mount(2), loop devices, /dev/fuse and Bidirectional propagation.
 	privilegedContainers = map[string]bool{engineDaemonSet + "/engine": true}
-	// root: the engine (see above); the registrar writes into the kubelet's
-	// root-owned registration directory; the livenessprobe connects to the
-	// engine's root-owned socket; the fd keeper serves the engine on a
-	// root-owned socket. The latter three drop every capability.
-	rootContainers = map[string]bool{engineDaemonSet + "/engine": true,
-		engineDaemonSet + "/node-driver-registrar": true, engineDaemonSet + "/livenessprobe": true, keeper: true}
+	// root: the engine (see above); the fd keeper serves the engine on a
+	// root-owned socket, and drops every capability.
+	rootContainers = map[string]bool{engineDaemonSet + "/engine": true, keeper: true}
 	// no memory limit: an OOM kill of the engine or the fd keeper breaks every
 	// volume on its node.
 	noMemoryLimit = map[string]bool{engineDaemonSet + "/engine": true, keeper: true}
@@ -154,9 +152,6 @@ func checkContainer(w deploytest.Workload, c corev1.Container) []error {
 	if !root && (nonRoot == nil || !*nonRoot) {
 		bad("needs runAsNonRoot: true")
 	}
-	if c.Image == "registry.k8s.io/sig-storage/livenessprobe:v2.16.0" {
-		return errs // it is the probe of its neighbour; the kubelet probes through it
-	}
 	for _, p := range []struct {
 		what  string
 		probe *corev1.Probe
@@ -171,9 +166,15 @@ func checkContainer(w deploytest.Workload, c corev1.Container) []error {
 			}
 			continue
 		}
-		if err := probeServed(w.Spec, c, p.probe); err != nil {
+		if err := probeServed(c, p.probe); err != nil {
 			bad("%s: %v", p.what, err)
 		}
+	}
+	// A CSI server answers its liveness probe with the CSI Probe of its own
+	// socket (there is no livenessprobe sidecar).
+	if _, ok := flagValues(c)["csi-endpoint"]; ok && !noLiveness[cid] &&
+		(c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != vigil.CSIProbePath) {
+		bad("serves CSI, so its livenessProbe must GET %s (the CSI Probe of its socket)", vigil.CSIProbePath)
 	}
 	for _, m := range c.VolumeMounts {
 		if m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional && !privilegedContainers[cid] {
@@ -183,10 +184,11 @@ func checkContainer(w deploytest.Workload, c corev1.Container) []error {
 	return errs
 }
 
-// probeServed checks that the probe's port is declared by a container of the
-// pod and that some container is told to serve on it (--listen,
-// --metrics-address or --http-endpoint ending in :PORT).
-func probeServed(spec corev1.PodSpec, c corev1.Container, p *corev1.Probe) error {
+// probeServed checks that the probe's port is one container c declares and
+// that c itself is told to serve on it (--listen, --metrics-address,
+// --health-address or --http-endpoint ending in :PORT): no container probes
+// through a neighbour.
+func probeServed(c corev1.Container, p *corev1.Probe) error {
 	var port intstr.IntOrString
 	switch {
 	case p.HTTPGet != nil:
@@ -209,22 +211,20 @@ func probeServed(spec corev1.PodSpec, c corev1.Container, p *corev1.Probe) error
 		}
 	}
 	suffix := ":" + strconv.Itoa(num)
-	for _, o := range spec.Containers {
-		for _, a := range o.Args {
-			name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if !ok || !slices.Contains([]string{"listen", "metrics-address", "http-endpoint"}, name) || !strings.HasSuffix(value, suffix) {
-				continue
-			}
-			// An HTTP probe speaks what the server serves: HTTPS where it
-			// has a certificate (the kubelet does not verify it).
-			tls := flagValues(o)["tls-cert-file"] != "" && name == "listen"
-			if p.HTTPGet != nil && (p.HTTPGet.Scheme == corev1.URISchemeHTTPS) != tls {
-				return fmt.Errorf("probe scheme %q on port %d, but the server there serves TLS: %v", p.HTTPGet.Scheme, num, tls)
-			}
-			return nil
+	for _, a := range c.Args {
+		name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !ok || !slices.Contains([]string{"listen", "metrics-address", "health-address", "http-endpoint"}, name) || !strings.HasSuffix(value, suffix) {
+			continue
 		}
+		// An HTTP probe speaks what the server serves: HTTPS where it
+		// has a certificate (the kubelet does not verify it).
+		tls := flagValues(c)["tls-cert-file"] != "" && name == "listen"
+		if p.HTTPGet != nil && (p.HTTPGet.Scheme == corev1.URISchemeHTTPS) != tls {
+			return fmt.Errorf("probe scheme %q on port %d, but the server there serves TLS: %v", p.HTTPGet.Scheme, num, tls)
+		}
+		return nil
 	}
-	return fmt.Errorf("no container of the pod serves port %d", num)
+	return fmt.Errorf("container %s does not serve port %d", c.Name, num)
 }
 
 func TestCheckPod_BadInput(t *testing.T) {
@@ -243,13 +243,18 @@ func TestCheckPod_BadInput(t *testing.T) {
 		t.Fatalf("the manager as shipped: %v", errs)
 	}
 	for name, breakIt := range map[string]func(s *corev1.PodSpec){
-		"privileged":        func(s *corev1.PodSpec) { yes := true; s.Containers[0].SecurityContext.Privileged = &yes },
-		"no memory limit":   func(s *corev1.PodSpec) { delete(s.Containers[0].Resources.Limits, corev1.ResourceMemory) },
-		"no requests":       func(s *corev1.PodSpec) { s.Containers[0].Resources.Requests = nil },
-		"root":              func(s *corev1.PodSpec) { zero := int64(0); s.SecurityContext.RunAsUser = &zero },
-		"hostPath":          func(s *corev1.PodSpec) { s.Volumes = append(s.Volumes, hostPathVolume("/etc")) },
-		"no readiness":      func(s *corev1.PodSpec) { s.Containers[0].ReadinessProbe = nil },
-		"probe on nothing":  func(s *corev1.PodSpec) { s.Containers[0].LivenessProbe.HTTPGet.Port = intstr.FromInt32(1234) },
+		"privileged":       func(s *corev1.PodSpec) { yes := true; s.Containers[0].SecurityContext.Privileged = &yes },
+		"no memory limit":  func(s *corev1.PodSpec) { delete(s.Containers[0].Resources.Limits, corev1.ResourceMemory) },
+		"no requests":      func(s *corev1.PodSpec) { s.Containers[0].Resources.Requests = nil },
+		"root":             func(s *corev1.PodSpec) { zero := int64(0); s.SecurityContext.RunAsUser = &zero },
+		"hostPath":         func(s *corev1.PodSpec) { s.Volumes = append(s.Volumes, hostPathVolume("/etc")) },
+		"no readiness":     func(s *corev1.PodSpec) { s.Containers[0].ReadinessProbe = nil },
+		"probe on nothing": func(s *corev1.PodSpec) { s.Containers[0].LivenessProbe.HTTPGet.Port = intstr.FromInt32(1234) },
+		"probe through a neighbour": func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, corev1.Container{Name: "neighbour", Args: []string{"--http-endpoint=:1234"}})
+			s.Containers[0].Ports = append(s.Containers[0].Ports, corev1.ContainerPort{Name: "n", ContainerPort: 1234})
+			s.Containers[0].LivenessProbe.HTTPGet.Port, s.Containers[0].LivenessProbe.HTTPGet.Scheme = intstr.FromString("n"), corev1.URISchemeHTTP
+		},
 		"unknown SA":        func(s *corev1.PodSpec) { s.ServiceAccountName = "default" },
 		"capabilities kept": func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.Capabilities = nil },
 	} {
@@ -265,16 +270,23 @@ func hostPathVolume(p string) corev1.Volume {
 	return corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p}}}
 }
 
+// builtHere are the images deploy/ may run: those `make image` builds on this
+// machine without a container engine (sandbox/images): Vigil's own and the two
+// CSI sidecars built from their modules. The upstream node-driver-registrar
+// and livenessprobe are not among them (the module proxy refuses their
+// modules): the engine registers with the kubelet and the Vigil containers
+// answer their liveness probes themselves.
+var builtHere = []string{"vigil", "csi-provisioner", "csi-attacher"}
+
 // TestKustomization_Images_OnePlace: the manifests name images by the short
-// names of the base's images: list, and every image of a build is one of its
-// entries (or an overlay's replacement of one), with a tag. The sidecars the
-// sandbox builds run at the sandbox's pinned versions.
+// names of the base's images: list, which holds exactly the images built here,
+// and every image of a build is one of its entries (or an overlay's
+// replacement of one), with a tag. The sidecars the sandbox builds run at the
+// sandbox's pinned versions.
 func TestKustomization_Images_OnePlace(t *testing.T) {
 	base := imagesOf(t, "base")
-	for _, name := range []string{"vigil", "csi-provisioner", "csi-attacher", "csi-node-driver-registrar", "livenessprobe"} {
-		if base[name] == "" {
-			t.Errorf("images: no entry %s", name)
-		}
+	if got := slices.Sorted(maps.Keys(base)); !slices.Equal(got, slices.Sorted(slices.Values(builtHere))) {
+		t.Errorf("images: %v, want exactly the images built here %v", got, builtHere)
 	}
 	pins := readFile(t, "sandbox/tools/pins.env")
 	for img, pin := range map[string]string{"csi-provisioner": "EXTERNAL_PROVISIONER_VERSION", "csi-attacher": "EXTERNAL_ATTACHER_VERSION"} {

@@ -16,16 +16,14 @@ import (
 )
 
 // listenerFlags are the flags with which a container listens.
-var listenerFlags = []string{"listen", "metrics-address", "http-endpoint", "csi-endpoint"}
+var listenerFlags = []string{"listen", "metrics-address", "health-address", "http-endpoint", "csi-endpoint"}
 
 // plainListeners may serve plain HTTP off loopback, each with its reason.
 var plainListeners = map[string]string{
-	"DaemonSet/vigil-engine-node/engine --metrics-address":              "serves /metrics and /healthz only: no token, nothing it accepts changes anything",
-	"Deployment/vigil-csi-controller/csi-provisioner --http-endpoint":   upstreamHealth,
-	"Deployment/vigil-csi-controller/csi-attacher --http-endpoint":      upstreamHealth,
-	"Deployment/vigil-csi-controller/livenessprobe --http-endpoint":     upstreamHealth,
-	"DaemonSet/vigil-engine-node/node-driver-registrar --http-endpoint": upstreamHealth,
-	"DaemonSet/vigil-engine-node/livenessprobe --http-endpoint":         upstreamHealth,
+	"DaemonSet/vigil-engine-node/engine --metrics-address":            "serves /metrics, /healthz and /healthz/csi only: no token, nothing it accepts changes anything",
+	"Deployment/vigil-csi-controller/csi --health-address":            "serves /healthz/csi only (the CSI Probe of its own socket): no token, it changes nothing",
+	"Deployment/vigil-csi-controller/csi-provisioner --http-endpoint": upstreamHealth,
+	"Deployment/vigil-csi-controller/csi-attacher --http-endpoint":    upstreamHealth,
 }
 
 const upstreamHealth = "an upstream sidecar's /healthz (and metrics): no token, no TLS option"

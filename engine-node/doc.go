@@ -226,7 +226,17 @@
 // is a Warning and vigil_engine_kubelet_registrations_total{outcome="failed"}
 // (TestRegistration_*, TestServeRegistration_*,
 // TestApp_Run_ServesKubeletRegistration; with a real kubelet,
-// TestRealNodes_EngineRegistersWithKubelet in test/e2e).
+// TestRealNodes_EngineRegistersWithKubelet in test/e2e). deploy/ runs no
+// node-driver-registrar: the engine is alone in its pod.
+//
+// # Liveness
+//
+// The metrics listener (--metrics-address) also serves /healthz/csi
+// (vigil.CSIProbePath): the CSI Probe of the engine's own socket, through the
+// socket as the kubelet reaches it, 200 when it answers ready and 503 with the
+// reason otherwise (datapath/csi.ProbeHandler; TestProbeHandler_*,
+// TestApp_Run_ServesNodeHeartbeatsAndMetrics). deploy/'s liveness and
+// readiness probes use it, in place of the upstream livenessprobe sidecar.
 //
 // The package owns the node service, the journal, heartbeats and metrics; it
 // leaves the CSI socket and identity service to datapath/csi.Server, the

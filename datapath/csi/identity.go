@@ -11,7 +11,7 @@ import (
 )
 
 // probeTimeout bounds the datapath call Probe makes, so a hung datapath makes
-// the plugin "not ready" instead of hanging the livenessprobe sidecar.
+// the plugin "not ready" instead of hanging the liveness probe (ProbeHandler).
 const probeTimeout = 2 * time.Second
 
 // IdentityServer is the CSI identity service: who the plugin is, what it offers,

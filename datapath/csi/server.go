@@ -190,7 +190,7 @@ func (s *Server) Stop() {
 }
 
 // logCall logs every call with its code and duration: failures at Info, the
-// rest at Debug (Probe is called every few seconds by the livenessprobe).
+// rest at Debug (Probe is called every few seconds by the liveness probe, ProbeHandler).
 func (s *Server) logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
