@@ -185,9 +185,20 @@ func BenchmarkWrite_Random4KiB(b *testing.B) {
 // four other nodes keep writing 64 KiB blocks to the same (RWX) volume, so every
 // fence has to wait for the writes in flight. The writers share one connection
 // and the fencer has its own, as engine-nodes and the manager do. Reports p50
-// and p99 (target p99 ≤ 10 ms).
+// and p99 (target p99 ≤ 10 ms). control=bbolt is the store keeping its
+// control state in datapath.db (the release before the group); control=raft
+// is `vigil-datapath serve` today, a one-member Raft group.
 func BenchmarkFence_UnderWrites(b *testing.B) {
-	srv := datapathtest.Start(b, datapath.Options{})
+	for _, tc := range []struct {
+		name    string
+		control bool
+	}{{"control=bbolt", false}, {"control=raft", true}} {
+		b.Run(tc.name, func(b *testing.B) { benchFenceUnderWrites(b, tc.control) })
+	}
+}
+
+func benchFenceUnderWrites(b *testing.B, control bool) {
+	srv := datapathtest.StartWith(b, datapathtest.Config{Control: control})
 	c := dial(b, srv)
 	fencer := dial(b, srv)
 	ctx := context.Background()

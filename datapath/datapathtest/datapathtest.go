@@ -14,14 +14,17 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/devcerts"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
 )
 
 // Server is a running test server.
@@ -65,6 +68,28 @@ type Config struct {
 	Auth datapath.Authenticator
 	// BootID, if set, is the boot id the server reports (datapath.WithBootID).
 	BootID string
+	// Control keeps the store's control state in a one-member Raft group
+	// in Dir/raft, Raft in process, as `vigil-datapath serve` runs a lone
+	// server (Options.Control is set to it).
+	Control bool
+}
+
+// ControlServerID is the server id of Config.Control's group.
+const ControlServerID = "datapath-0"
+
+// startControl starts the one-member group of Config.Control; it is closed
+// after the store.
+func startControl(t testing.TB, dir string) *raftstate.Group {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := raftstate.Config{ID: ControlServerID, Dir: filepath.Join(dir, "raft"), Transport: raftstate.InProcessTransport(), LogOutput: io.Discard,
+		Timing: raftstate.Timing{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond}}
+	g, err := raftstate.Start(ctx, cfg, raftstate.Server{ID: ControlServerID, RaftAddress: raftstate.InProcessAddress}, nil)
+	if err != nil {
+		t.Fatalf("start the one-member control group: %v", err)
+	}
+	return g
 }
 
 // Start starts a plaintext server with opts and registers its shutdown with
@@ -88,6 +113,11 @@ func StartWith(t testing.TB, cfg Config) *Server {
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
+	}
+	var group *raftstate.Group
+	if cfg.Control {
+		group = startControl(t, cfg.Dir)
+		cfg.Options.Control = group
 	}
 	store, err := datapath.Open(cfg.Dir, cfg.Options)
 	if err != nil {
@@ -133,6 +163,11 @@ func StartWith(t testing.TB, cfg Config) *Server {
 		}
 		if err := store.Close(); err != nil {
 			t.Errorf("close datapath store: %v", err)
+		}
+		if group != nil {
+			if err := group.Close(); err != nil {
+				t.Errorf("close the control group: %v", err)
+			}
 		}
 	})
 	out.Addr = lis.Addr().String()
