@@ -109,6 +109,15 @@ func (s *Store) ctlChange(volumeID, node string, change func(context.Context) (u
 		return 0, err
 	}
 	if _, err := s.GetVolume(volumeID); err != nil {
+		if err := s.ctl.CheckLeader(); err != nil {
+			return 0, err // the leader may know the volume
+		}
+		if cv, _, ok := s.ctl.AppliedVolume(volumeID); ok && cv.Server != s.ctl.Self() {
+			// Its change must be applied by that server before it returns
+			// (control.go); forwarding is not built yet.
+			return 0, fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s); change its attachments through that server",
+				ErrNotFound, volumeID, cv.Server, s.ctl.Self())
+		}
 		return 0, err
 	}
 	ctx, cancel := s.ctlContext()

@@ -63,6 +63,9 @@ type NodeLeave struct {
 type Control interface {
 	// Self is this server's id in the group.
 	Self() string
+	// CheckLeader is nil while this server leads, and ErrNotLeader naming
+	// the leader (NotLeaderError) otherwise.
+	CheckLeader() error
 	CreateVolumeWithID(ctx context.Context, id, name string, size int64, mode AccessMode, server string) (ControlVolume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	Grant(ctx context.Context, id, node string, use GrantUse) (uint64, error)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 	"github.com/vigil-storage/vigil/datapath/raftstate"
@@ -388,5 +390,76 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStoreControl_CutOffServerRefusesGrantsAndFences: three servers in one
+// group; the leader, which holds a volume's data, is cut off from the other
+// two. Its fences and grants are refused (not committed, or not the
+// leader), never acknowledged from its own state, and the node it granted
+// keeps its grant there, since no fence was committed.
+func TestStoreControl_CutOffServerRefusesGrantsAndFences(t *testing.T) {
+	ids := []string{"s0", "s1", "s2"}
+	trans := make([]*raft.InmemTransport, 3)
+	groups := make([]*raftstate.Group, 3)
+	stores := make([]*datapath.Store, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	timing := raftstate.Timing{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond}
+	for i, id := range ids {
+		_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(id + ":1"))
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	for i, id := range ids {
+		dir := t.TempDir()
+		cfg := raftstate.Config{ID: id, Dir: filepath.Join(dir, "raft"), Transport: trans[i], Timing: timing, LogOutput: io.Discard}
+		self := raftstate.Server{ID: id, RaftAddress: id + ":1"}
+		var err error
+		if i == 0 {
+			groups[i], err = raftstate.Start(ctx, cfg, self, nil)
+		} else if groups[i], err = raftstate.Open(cfg); err == nil {
+			err = groups[0].AddServer(ctx, self)
+		}
+		must(t, err)
+		stores[i], err = datapath.Open(dir, datapath.Options{Capacity: 1 << 30, Control: groups[i]})
+		must(t, err)
+	}
+	t.Cleanup(func() {
+		for i := range stores {
+			_ = stores[i].Close()
+			_ = groups[i].Close()
+		}
+	})
+	v, err := stores[0].CreateVolume("pvc-a", 1<<20, datapath.AccessRWO)
+	must(t, err)
+	e, err := stores[0].Grant(v.ID, "n1")
+	must(t, err)
+	if _, err := stores[1].Fence(v.ID, "n1"); !errors.Is(err, datapath.ErrNotLeader) {
+		t.Fatalf("fence at a follower: %v, want ErrNotLeader", err)
+	}
+
+	trans[0].DisconnectAll()
+	for _, tr := range trans[1:] {
+		tr.Disconnect(trans[0].LocalAddr())
+	}
+	_, err = stores[0].Fence(v.ID, "n1")
+	if !errors.Is(err, datapath.ErrNotCommitted) && !errors.Is(err, datapath.ErrNotLeader) {
+		t.Fatalf("fence at the cut-off leader: %v; want it refused as not committed or not the leader", err)
+	}
+	if _, err := stores[0].Grant(v.ID, "n2"); !errors.Is(err, datapath.ErrNotLeader) && !errors.Is(err, datapath.ErrNotCommitted) {
+		t.Fatalf("grant at the cut-off server: %v; want it refused", err)
+	}
+	if _, err := stores[0].FenceNode("n1"); !errors.Is(err, datapath.ErrNotLeader) && !errors.Is(err, datapath.ErrNotCommitted) {
+		t.Fatalf("FenceNode at the cut-off server: %v; want it refused", err)
+	}
+	if err := stores[0].WriteAt(v.ID, "n1", e, 0, []byte("still granted")); err != nil {
+		t.Fatalf("n1's write at its data server after a fence that was refused: %v; no fence was committed, so its grant stands", err)
 	}
 }

@@ -65,3 +65,22 @@ var (
 	// moves the epoch once more).
 	ErrNotCommitted = errors.New("datapath: not committed by a majority of the control group")
 )
+
+// NotLeaderError is ErrNotLeader naming the leader the server knows: its id
+// and the address its datapath serves clients at (empty when unknown). On
+// the wire the address travels in the ErrorInfo's metadata
+// (LeaderAddressKey), so a client can send the call there.
+type NotLeaderError struct {
+	Msg           string
+	LeaderID      string
+	LeaderAddress string
+}
+
+func (e *NotLeaderError) Error() string { return e.Msg }
+
+// Is makes errors.Is(err, ErrNotLeader) hold.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// LeaderAddressKey is the ErrorInfo metadata key of a NOT_LEADER refusal
+// that holds the leader's datapath address.
+const LeaderAddressKey = "leaderAddress"

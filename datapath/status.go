@@ -51,7 +51,11 @@ func ToStatus(err error) error {
 	for _, w := range wireErrors {
 		if errors.Is(err, w.err) {
 			st := status.New(w.code, err.Error())
-			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: w.reason, Domain: ErrorDomain}); derr == nil {
+			info := &errdetails.ErrorInfo{Reason: w.reason, Domain: ErrorDomain}
+			if nl := (*NotLeaderError)(nil); errors.As(err, &nl) && nl.LeaderAddress != "" {
+				info.Metadata = map[string]string{LeaderAddressKey: nl.LeaderAddress}
+			}
+			if d, derr := st.WithDetails(info); derr == nil {
 				st = d
 			}
 			return st.Err()
@@ -81,6 +85,9 @@ type RemoteError struct {
 	Code     codes.Code
 	Message  string
 	Sentinel error // nil when the server's error matches no sentinel
+	// LeaderAddress: with ErrNotLeader, the leader's datapath address when
+	// the server knew it.
+	LeaderAddress string
 }
 
 func (e *RemoteError) Error() string { return e.Message }
@@ -113,6 +120,7 @@ func FromStatus(err error) error {
 				re.Sentinel = w.err
 			}
 		}
+		re.LeaderAddress = info.GetMetadata()[LeaderAddressKey]
 	}
 	if re.Sentinel == nil && st.Code() == codes.Unauthenticated {
 		// Rejected by the auth interceptor or by gRPC itself.

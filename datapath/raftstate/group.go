@@ -453,9 +453,17 @@ func (g *Group) wait(ctx context.Context, what string, f raft.Future) error {
 func (g *Group) notLeader() error {
 	addr, id := g.raft.LeaderWithID()
 	if id == "" || string(id) == g.id {
-		return fmt.Errorf("%w: server %s is %s and knows no leader (an election is under way, or it is cut off from the majority)", ErrNotLeader, g.id, g.raft.State())
+		return &datapath.NotLeaderError{Msg: fmt.Sprintf("%v: server %s is %s and knows no leader (an election is under way, or it is cut off from the majority)",
+			ErrNotLeader, g.id, g.raft.State())}
 	}
-	return fmt.Errorf("%w: server %s is %s; the leader is %s at %s", ErrNotLeader, g.id, g.raft.State(), id, addr)
+	e := &datapath.NotLeaderError{LeaderID: string(id), Msg: fmt.Sprintf("%v: server %s is %s; the leader is %s at raft address %s", ErrNotLeader, g.id, g.raft.State(), id, addr)}
+	for _, m := range g.fsm.Servers() {
+		if m.ID == string(id) && m.DatapathAddress != "" {
+			e.LeaderAddress = m.DatapathAddress
+			e.Msg += ", serving clients at " + m.DatapathAddress
+		}
+	}
+	return e
 }
 
 // Leader returns the id and raft address of the leader this server knows,

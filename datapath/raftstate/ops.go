@@ -146,6 +146,15 @@ func (g *Group) Local() *FSM { return g.fsm }
 // Self is this server's id in the group.
 func (g *Group) Self() string { return g.id }
 
+// CheckLeader is nil while this server leads (it may learn otherwise at its
+// next commit), and ErrNotLeader naming the leader otherwise.
+func (g *Group) CheckLeader() error {
+	if g.IsLeader() {
+		return nil
+	}
+	return g.notLeader()
+}
+
 // CreateVolumeWithID is CreateVolume with the new volume's id chosen by the
 // caller: the datapath server makes the data file under that id before the
 // volume is committed. A volume already named name is returned as
