@@ -187,18 +187,25 @@ func BenchmarkWrite_Random4KiB(b *testing.B) {
 // and the fencer has its own, as engine-nodes and the manager do. Reports p50
 // and p99 (target p99 ≤ 10 ms). control=bbolt is the store keeping its
 // control state in datapath.db (the release before the group); control=raft
-// is `vigil-datapath serve` today, a one-member Raft group.
+// is `vigil-datapath serve` today, a one-member Raft group; control=raft3
+// three servers in one group over loopback TCP, the leader holding the
+// volume's data.
 func BenchmarkFence_UnderWrites(b *testing.B) {
 	for _, tc := range []struct {
-		name    string
-		control bool
-	}{{"control=bbolt", false}, {"control=raft", true}} {
-		b.Run(tc.name, func(b *testing.B) { benchFenceUnderWrites(b, tc.control) })
+		name  string
+		start func(b *testing.B) *datapathtest.Server
+	}{
+		{"control=bbolt", func(b *testing.B) *datapathtest.Server { return datapathtest.Start(b, datapath.Options{}) }},
+		{"control=raft", func(b *testing.B) *datapathtest.Server {
+			return datapathtest.StartWith(b, datapathtest.Config{Control: true})
+		}},
+		{"control=raft3", func(b *testing.B) *datapathtest.Server { return datapathtest.StartGroup(b, 3)[0] }},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchFenceUnderWrites(b, tc.start(b)) })
 	}
 }
 
-func benchFenceUnderWrites(b *testing.B, control bool) {
-	srv := datapathtest.StartWith(b, datapathtest.Config{Control: control})
+func benchFenceUnderWrites(b *testing.B, srv *datapathtest.Server) {
 	c := dial(b, srv)
 	fencer := dial(b, srv)
 	ctx := context.Background()

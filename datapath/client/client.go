@@ -35,6 +35,7 @@ type options struct {
 	caFile     string
 	roots      *x509.CertPool
 	insecure   bool
+	servers    []string // WithServers
 }
 
 // WithTimeout sets the timeout of each attempt (default 10s). The caller's
@@ -71,6 +72,11 @@ type Client struct {
 	sessions writeSessions // the bulk channel's write sessions
 	// bulkRetryAt: the server did not answer the bulk hello; gRPC until then.
 	bulkRetryAt time.Time
+
+	// group finds the control group's leader (leader.go); dialOpts dial
+	// its servers.
+	group    leaders
+	dialOpts []grpc.DialOption
 }
 
 // Dial prepares a client for the server at addr ("host:port"), authenticating
@@ -125,7 +131,15 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	if err != nil {
 		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
-	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), opts: o, bulkOff: o.noBulk}, nil
+	for _, s := range o.servers {
+		if _, err := o.transport(s); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("WithServers: %w", err)
+		}
+	}
+	servers := append([]string{addr}, o.servers...)
+	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), opts: o, bulkOff: o.noBulk,
+		group: leaders{servers: servers, leader: addr, conns: map[string]*grpc.ClientConn{}}, dialOpts: dialOpts}, nil
 }
 
 // reconnectBackoff paces the attempts to reach a server that went away: 100 ms
@@ -136,7 +150,7 @@ var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multipl
 // Close closes the connections.
 func (c *Client) Close() error {
 	c.closeBulk()
-	return c.conn.Close()
+	return errors.Join(c.conn.Close(), c.closeGroup())
 }
 
 // retryClass says which failures a call may be retried on.
@@ -156,9 +170,14 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 	if datapath.WantsBoot(ctx) {
 		callOpts = []grpc.CallOption{grpc.Header(&header)}
 	}
+	redirects := 0
 	for attempt := 0; ; attempt++ {
+		conn, addr, err := c.connFor(method)
+		if err != nil {
+			return err
+		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.conn.Invoke(actx, wire.FullMethod(method), req, resp, callOpts...)
+		err = conn.Invoke(actx, wire.FullMethod(method), req, resp, callOpts...)
 		cancel()
 		if err == nil {
 			if callOpts != nil {
@@ -166,7 +185,10 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 			}
 			return nil
 		}
-		if attempt >= c.opts.retries || !retryable(ctx, err, class) {
+		if ctx.Err() == nil && redirects < c.maxRedirects() && c.follow(method, addr, err) {
+			redirects++
+			attempt-- // finding the leader is not a retry of the call
+		} else if attempt >= c.opts.retries || !retryable(ctx, err, class) {
 			return c.callError(method, attempt, err)
 		}
 		t := time.NewTimer(backoff)

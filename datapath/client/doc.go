@@ -45,4 +45,14 @@
 // both channels and verifies the server's certificate for the address's host;
 // without one it speaks plaintext only to a loopback address, or anywhere with
 // WithInsecure.
+//
+// The datapath's control state lives in a Raft group of servers, and only its
+// leader changes it. Given the group's other servers (WithServers), the client
+// sends creates, deletes, grants, fences, releases and Leave to the leader it
+// knows, and when a server refuses as not the leader (ErrNotLeader, which
+// names the leader's address) or does not answer, it follows to the leader
+// named, or the next server after a pause, at most twice per server and a
+// couple of times more per call (leader.go;
+// TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt, which
+// also stops the leader). Everything else stays with Dial's address.
 package client

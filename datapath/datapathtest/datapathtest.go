@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +40,16 @@ type Server struct {
 	CA     *x509.CertPool
 	CAFile string
 	auth   *nodeTokens
+	// Group is the server's member of its control group (Config.Control,
+	// StartGroup); nil otherwise.
+	Group *raftstate.Group
+	// stop ends the server, its store and its group (once).
+	stop func()
 }
+
+// Stop stops the server, closes its store and leaves its control group, as
+// a killed process would leave them; later calls do nothing.
+func (s *Server) Stop() { s.stop() }
 
 // NodeToken is the token of node's engine: I/O, heartbeats and Leave as
 // that node only.
@@ -124,7 +134,7 @@ func StartWith(t testing.TB, cfg Config) *Server {
 		t.Fatalf("open datapath store: %v", err)
 	}
 	nt := newNodeTokens()
-	out := &Server{Token: nt.controller, Dir: cfg.Dir, Store: store, auth: nt}
+	out := &Server{Token: nt.controller, Dir: cfg.Dir, Store: store, auth: nt, Group: group}
 	var auth datapath.Authenticator = nt
 	if cfg.Auth != nil {
 		auth = cfg.Auth
@@ -154,24 +164,35 @@ func StartWith(t testing.TB, cfg Config) *Server {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
+	out.Addr = lis.Addr().String()
+	out.stop = serve(t, srv, lis, store, group)
+	return out
+}
+
+// serve serves srv on lis until the returned stop (or the test's end) stops
+// it and closes store and group.
+func serve(t testing.TB, srv *datapath.Server, lis net.Listener, store *datapath.Store, group *raftstate.Group) func() {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop(0)
-		if err := <-done; err != nil {
-			t.Errorf("datapath serve: %v", err)
-		}
-		if err := store.Close(); err != nil {
-			t.Errorf("close datapath store: %v", err)
-		}
-		if group != nil {
-			if err := group.Close(); err != nil {
-				t.Errorf("close the control group: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Stop(0)
+			if err := <-done; err != nil {
+				t.Errorf("datapath serve: %v", err)
 			}
-		}
-	})
-	out.Addr = lis.Addr().String()
-	return out
+			if err := store.Close(); err != nil {
+				t.Errorf("close datapath store: %v", err)
+			}
+			if group != nil {
+				if err := group.Close(); err != nil {
+					t.Errorf("close the control group: %v", err)
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func mustPool(t testing.TB, caFile string) *x509.CertPool {

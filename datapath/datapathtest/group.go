@@ -1,0 +1,68 @@
+package datapathtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
+)
+
+// GroupTiming is the control group timing of StartGroup: a lost leader is
+// replaced within a few hundred milliseconds.
+var GroupTiming = raftstate.Timing{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+	LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond}
+
+// StartGroup starts n plaintext datapath servers on loopback whose stores
+// keep their control state in one Raft group over loopback TCP: server 0
+// bootstraps it and leads, the others join it, each with its id
+// (datapath-0, ...), its data directory and its datapath address recorded.
+// They share their tokens. Each is stopped at the test's end (or by Stop).
+func StartGroup(t testing.TB, n int) []*Server {
+	t.Helper()
+	nt := newNodeTokens()
+	out := make([]*Server, n)
+	lis := make([]net.Listener, n)
+	groups := make([]*raftstate.Group, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range out {
+		var err error
+		if lis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		out[i] = &Server{Token: nt.controller, Dir: t.TempDir(), auth: nt, Addr: lis[i].Addr().String()}
+		id := fmt.Sprintf("datapath-%d", i)
+		cfg := raftstate.Config{ID: id, Dir: out[i].Dir + "/raft", Address: "127.0.0.1:0", Timing: GroupTiming, LogOutput: io.Discard}
+		self := raftstate.Server{ID: id, DatapathAddress: out[i].Addr}
+		if i == 0 {
+			groups[i], err = raftstate.Start(ctx, cfg, self, nil)
+		} else {
+			groups[i], err = raftstate.Open(cfg)
+			if err == nil {
+				self.RaftAddress = groups[i].Address()
+				err = groups[0].AddServer(ctx, self)
+			}
+		}
+		if err != nil {
+			t.Fatalf("control group member %s: %v", id, err)
+		}
+	}
+	for i, s := range out {
+		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: 1 << 40, Control: groups[i]})
+		if err != nil {
+			t.Fatalf("open datapath store %d: %v", i, err)
+		}
+		srv, err := datapath.NewServer(store, nt)
+		if err != nil {
+			t.Fatalf("datapath server: %v", err)
+		}
+		s.Store, s.Group = store, groups[i]
+		s.stop = serve(t, srv, lis[i], store, groups[i])
+	}
+	return out
+}
