@@ -13,11 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
 	"github.com/vigil-storage/vigil/internal/cliflags"
 )
 
@@ -191,9 +193,22 @@ func datapathServe(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", c.String("listen"), err)
 	}
-	group, err := startControl(c.Context, rf, lis.Addr().String())
+	var (
+		metricsLis net.Listener
+		reg        = prometheus.NewRegistry()
+	)
+	if rf.metrics != "" {
+		if metricsLis, err = net.Listen("tcp", rf.metrics); err != nil {
+			return errors.Join(fmt.Errorf("--%s %s: %w", flagServeMetrics, rf.metrics, err), lis.Close())
+		}
+		defer metricsLis.Close()
+	}
+	group, err := startControl(c.Context, rf, lis.Addr().String(), raftstate.NewMetrics(reg))
 	if err != nil {
 		return errors.Join(err, lis.Close())
+	}
+	if metricsLis != nil {
+		defer serveDatapathMetrics(metricsLis, reg, group)()
 	}
 	stopGroup := func() error {
 		if len(group.Status().Voters) > 1 && group.IsLeader() {
@@ -226,6 +241,9 @@ func datapathServe(c *cli.Context) error {
 	// The address line is the readiness signal for scripts and tests (with
 	// --listen 127.0.0.1:0 it tells the port).
 	fmt.Fprintf(c.App.Writer, "datapath: listening on %s, data in %s\n", lis.Addr(), c.String("data-dir"))
+	if metricsLis != nil {
+		fmt.Fprintf(c.App.Writer, "datapath: metrics on http://%s/metrics\n", metricsLis.Addr())
+	}
 	var serveErr error
 	select {
 	case sig := <-sigs:

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,6 +241,7 @@ current-context: c
 		{"peer listed twice", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0=127.0.0.1:9601,datapath-0=127.0.0.1:9602"), "listed twice"},
 		{"peers without this server", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "a=127.0.0.1:9602,b=127.0.0.1:9603"), "does not list this server (--server-id datapath-0)"},
 		{"this server at another address", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0=127.0.0.1:9609"), "lists this server (datapath-0) at 127.0.0.1:9609, but --raft-listen is 127.0.0.1:9601"},
+		{"bad metrics address", serve("--token-file", good, "--metrics-address", "nowhere"), `--metrics-address "nowhere"`},
 		{"missing kubeconfig", serve("--engine-service-account", "vigil-system:vigil-engine-node", "--kubeconfig", filepath.Join(dir, "nope")), "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -289,7 +292,7 @@ func writeKey(t *testing.T) string {
 func reopenServed(t *testing.T, data string) (*datapath.Store, func()) {
 	t.Helper()
 	rf := raftFlags{self: raftstate.Server{ID: defaultServerID, RaftAddress: raftstate.InProcessAddress}, dir: filepath.Join(data, "raft")}
-	g, err := startControl(context.Background(), rf, "")
+	g, err := startControl(context.Background(), rf, "", nil)
 	if err != nil {
 		t.Fatalf("reopen the control group after shutdown: %v", err)
 	}
@@ -312,7 +315,11 @@ func TestDatapathServe_UpgradesADirectoryOfTheBboltRelease(t *testing.T) {
 		t.Fatalf("copy the fixture: %v\n%s", err, out)
 	}
 	tokens := writeFile(t, "tokens", serveTokens)
-	cmd, addr, lines := startServe(t, "--data-dir", data, "--token-file", tokens, "--over-provisioning-percentage", "1000")
+	cmd, addr, lines := startServe(t, "--data-dir", data, "--token-file", tokens, "--over-provisioning-percentage", "1000", "--metrics-address", "127.0.0.1:0")
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "datapath: metrics on http://") {
+		t.Fatalf("no metrics address after the listening line: %q", lines.Text())
+	}
+	metricsURL := strings.TrimPrefix(lines.Text(), "datapath: metrics on ")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, addr, "controller-token-0123")
@@ -340,6 +347,18 @@ func TestDatapathServe_UpgradesADirectoryOfTheBboltRelease(t *testing.T) {
 	}
 	if e, err := c.Fence(ctx, pvcA, "node-2"); err != nil || e != 4 {
 		t.Fatalf("fence node-2: epoch %d, %v; want 4", e, err)
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`vigil_datapath_servers{state="leader"} 1`, `vigil_datapath_servers{state="unreachable"} 0`,
+		"vigil_datapath_leader_changes_total 1", "vigil_datapath_commit_duration_seconds_count "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

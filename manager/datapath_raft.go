@@ -2,10 +2,16 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,6 +27,7 @@ const (
 	flagServeRaftListen = "raft-listen"
 	flagServeRaftPeers  = "raft-peers"
 	flagServeRaftDir    = "raft-dir"
+	flagServeMetrics    = "metrics-address"
 	// defaultServerID is a lone server's id; each server of a group needs
 	// its own, stable across restarts.
 	defaultServerID = "datapath-0"
@@ -41,20 +48,28 @@ func datapathServeRaftFlags() []cli.Flag {
 				"on first start (ignored once the raft directory holds state); empty: a one-member group of this server alone"},
 		&cli.StringFlag{Name: flagServeRaftDir, EnvVars: []string{"VIGIL_DATAPATH_RAFT_DIR"},
 			Usage: "directory of the control group's log, term and snapshots; default: raft/ under --data-dir"},
+		&cli.StringFlag{Name: flagServeMetrics, EnvVars: []string{"VIGIL_DATAPATH_METRICS_ADDRESS"},
+			Usage: "host:port for /metrics (the control group's leader changes, servers by state, commit durations); empty disables"},
 	}
 }
 
 // raftFlags are the checked values of the control group's flags.
 type raftFlags struct {
-	self  raftstate.Server
-	peers []raftstate.Server
-	dir   string
+	self    raftstate.Server
+	peers   []raftstate.Server
+	dir     string
+	metrics string // --metrics-address
 }
 
 // parseRaftFlags checks the control group's flags, before anything is
 // opened or created.
 func parseRaftFlags(c *cli.Context) (raftFlags, error) {
-	f := raftFlags{self: raftstate.Server{ID: c.String(flagServeServerID)}, dir: c.String(flagServeRaftDir)}
+	f := raftFlags{self: raftstate.Server{ID: c.String(flagServeServerID)}, dir: c.String(flagServeRaftDir), metrics: c.String(flagServeMetrics)}
+	if f.metrics != "" {
+		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
+			return f, cliflags.Usagef("--%s %q: %v; want HOST:PORT", flagServeMetrics, f.metrics, err)
+		}
+	}
 	if err := raftstate.ValidServerID(f.self.ID); err != nil {
 		return f, cliflags.Usagef("--%s %q: %v", flagServeServerID, f.self.ID, err)
 	}
@@ -97,10 +112,10 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 
 // startControl starts this server's member of the control group and waits
 // until its state is current (a lone server: it leads at once).
-func startControl(ctx context.Context, f raftFlags, datapathAddr string) (*raftstate.Group, error) {
+func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics *raftstate.Metrics) (*raftstate.Group, error) {
 	ctx, cancel := context.WithTimeout(ctx, raftStartTimeout)
 	defer cancel()
-	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress}
+	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics}
 	if f.self.RaftAddress == raftstate.InProcessAddress {
 		cfg.Transport = raftstate.InProcessTransport()
 	}
@@ -111,4 +126,22 @@ func startControl(ctx context.Context, f raftFlags, datapathAddr string) (*rafts
 		return nil, fmt.Errorf("control group (server %s, raft directory %s): %w", f.self.ID, f.dir, err)
 	}
 	return g, nil
+}
+
+// serveDatapathMetrics serves /metrics on lis until the returned function
+// closes it; each scrape first brings the group's gauges up to date.
+func serveDatapathMetrics(lis net.Listener, reg *prometheus.Registry, g *raftstate.Group) func() {
+	mux := http.NewServeMux()
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		g.UpdateMetrics()
+		h.ServeHTTP(w, r)
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("datapath: metrics server stopped", "err", err)
+		}
+	}()
+	return func() { _ = hs.Close() }
 }

@@ -37,14 +37,19 @@ type testCluster struct {
 	trans  []*raft.InmemTransport
 	groups []*Group // nil while down
 	cut    []bool   // cut off from every other server
+	// metrics, when set, holds each server's metrics.
+	metrics []*Metrics
 }
 
 func addrOf(i int) raft.ServerAddress { return raft.ServerAddress(fmt.Sprintf("127.0.0.1:%d", 7001+i)) }
 
 // newTestCluster opens n servers, bootstraps them as one group and records
 // every member.
-func newTestCluster(t testing.TB, n int) *testCluster {
-	c := &testCluster{t: t, trans: make([]*raft.InmemTransport, n), groups: make([]*Group, n), cut: make([]bool, n)}
+func newTestCluster(t testing.TB, n int) *testCluster { return newTestClusterWith(t, n, nil) }
+
+// newTestClusterWith is newTestCluster with each server's metrics.
+func newTestClusterWith(t testing.TB, n int, metrics []*Metrics) *testCluster {
+	c := &testCluster{t: t, trans: make([]*raft.InmemTransport, n), groups: make([]*Group, n), cut: make([]bool, n), metrics: metrics}
 	for i := 0; i < n; i++ {
 		c.ids = append(c.ids, fmt.Sprintf("s%d", i+1))
 		c.dirs = append(c.dirs, t.TempDir())
@@ -79,7 +84,11 @@ func (c *testCluster) peers() []Server {
 // start opens server i from its data directory on a new transport.
 func (c *testCluster) start(i int) {
 	_, tr := raft.NewInmemTransportWithTimeout(addrOf(i), 200*time.Millisecond)
-	g, err := Open(Config{ID: c.ids[i], Dir: c.dirs[i], Transport: tr, Timing: testTiming, LogOutput: io.Discard, ApplyTimeout: 2 * time.Second})
+	cfg := Config{ID: c.ids[i], Dir: c.dirs[i], Transport: tr, Timing: testTiming, LogOutput: io.Discard, ApplyTimeout: 2 * time.Second}
+	if c.metrics != nil {
+		cfg.Metrics = c.metrics[i]
+	}
+	g, err := Open(cfg)
 	if err != nil {
 		c.t.Fatalf("open %s: %v", c.ids[i], err)
 	}

@@ -94,8 +94,12 @@
 // its copy of a volume's table, under the volume's lock, from OnApplied;
 // import-volume takes in a data directory of the release that kept the
 // control state in datapath.db, epochs unchanged; Start brings a server
-// into service (a lone server: a one-member group, Raft in process).
-// Clients do not find the leader by themselves yet.
+// into service (a lone server: a one-member group, Raft in process). A
+// follower's refusal (datapath.NotLeaderError) names the leader's datapath
+// address, which the Go client follows (client.WithServers). Metrics
+// (metrics.go): vigil_datapath_leader_changes_total,
+// vigil_datapath_servers{state} and vigil_datapath_commit_duration_seconds
+// (TestGroup_Metrics_LeaderChangesServersAndCommits).
 //
 // # Files
 //

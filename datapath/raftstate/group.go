@@ -81,6 +81,8 @@ type Config struct {
 	LogOutput io.Writer
 	// Now is the clock recorded in commands (default time.Now).
 	Now func() time.Time
+	// Metrics, when set, receives the group's metrics (NewMetrics).
+	Metrics *Metrics
 
 	// inMemory keeps the log, the stable store and the snapshots in memory
 	// (benchmarks of the transport alone); Dir is still required.
@@ -109,6 +111,9 @@ type Group struct {
 	stopped      atomic.Bool // shut down because its state diverged
 	observer     *raft.Observer
 	observed     chan raft.Observation
+	metrics      *Metrics
+	stopWatch    func()     // ends watch (metrics.go)
+	unreachable  func() int // followers missing the leader's heartbeats
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -151,6 +156,10 @@ func Open(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("start raft in %s: %w", cfg.Dir, err)
 	}
 	g.checkOnLeadership()
+	if cfg.Metrics != nil {
+		g.metrics = cfg.Metrics
+		g.stopWatch = g.watch(cfg.Metrics)
+	}
 	return g, nil
 }
 
@@ -264,6 +273,9 @@ func (g *Group) Close() error {
 		return nil
 	}
 	err := g.raft.Shutdown().Error()
+	if g.stopWatch != nil {
+		g.stopWatch()
+	}
 	g.raft.DeregisterObserver(g.observer)
 	close(g.observed)
 	g.closeStores()
@@ -384,6 +396,7 @@ func (g *Group) apply(ctx context.Context, c Command) (result, error) {
 	}
 	ctx, cancel := g.deadline(ctx)
 	defer cancel()
+	defer g.observeCommit(time.Now())
 	f := g.raft.Apply(data, g.applyTimeout)
 	if err := g.wait(ctx, string(c.Op), f); err != nil {
 		return result{}, err
