@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,10 +70,33 @@ func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	if err := chromedp.Run(ctx, actions...); err != nil {
+	err := chromedp.Run(ctx, actions...)
+	if err != nil && lostContext(err) && startsWithNavigate(actions) {
+		// The page's script context went away under an action right
+		// after the navigation (chromedp kept the id of the context the
+		// load replaced): every step of a list that starts by loading the
+		// page can run again from the load.
+		t.Logf("%s: %v; loading the page again", what, err)
+		err = chromedp.Run(ctx, actions...)
+	}
+	if err != nil {
 		b.screenshot(t, "failed-"+filepath.Base(t.Name()))
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// lostContext is the DevTools error of a script run in an execution context
+// that no longer exists.
+func lostContext(err error) bool {
+	return strings.Contains(err.Error(), "Cannot find context with specified id")
+}
+
+func startsWithNavigate(actions []chromedp.Action) bool {
+	if len(actions) == 0 {
+		return false
+	}
+	_, ok := actions[0].(chromedp.NavigateAction)
+	return ok
 }
 
 func (b *browser) dialogCount() int {
