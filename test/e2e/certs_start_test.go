@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -36,7 +37,9 @@ import (
 // each as its own ServiceAccount through the in-cluster configuration. Both
 // must serve TLS that verifies with the issued CA for their Service's DNS
 // name, and a datapath client given the manifest's --datapath-ca-file
-// connects, while one without that CA is refused.
+// connects, while one without that CA is refused. The CSI controller's csi
+// container starts the same way; its liveness probe answers 200 (the CSI
+// Probe reached the datapath), then 503 once the datapath stops.
 func TestCerts_DeployStarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -91,6 +94,8 @@ func TestCerts_DeployStarts(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 
+	csiController := checkCSIControllerLiveness(ctx, t, bin, pods["Deployment/vigil-csi-controller"], dpPort, dpSvc)
+
 	// A datapath client as the manifests configure it: the Service's name,
 	// the CA file, a token of the controller role.
 	dialer := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
@@ -111,6 +116,67 @@ func TestCerts_DeployStarts(t *testing.T) {
 		if _, err := c2.ListVolumes(ctx); err == nil {
 			t.Errorf("a datapath client without the issued CA connected")
 		}
+	}
+
+	// The CSI controller's liveness endpoint reports a datapath that stops
+	// answering: 503 with the reason, so the kubelet would restart it.
+	must(t, dpCmd.Process.Signal(os.Interrupt))
+	waitProbe(t, csiController, http.StatusServiceUnavailable, "datapath did not answer")
+}
+
+// checkCSIControllerLiveness starts the CSI controller pod's csi container
+// with its rendered arguments (the socket moved under a temporary directory,
+// its health port and the datapath's replaced by free ones) and waits until
+// its liveness probe, as the manifest declares it, answers 200: the CSI Probe
+// through its socket reached the datapath over TLS as vigil-csi-controller.
+// It returns the probe's URL.
+func checkCSIControllerLiveness(ctx context.Context, t *testing.T, bin string, w deploytest.Workload, dpPort, dpSvc string) string {
+	t.Helper()
+	c := w.Spec.Containers[0]
+	if c.Name != "csi" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil {
+		t.Fatalf("the CSI controller's first container is %s with liveness probe %v; want csi with an httpGet probe", c.Name, c.LivenessProbe)
+	}
+	var port int32
+	for _, p := range c.Ports {
+		if p.Name == c.LivenessProbe.HTTPGet.Port.String() || strconv.Itoa(int(p.ContainerPort)) == c.LivenessProbe.HTTPGet.Port.String() {
+			port = p.ContainerPort
+		}
+	}
+	healthPort := freeTCPPort(t)
+	pod := newPodFiles(ctx, t, w, map[string]string{":9600": ":" + dpPort, fmt.Sprintf(":%d", port): ":" + healthPort})
+	_, logFile := pod.start(ctx, t, bin, dpSvc)
+	url := "http://127.0.0.1:" + healthPort + c.LivenessProbe.HTTPGet.Path
+	if code, body := waitProbe(t, url, http.StatusOK, "ok"); code != http.StatusOK {
+		b, _ := os.ReadFile(logFile)
+		t.Fatalf("CSI controller %s: HTTP %d %q\n%s", url, code, body, b)
+	}
+	return url
+}
+
+// waitProbe polls url until it answers code with a body containing want
+// (30 s), and returns the last answer.
+func waitProbe(t *testing.T, url string, code int, want string) (int, string) {
+	t.Helper()
+	hc := http.Client{Timeout: 6 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, body := 0, ""
+		resp, err := hc.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got, body = resp.StatusCode, string(b)
+		} else {
+			body = err.Error()
+		}
+		if got == code && strings.Contains(body, want) {
+			return got, body
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("GET %s: HTTP %d %q within 30 s, want %d with %q", url, got, body, code, want)
+			return got, body
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }
 
@@ -154,12 +220,15 @@ func newPodFiles(ctx context.Context, t *testing.T, w deploytest.Workload, ports
 	}
 	for _, a := range c.Args {
 		for _, m := range c.VolumeMounts {
-			if i := strings.Index(a, "="+m.MountPath); i >= 0 {
-				a = a[:i+1] + filepath.Join(p.root, a[i+1:])
+			for _, prefix := range []string{"=", "=unix://"} {
+				if i := strings.Index(a, prefix+m.MountPath); i >= 0 {
+					i += len(prefix)
+					a = a[:i] + filepath.Join(p.root, a[i:])
+				}
 			}
 		}
 		for from, to := range ports {
-			if strings.HasPrefix(a, "--listen=") || strings.HasPrefix(a, "--datapath=") {
+			if strings.HasPrefix(a, "--listen=") || strings.HasPrefix(a, "--datapath=") || strings.HasPrefix(a, "--health-address=") {
 				a = strings.Replace(a, from, to, 1)
 			}
 		}
