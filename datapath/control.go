@@ -82,6 +82,9 @@ type Control interface {
 	AppliedVolume(id string) (ControlVolume, []Attachment, bool)
 	AppliedVolumes() []ControlVolume
 	AppliedLeaves() []NodeLeave
+	// GroupStatus is every member of the group as this server sees it,
+	// sorted by id, this server's own row complete (Self).
+	GroupStatus() []ServerStatus
 	// OnApplied sets the function called with the ids of the volumes each
 	// applied change touched, after the change and before the call that
 	// proposed it returns.
@@ -364,4 +367,17 @@ func (s *Store) loadControlled() error {
 		return err
 	}
 	return nil
+}
+
+// Servers reports the control group's servers as this server sees them; a
+// Store without a Control has no group and reports none.
+func (s *Store) Servers() (ServersReport, error) {
+	if err := s.checkOpen(); err != nil {
+		return ServersReport{}, err
+	}
+	r := ServersReport{Now: s.now().UTC(), Servers: []ServerStatus{}}
+	if s.ctl != nil {
+		r.Servers = s.ctl.GroupStatus()
+	}
+	return r, nil
 }

@@ -360,8 +360,11 @@
 // SIGTERM or SIGINT it stops accepting calls, lets calls in progress finish,
 // flushes every volume (fdatasync) and closes the database.
 // `vigil-datapath status` prints a running server's volumes and
-// attachment tables, its failed volumes, and its nodes (last heartbeat and
-// I/O, announced stops, live grants); `vigil-datapath clear-failure
+// attachment tables, its failed volumes, its nodes (last heartbeat and
+// I/O, announced stops, live grants), and its control group's servers
+// (Servers: each member as it reports itself at its own address: role, last
+// contact with the leader, applied index; one that does not answer is
+// unreachable); `vigil-datapath clear-failure
 // VOLUME` clears a failed volume.
 //
 // # Performance

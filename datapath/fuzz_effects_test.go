@@ -268,6 +268,13 @@ var effects = map[string]effect{
 		}
 		return nil
 	}),
+	// The fuzzer's store has no control group: it reports no server.
+	wire.MethodServers: readOnly(func(_ fuzzStore, _ []byte, resp wire.Message, _ world) error {
+		if l := resp.(*wire.ServerList); len(l.Items) != 0 || l.NowUnix != fuzzClock.UnixNano() {
+			return fmt.Errorf("servers %+v at %d; want none at the fuzz clock", l.Items, l.NowUnix)
+		}
+		return nil
+	}),
 	wire.MethodClearFailure: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("cleared a failure though no volume is failed")
 	},

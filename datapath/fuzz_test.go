@@ -114,6 +114,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodLeave:            func() wire.Message { return &wire.LeaveRequest{} },
 	wire.MethodNodes:            func() wire.Message { return &wire.Empty{} },
 	wire.MethodFailedVolumes:    func() wire.Message { return &wire.Empty{} },
+	wire.MethodServers:          func() wire.Message { return &wire.Empty{} },
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 }
 
@@ -402,6 +403,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodLeave, &wire.LeaveRequest{Node: "node-3", DurationNanos: int64(time.Hour)}},
 		{wire.MethodNodes, &wire.Empty{}},
 		{wire.MethodFailedVolumes, &wire.Empty{}},
+		{wire.MethodServers, &wire.Empty{}},
 		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for

@@ -127,6 +127,7 @@ var methodAccess = map[string]access{
 	wire.MethodConnectivity:     controllerOnly,
 	wire.MethodNodes:            controllerOnly,
 	wire.MethodFailedVolumes:    controllerOnly,
+	wire.MethodServers:          controllerOnly,
 	wire.MethodClearFailure:     controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,

@@ -31,6 +31,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodConnectivity, true, false, false},
 		{wire.MethodNodes, true, false, false},
 		{wire.MethodFailedVolumes, true, false, false},
+		{wire.MethodServers, true, false, false},
 		{wire.MethodClearFailure, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},

@@ -125,6 +125,15 @@ var serviceDesc = grpc.ServiceDesc{
 			gen, err := s.OpenWriteSession(r.VolumeID, r.Node, r.Epoch)
 			return &wire.Generation{Gen: gen}, err
 		}),
+		method(wire.MethodServers, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			rep, err := s.Servers()
+			out := &wire.ServerList{NowUnix: unixNano(rep.Now), Items: make([]wire.ServerStatus, len(rep.Servers))}
+			for i, m := range rep.Servers {
+				out.Items[i] = wire.ServerStatus{ID: m.ID, Node: m.Node, Address: m.Address, RaftAddress: m.RaftAddress, Role: m.Role,
+					LastContactUnix: unixNano(m.LastContact), AppliedIndex: m.AppliedIndex, Self: m.Self}
+			}
+			return out, err
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",

@@ -170,6 +170,42 @@ type NodesReport struct {
 	Nodes []NodeStatus
 }
 
+// Roles of a control group's server (ServerStatus.Role); unreachable is the
+// role of one that did not answer (or, on the leader, misses its
+// heartbeats).
+const (
+	RoleLeader      = "leader"
+	RoleFollower    = "follower"
+	RoleCandidate   = "candidate"
+	RoleUnreachable = "unreachable"
+)
+
+// ServerStatus is one server of the control group.
+type ServerStatus struct {
+	ID string
+	// Node is the Kubernetes node it runs on, when recorded.
+	Node string
+	// Address is where its datapath serves clients; RaftAddress its Raft
+	// transport.
+	Address     string
+	RaftAddress string
+	// Role is leader, follower, candidate or unreachable; empty when the
+	// server that answered cannot tell (another follower).
+	Role string
+	// LastContact is the last time it heard from the leader (zero on the
+	// leader, and when unknown); AppliedIndex the last log index it applied.
+	// Both are known only for the server that answered (Self).
+	LastContact  time.Time
+	AppliedIndex uint64
+	Self         bool
+}
+
+// ServersReport is the control group as one server sees it (Servers).
+type ServersReport struct {
+	Now     time.Time
+	Servers []ServerStatus
+}
+
 // Limits enforced by the server (and checked early by the client).
 const (
 	// MaxIOSize is the largest read or write in one request.

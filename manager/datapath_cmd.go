@@ -60,7 +60,7 @@ func datapathCommands() []*cli.Command {
 		Action: datapathServe,
 	}, {
 		Name:   "status",
-		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, and its nodes (last heartbeat and I/O, announced stops, live grants)",
+		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, its nodes (last heartbeat and I/O, announced stops, live grants), and the servers of its control group (role, last contact with the leader, applied index; each asked at its own address)",
 		Flags:  datapathClientFlags(),
 		Action: datapathStatus,
 	}, datapathClearFailureCommand()}
@@ -120,7 +120,15 @@ func datapathStatus(c *cli.Context) error {
 		return fmt.Errorf("datapath at %s: nodes: %w", c.String("addr"), err)
 	}
 	fmt.Fprintln(c.App.Writer)
-	return printNodes(c.App.Writer, nodes)
+	if err := printNodes(c.App.Writer, nodes); err != nil {
+		return err
+	}
+	rows, err := groupRows(ctx, c, dp, c.String("addr"))
+	if err != nil {
+		return fmt.Errorf("datapath at %s: servers: %w", c.String("addr"), err)
+	}
+	fmt.Fprintln(c.App.Writer)
+	return printServers(c.App.Writer, rows)
 }
 
 // printNodes prints the node table of `datapath status`; ages are measured on

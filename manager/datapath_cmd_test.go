@@ -148,6 +148,12 @@ func TestDatapathServe_SIGTERMFlushesAndExits(t *testing.T) {
 		`node-2 +[0-9.]+m?s ago +none since start +- +0\n` +
 		`node-3 +none since start +none since start +for [0-9.ms]+ +0\n` +
 		`3 nodes; the datapath started `)
+	serverTable := regexp.MustCompile(`(?m)^SERVER +NODE +ADDRESS +ROLE +LAST CONTACT +APPLIED INDEX\n` +
+		`datapath-0 +- +` + regexp.QuoteMeta(addr) + ` +leader +- +[1-9][0-9]*\n` +
+		`1 servers in the control group`)
+	if !serverTable.MatchString(status.String()) {
+		t.Fatalf("datapath status output lacks the control group (one server, leading):\n%s", status.String())
+	}
 	if !nodeTable.MatchString(status.String()) {
 		t.Fatalf("datapath status output lacks the node table (node-1 with its grant and I/O, node-2 heartbeating, node-3 leaving):\n%s", status.String())
 	}

@@ -256,3 +256,20 @@ func (c *Client) FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, er
 func (c *Client) ClearFailure(ctx context.Context, volumeID string) error {
 	return c.invoke(ctx, wire.MethodClearFailure, &wire.VolumeRef{ID: volumeID}, &wire.Empty{}, retryTransport)
 }
+
+// Servers reports the datapath's control group as the server asked sees it
+// (datapath.ServersReport): every member with its addresses, the server's
+// own role, last contact with the leader and applied index, and what it
+// knows of the others' roles. A server without a group reports none.
+func (c *Client) Servers(ctx context.Context) (datapath.ServersReport, error) {
+	var resp wire.ServerList
+	if err := c.invoke(ctx, wire.MethodServers, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return datapath.ServersReport{}, err
+	}
+	r := datapath.ServersReport{Now: unixTime(resp.NowUnix), Servers: make([]datapath.ServerStatus, len(resp.Items))}
+	for i, s := range resp.Items {
+		r.Servers[i] = datapath.ServerStatus{ID: s.ID, Node: s.Node, Address: s.Address, RaftAddress: s.RaftAddress, Role: s.Role,
+			LastContact: unixTime(s.LastContactUnix), AppliedIndex: s.AppliedIndex, Self: s.Self}
+	}
+	return r, nil
+}

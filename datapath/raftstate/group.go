@@ -114,6 +114,8 @@ type Group struct {
 	metrics      *Metrics
 	stopWatch    func()     // ends watch (metrics.go)
 	unreachable  func() int // followers missing the leader's heartbeats
+	// unreachablePeers: their ids.
+	unreachablePeers func() map[string]bool
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -156,10 +158,8 @@ func Open(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("start raft in %s: %w", cfg.Dir, err)
 	}
 	g.checkOnLeadership()
-	if cfg.Metrics != nil {
-		g.metrics = cfg.Metrics
-		g.stopWatch = g.watch(cfg.Metrics)
-	}
+	g.metrics = cfg.Metrics
+	g.stopWatch = g.watch(cfg.Metrics)
 	return g, nil
 }
 

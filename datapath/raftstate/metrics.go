@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // metricsSubsystem makes the group's metrics vigil_datapath_*.
@@ -65,9 +66,9 @@ func serverCounts(leads, knowsLeader bool, voters, unreachable int) map[string]i
 	return map[string]int{StateLeader: 0, StateFollower: min(voters, 1), StateUnreachable: max(voters-1, 0)}
 }
 
-// watch follows the group for the metrics: leader changes, and the
-// followers that miss the leader's heartbeats (as leader). It returns the
-// function that stops it.
+// watch follows the group for the metrics (m, when set) and GroupStatus:
+// leader changes, and the followers that miss the leader's heartbeats (as
+// leader). It returns the function that stops it.
 func (g *Group) watch(m *Metrics) func() {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
@@ -93,8 +94,10 @@ func (g *Group) watch(m *Metrics) func() {
 				mu.Lock()
 				switch d := o.Data.(type) {
 				case raft.LeaderObservation:
-					if d.LeaderID != "" && d.LeaderID != last {
+					if d.LeaderID != "" && d.LeaderID != last && m != nil {
 						m.leaderChanges.Inc()
+					}
+					if d.LeaderID != "" {
 						last = d.LeaderID
 					}
 					clear(unreachable)
@@ -111,6 +114,15 @@ func (g *Group) watch(m *Metrics) func() {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(unreachable)
+	}
+	g.unreachablePeers = func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]bool, len(unreachable))
+		for id := range unreachable {
+			out[string(id)] = true
+		}
+		return out
 	}
 	return func() {
 		g.raft.DeregisterObserver(obs)
@@ -144,4 +156,34 @@ func (g *Group) observeCommit(start time.Time) {
 	if g.metrics != nil {
 		g.metrics.commitSeconds.Observe(time.Since(start).Seconds())
 	}
+}
+
+// GroupStatus is every member recorded in the group (AddServer), sorted by
+// id, as this server sees it: its own row complete (role, last contact with
+// the leader, applied index); as leader, the others as followers or, when
+// they miss its heartbeats, unreachable; as follower, the leader it knows
+// marked, the others' roles unknown here (empty).
+func (g *Group) GroupStatus() []datapath.ServerStatus {
+	st := g.Status()
+	leader, _ := g.Leader()
+	unreachable := map[string]bool{}
+	if g.unreachablePeers != nil {
+		unreachable = g.unreachablePeers()
+	}
+	out := []datapath.ServerStatus{}
+	for _, m := range g.fsm.Servers() {
+		s := datapath.ServerStatus{ID: m.ID, Node: m.Node, Address: m.DatapathAddress, RaftAddress: m.RaftAddress}
+		switch {
+		case m.ID == g.id:
+			s.Role, s.LastContact, s.AppliedIndex, s.Self = st.Role, st.LastContact, st.AppliedIndex, true
+		case m.ID == leader:
+			s.Role = datapath.RoleLeader
+		case st.Role == StateLeader && unreachable[m.ID]:
+			s.Role = datapath.RoleUnreachable
+		case st.Role == StateLeader:
+			s.Role = datapath.RoleFollower
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -47,6 +47,9 @@ const (
 	MethodFailedVolumes = "FailedVolumes"
 	// MethodClearFailure ends a volume's failure after an operator checked it.
 	MethodClearFailure = "ClearFailure"
+	// MethodServers reports the control group's servers as the server
+	// asked sees them.
+	MethodServers = "Servers"
 )
 
 // FullMethod returns "/service/method" as gRPC invokes it.
