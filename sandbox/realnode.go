@@ -130,8 +130,10 @@ func podCIDR(subnet string, i int) (string, error) {
 // realDirs are a real node's directories under its node directory.
 type realDirs struct {
 	node string
-	// kubelet is the kubelet's --root-dir; pods is its pods' logs.
-	kubelet, pods string
+	// varLib is the node's own /var/lib (machineVarLib), kept across boots
+	// like a disk; kubelet, under it, is the kubelet's root directory
+	// (/var/lib/kubelet in the node's view); pods is its pods' logs.
+	varLib, kubelet, pods string
 	// run is what a boot starts empty, as a tmpfs would: runc's state, the
 	// CNI address leases, the directories containerd gets instead of the
 	// host's (containerdWrapper).
@@ -144,18 +146,46 @@ type realDirs struct {
 func dirsOf(st *state, n *nodeState) realDirs {
 	d := n.dir(st.WorkDir)
 	run := filepath.Join(d, "run")
-	return realDirs{node: d, kubelet: filepath.Join(d, kubeletRootDir), pods: filepath.Join(d, "pod-logs"), run: run,
+	varLib := filepath.Join(d, varLibDir)
+	return realDirs{node: d, varLib: varLib, kubelet: filepath.Join(varLib, "kubelet"), pods: filepath.Join(d, "pod-logs"), run: run,
 		ctrd: ContainerdConfig{Dir: filepath.Join(d, "containerd"), SandboxImage: st.PauseImage, CNIBinDir: cniPluginDir,
 			RuncRoot: filepath.Join(run, "runc")}}
 }
 
-// kubeletRootDir is a real node's kubelet --root-dir, under its node directory.
-const kubeletRootDir = "kubelet-root"
+// varLibDir is a real node's own /var/lib, under its node directory.
+const varLibDir = "var-lib"
 
-// KubeletRoot is real node node's kubelet --root-dir: its plugins_registry
-// (where a CSI driver registers) and plugins directories are under it.
+// machineVarLib is the directory every real node has to itself at the same
+// path, as every machine does: its kubelet and its containerd see the
+// node's varLibDir there, so that the kubelet's root directory is
+// /var/lib/kubelet on every node and a DaemonSet's hostPath under /var/lib
+// (a CSI node plugin's state, the kubelet's plugin directories) is each
+// node's own. The host's /var/lib is left alone.
+const machineVarLib = "/var/lib"
+
+// MachineKubeletRoot is the kubelet's --root-dir on a real node, in the
+// node's own view: the path the kubelet gives a CSI node plugin (staging and
+// target paths) and a pod's hostPath names. KubeletRoot is the same
+// directory as the host sees it.
+const MachineKubeletRoot = machineVarLib + "/kubelet"
+
+// KubeletRoot is real node node's kubelet root directory as the host sees
+// it (MachineKubeletRoot in the node's view): its plugins_registry (where a
+// CSI driver registers) and plugins directories are under it.
 func (s *Sandbox) KubeletRoot(node string) string {
-	return filepath.Join(s.NodeDir(node), kubeletRootDir)
+	return filepath.Join(s.NodeDir(node), varLibDir, "kubelet")
+}
+
+// MachineDir is path, a directory of real node node's own /var/lib as the
+// node sees it (MachineKubeletRoot, a hostPath of a pod there), as the host
+// sees it; an error for a path outside /var/lib, which nodes share with the
+// host.
+func (s *Sandbox) MachineDir(node, path string) (string, error) {
+	rel, err := filepath.Rel(machineVarLib, filepath.Clean(path))
+	if err != nil || !filepath.IsAbs(path) || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%w: %s is not under %s, the only directory a real node has to itself", ErrInvalidConfig, path, machineVarLib)
+	}
+	return filepath.Join(s.NodeDir(node), varLibDir, rel), nil
 }
 
 func (d realDirs) socket() string { return d.ctrd.Socket() }
@@ -196,7 +226,7 @@ func bootRealNode(st *state, n *nodeState, env []string) error {
 			return fmt.Errorf("boot %s: %w", n.Name, err)
 		}
 	}
-	for _, dir := range []string{d.run, d.kubelet, d.pods} {
+	for _, dir := range []string{d.run, d.varLib, d.kubelet, d.pods} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("boot %s: %w", n.Name, err)
 		}
@@ -207,8 +237,10 @@ func bootRealNode(st *state, n *nodeState, env []string) error {
 	if err := createCgroup(n.Cgroup); err != nil {
 		return err
 	}
-	if err := shareKubeletRoot(d.kubelet); err != nil {
-		return fmt.Errorf("boot %s: %w", n.Name, err)
+	for _, dir := range []string{d.varLib, d.kubelet} {
+		if err := shareMount(dir); err != nil {
+			return fmt.Errorf("boot %s: %w", n.Name, err)
+		}
 	}
 	n.System = []*proc{{ProcessSpec: ProcessSpec{Name: NodeContainerd, Args: containerdArgs(d)}, Log: filepath.Join(d.node, "containerd.log")}}
 	if err := startProc(n, n.System[0], env); err != nil {
@@ -257,13 +289,17 @@ func importImages(socket string, images []string) error {
 	return nil
 }
 
-// shareKubeletRoot makes the kubelet's root directory a shared mount in the
-// host's mount namespace, as the kubelet itself does with its own: the
-// kubelet runs in a mount namespace of its own (kubeletArgs) whose copy of it
-// is then a peer, so that what the kubelet mounts there (its pods' secrets
-// and tokens) is seen by containerd, and what the host mounts (a CSI node
-// plugin's staging and publishing) by the kubelet.
-func shareKubeletRoot(dir string) error {
+// shareMount makes dir (the node's /var/lib, then the kubelet's root
+// directory in it) a shared mount in the host's mount namespace, as the
+// kubelet itself does with its root directory: the kubelet and containerd
+// run in mount namespaces of their own (kubeletArgs, containerdArgs) whose
+// copies of it are peers, so that what is mounted there by any of them is
+// seen by all and by the host: the pods' secrets and tokens the kubelet
+// mounts, the staging and publishing of a CSI node plugin, whether it runs
+// on the host or in a container with Bidirectional propagation (which
+// containerd allows only on a shared mount). The kubelet, finding its root
+// directory a shared mount already, mounts nothing on it.
+func shareMount(dir string) error {
 	mps, err := mountsUnder(filepath.Dir(dir))
 	if err != nil {
 		return err
@@ -284,27 +320,44 @@ func shareKubeletRoot(dir string) error {
 }
 
 // containerdArgs is containerd's command line: containerdWrapper in a mount
-// namespace of its own whose mounts are slaves of the host's, so that it sees
-// what the kubelet and a CSI node plugin mount, while what it mounts (the
-// containers' root file systems, the pods' network namespaces) stays in it
-// and goes when its last process dies, at a power cut.
+// namespace of its own (propagation unchanged: the wrapper makes it the
+// node's, nodeMountNamespace), so that it sees what the kubelet and a CSI
+// node plugin mount, while what it mounts (the containers' root file
+// systems, the pods' network namespaces) stays in it and goes when its last
+// process dies, at a power cut.
 func containerdArgs(d realDirs) []string {
-	return append([]string{"unshare", "--mount", "--propagation", "slave", "--", "sh", filepath.Join(d.node, "containerd-wrapper.sh")},
+	return append([]string{"unshare", "--mount", "--propagation", "unchanged", "--", "sh", filepath.Join(d.node, "containerd-wrapper.sh")},
 		d.ctrd.Args()...)
 }
 
-// hostDirsOfContainerd are directories of the host that containerd 1.6 and
-// the CNI plugins use whatever their configuration says: the shims' sockets
-// (/run/containerd/s) and libcni's cache of results. containerdWrapper gives
-// the node its own, in its run directory, so nothing of it is left there.
+// nodeMountNamespace is the start of both wrappers' scripts: it makes the
+// mount namespace the script runs in the node's own. Every mount becomes a
+// slave of the host's (what the host mounts is seen, what is mounted here
+// stays here), except the node's /var/lib and what is under it, which stay
+// peers of the host's (shareMount); then that directory is the namespace's
+// /var/lib, with its mounts (the kubelet's root directory).
+func nodeMountNamespace(d realDirs) string {
+	return fmt.Sprintf(`awk '{print $5}' /proc/self/mountinfo | while read -r m; do
+	case "$m" in %[1]q|%[1]q/*) ;; *) mount --make-slave "$m" ;; esac
+done
+mount --rbind %[1]s %[2]s
+`, d.varLib, machineVarLib)
+}
+
+// hostDirsOfContainerd are directories that containerd 1.6 and the CNI
+// plugins use whatever their configuration says: the shims' sockets
+// (/run/containerd/s) and libcni's cache of results (in the node's own
+// /var/lib). containerdWrapper gives the node its own in its run directory,
+// which a boot empties; nothing of it is left in the host's /run.
 var hostDirsOfContainerd = []string{"/run/containerd", "/var/lib/cni"}
 
-// containerdWrapper is the script containerd starts through: each of
-// hostDirsOfContainerd replaced by a directory of the node's run directory
-// (in containerd's mount namespace only), then containerd.
+// containerdWrapper is the script containerd starts through: the node's
+// mount namespace (nodeMountNamespace), each of hostDirsOfContainerd
+// replaced by a directory of the node's run directory (in containerd's mount
+// namespace only), then containerd.
 func containerdWrapper(d realDirs) string {
 	var b strings.Builder
-	b.WriteString("set -e\n")
+	b.WriteString("set -e\n" + nodeMountNamespace(d))
 	for _, h := range hostDirsOfContainerd {
 		own := filepath.Join(d.run, "host"+strings.ReplaceAll(h, "/", "-"))
 		fmt.Fprintf(&b, "mkdir -p %s %s\nmount --bind %s %s\n", own, h, own, h)
@@ -328,12 +381,13 @@ var kernelTunables = map[string]string{
 }
 
 // kubeletWrapper is the script the kubelet starts through, in a mount
-// namespace of its own: /proc private in it, kernelTunables shown as files,
-// then the kubelet (its arguments). It is a file, not an argument: a node
-// process's arguments have $VARIABLES expanded.
+// namespace of its own: /proc private in it, the node's mount namespace
+// (nodeMountNamespace), kernelTunables shown as files, then the kubelet (its
+// arguments). It is a file, not an argument: a node process's arguments
+// have $VARIABLES expanded.
 func kubeletWrapper(d realDirs) string {
 	var b strings.Builder
-	b.WriteString("set -e\nmount --make-rprivate /proc\n")
+	b.WriteString("set -e\nmount --make-rprivate /proc\n" + nodeMountNamespace(d))
 	keys := make([]string, 0, len(kernelTunables))
 	for k := range kernelTunables {
 		keys = append(keys, k)
@@ -349,27 +403,28 @@ func kubeletWrapper(d realDirs) string {
 
 // kubeletArgs is the kubelet's command line: kubeletWrapper in a mount
 // namespace of its own (propagation unchanged, so that its root directory
-// stays a peer of the host's).
+// stays a peer of the host's), its root directory MachineKubeletRoot.
 func kubeletArgs(st *state, n *nodeState, d realDirs) []string {
 	return []string{"unshare", "--mount", "--propagation", "unchanged", "--", "sh", filepath.Join(d.node, "kubelet-wrapper.sh"),
 		filepath.Join(st.BinDir, BinKubelet), "--config", filepath.Join(d.node, "kubelet.yaml"),
-		"--kubeconfig", n.kwokKubeconfig(st.WorkDir), "--root-dir", d.kubelet,
+		"--kubeconfig", n.kwokKubeconfig(st.WorkDir), "--root-dir", MachineKubeletRoot,
 		"--hostname-override", n.Name, "--node-ip", n.NodeIP}
 }
 
 // stopRealNode is the rest of real node n's power cut, once its registered
 // processes got SIGKILL: everything in its cgroup (containerd's shims and the
 // containers) is killed, and what the machine's power would take with it
-// goes too: its mounts (the kubelet's, the containers' root file systems,
-// the pods' network namespaces, which go with containerd's mount namespace)
-// and its cgroups.
+// goes too: its mounts (those under its /var/lib: the kubelet's, a CSI node
+// plugin's; the containers' root file systems and the pods' network
+// namespaces go with containerd's mount namespace) and its cgroups. Its
+// /var/lib is a disk: its files stay for the next boot.
 func stopRealNode(st *state, n *nodeState) error {
 	if err := killCgroup(n.Cgroup, 10*time.Second); err != nil {
 		return fmt.Errorf("power cut of %s: %w", n.Name, err)
 	}
 	d := dirsOf(st, n)
 	var errs []error
-	for _, dir := range []string{d.run, d.kubelet, d.ctrd.Dir} {
+	for _, dir := range []string{d.run, d.varLib, d.ctrd.Dir} {
 		errs = append(errs, cleanupMounts(dir), unmount(dir))
 	}
 	errs = append(errs, removeCgroup(n.Cgroup))

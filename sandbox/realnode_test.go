@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,7 +100,7 @@ func TestKubeletArgs_KernelTunablesHidden(t *testing.T) {
 		t.Errorf("wrapper:\n%s", script)
 	}
 	for _, w := range []string{"/b/kubelet --config /w/nodes/node-1/kubelet.yaml",
-		"--root-dir /w/nodes/node-1/kubelet-root", "--hostname-override node-1 --node-ip 10.213.0.2"} {
+		"--root-dir /var/lib/kubelet", "--hostname-override node-1 --node-ip 10.213.0.2"} {
 		if !strings.Contains(line, w) {
 			t.Errorf("kubelet command lacks %q: %s", w, line)
 		}
@@ -110,6 +111,18 @@ func TestRealNodeConfigs_OwnDirectories(t *testing.T) {
 	st := &state{WorkDir: "/w", Name: "s", PauseImage: "localhost/pause:1", PodSubnet: "10.214.0.0/16", LeaseSeconds: 10}
 	n := &nodeState{Name: "node-1", NetNS: "vigil-s-node-1", Cgroup: "vigil-s-node-1", PodCIDR: "10.214.0.0/24"}
 	d := dirsOf(st, n)
+	// Both the kubelet and containerd see the node's own /var/lib, a peer of
+	// the host's; every other mount is a slave of the host's.
+	nodeNS := `case "$m" in "/w/nodes/node-1/var-lib"|"/w/nodes/node-1/var-lib"/*) ;; *) mount --make-slave "$m" ;; esac
+done
+mount --rbind /w/nodes/node-1/var-lib /var/lib
+`
+	if !strings.Contains(kubeletWrapper(d), nodeNS) {
+		t.Errorf("kubelet wrapper lacks the node's mount namespace:\n%s", kubeletWrapper(d))
+	}
+	if d.kubelet != "/w/nodes/node-1/var-lib/kubelet" {
+		t.Errorf("kubelet root on the host %s, want it under the node's /var/lib", d.kubelet)
+	}
 	for name, c := range map[string]struct {
 		body string
 		want []string
@@ -123,7 +136,7 @@ func TestRealNodeConfigs_OwnDirectories(t *testing.T) {
 		"kubelet": {kubeletConfig(st, n, d, "/ca.crt"), []string{"cgroupRoot: /vigil-s-node-1\ncgroupsPerQOS: true\n", "failCgroupV1: false",
 			"containerRuntimeEndpoint: unix:///w/nodes/node-1/containerd/containerd.sock", "nodeLeaseDurationSeconds: 10",
 			"imageGCHighThresholdPercent: 100", `clientCAFile: "/ca.crt"`, "nodefs.available: 1%\n"}},
-		"containerd-wrapper": {containerdWrapper(d), []string{"set -e\n",
+		"containerd-wrapper": {containerdWrapper(d), []string{"set -e\n", nodeNS,
 			"mount --bind /w/nodes/node-1/run/host-run-containerd /run/containerd\n",
 			"mount --bind /w/nodes/node-1/run/host-var-lib-cni /var/lib/cni\n", `exec "$@"`}},
 		"kube-proxy": {kubeProxyConfig(st, n, d), []string{"mode: nftables", `hostnameOverride: "node-1"`,
@@ -189,5 +202,25 @@ func TestCgroup_KillsDaemonizedDescendants(t *testing.T) {
 	}
 	if cgroupExists(rel) {
 		t.Errorf("cgroup %s still exists after removeCgroup", rel)
+	}
+}
+
+// A real node has only /var/lib to itself: MachineDir maps a path there to
+// the host's and refuses any other.
+func TestMachineDir(t *testing.T) {
+	s := &Sandbox{workDir: "/w"}
+	for in, want := range map[string]string{
+		"/var/lib/kubelet":             "/w/nodes/node-2/var-lib/kubelet",
+		"/var/lib/vigil/datapath/../x": "/w/nodes/node-2/var-lib/vigil/x",
+		"/var/lib":                     "/w/nodes/node-2/var-lib",
+	} {
+		if got, err := s.MachineDir("node-2", in); err != nil || got != want {
+			t.Errorf("MachineDir(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"/var/libx", "/etc", "var/lib/kubelet", "/var/lib/../run"} {
+		if got, err := s.MachineDir("node-2", in); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), "/var/lib") {
+			t.Errorf("MachineDir(%s) = %q, %v; want ErrInvalidConfig naming /var/lib", in, got, err)
+		}
 	}
 }
