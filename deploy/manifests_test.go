@@ -22,7 +22,7 @@ import (
 )
 
 // kustomizations are every directory `kubectl apply -k` is meant for.
-var kustomizations = []string{".", "base", "overlays/dev"}
+var kustomizations = []string{".", "base", "overlays/dev", "overlays/sandbox"}
 
 func build(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
@@ -36,7 +36,7 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 // clusterScoped are the kinds of the manifests that live outside a namespace.
 var clusterScoped = map[string]bool{
 	"Namespace": true, "CustomResourceDefinition": true, "PriorityClass": true, "CSIDriver": true,
-	"StorageClass": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"StorageClass": true, "PersistentVolume": true, "ClusterRole": true, "ClusterRoleBinding": true,
 	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -73,6 +74,11 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
 			&cli.StringFlag{Name: "datapath-auth", Value: string(sandbox.StackAuthTokenReview),
 				Usage: "how --stack's callers prove who they are to the datapath: tokenreview (ServiceAccount tokens, the engines' bound to their Node) or static (a tokens file)"},
+			&cli.BoolFlag{Name: "install", Usage: "with --kubelet real: install Vigil from deploy/ (kubectl apply -k deploy/overlays/sandbox, through the API) " +
+				"with the images of `make image`, which every node imports (default --node-image: every tarball of the images directory beside this binary), " +
+				"and wait until every component is Ready, saying what each waits on"},
+			&cli.StringFlag{Name: "install-dir", Usage: "with --install: a kustomization directory to apply instead of deploy/overlays/sandbox (built into this binary)"},
+			&cli.DurationFlag{Name: "install-timeout", Value: sandbox.DefaultInstallTimeout, Usage: "with --install: how long to wait for every component"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -85,6 +91,9 @@ func upCommand() *cli.Command {
 				return fmt.Errorf("--datapath-auth is for --stack's datapath; give --stack too")
 			}
 			if err := checkKubeletFlags(c); err != nil {
+				return err
+			}
+			if err := checkInstallFlags(c); err != nil {
 				return err
 			}
 			if c.Bool("stack") && c.String("kubelet") == sandbox.KubeletReal {
@@ -124,6 +133,11 @@ func upCommand() *cli.Command {
 				}
 			}
 			fmt.Printf("sandbox up in %.1fs\n", time.Since(t0).Seconds())
+			if c.Bool("install") {
+				if err := install(c, s, t0); err != nil {
+					return err
+				}
+			}
 			return printStatus(c.Context, s)
 		},
 	}
@@ -149,7 +163,8 @@ func checkKubeletFlags(c *cli.Context) error {
 
 // realNodeImages is what --kubelet real imports into its nodes: --node-image
 // and --pause-image, or by default the pause and tools images of `make image`
-// (bin/images beside this binary) and the pause image's reference.
+// (bin/images beside this binary; with --install every image there, and the
+// vigil image must be among them) and the pause image's reference.
 func realNodeImages(c *cli.Context) ([]string, string, error) {
 	files, pause := c.StringSlice("node-image"), c.String("pause-image")
 	if c.String("kubelet") != sandbox.KubeletReal {
@@ -161,7 +176,17 @@ func realNodeImages(c *cli.Context) ([]string, string, error) {
 			return nil, "", err
 		}
 		dir := filepath.Join(filepath.Dir(exe), "images")
-		for _, name := range []string{images.Pause, images.Tools} {
+		required := []string{images.Pause, images.Tools}
+		if c.Bool("install") {
+			required = append(required, images.Vigil)
+			all, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+			for _, f := range all {
+				if n := strings.TrimSuffix(filepath.Base(f), ".tar"); !slices.Contains(required, n) {
+					files = append(files, f)
+				}
+			}
+		}
+		for _, name := range required {
 			f := filepath.Join(dir, name+".tar")
 			if _, err := os.Stat(f); err != nil {
 				return nil, "", fmt.Errorf("%w: --kubelet real imports the %s image, and %s is not there: run `make image`, or give --node-image",
@@ -367,4 +392,48 @@ func managerCommand(binDir string, s *sandbox.Sandbox, stk *sandbox.Stack) strin
 	return strings.Join([]string{filepath.Join(binDir, "vigil-manager"), "run",
 		"--kubeconfig", s.Kubeconfig(), "--datapath", stk.DatapathAddr,
 		"--datapath-token-file", stk.TokenFile, "--datapath-ca-file", stk.CAFile}, " ")
+}
+
+// checkInstallFlags refuses --install without real nodes, with --stack (two
+// Vigils on one cluster) or with racks, and its own flags without it,
+// before anything is created.
+func checkInstallFlags(c *cli.Context) error {
+	if !c.Bool("install") {
+		for _, f := range []string{"install-dir", "install-timeout"} {
+			if c.IsSet(f) {
+				return fmt.Errorf("--%s is for --install: give --install too", f)
+			}
+		}
+		return nil
+	}
+	switch {
+	case c.String("kubelet") != sandbox.KubeletReal:
+		return fmt.Errorf("%w: --install runs deploy/'s pods in containers, and kwok nodes run none: give --kubelet %s",
+			sandbox.ErrInvalidConfig, sandbox.KubeletReal)
+	case c.Bool("stack"):
+		return fmt.Errorf("%w: --install and --stack both run Vigil: choose one (--install: deploy/ in containers; --stack: host processes on kwok nodes)",
+			sandbox.ErrInvalidConfig)
+	case c.Duration("install-timeout") <= 0:
+		return fmt.Errorf("%w: --install-timeout %s: want a positive duration, e.g. 5m", sandbox.ErrInvalidConfig, c.Duration("install-timeout"))
+	}
+	if d := c.String("install-dir"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "kustomization.yaml")); err != nil {
+			return fmt.Errorf("%w: --install-dir %s: want a kustomization directory (one holding kustomization.yaml): %v", sandbox.ErrInvalidConfig, d, err)
+		}
+	}
+	return nil
+}
+
+// install applies deploy/ to the new sandbox (--install) and prints each
+// component's time; on failure the sandbox stays up for its logs.
+func install(c *cli.Context, s *sandbox.Sandbox, t0 time.Time) error {
+	res, err := s.Install(c.Context, sandbox.InstallConfig{Dir: c.String("install-dir"), Timeout: c.Duration("install-timeout"),
+		Progressf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }})
+	if err != nil {
+		return fmt.Errorf("%w\n(the sandbox is up: `vigil-sandbox status`, logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
+	}
+	fmt.Printf("vigil installed: %d objects, every component ready in %.1fs (%.1fs after up was called)\n",
+		res.Objects, res.Took.Seconds(), time.Since(t0).Seconds())
+	fmt.Printf("  export KUBECONFIG=%s; kubectl -n vigil-system get pods -o wide\n", s.Kubeconfig())
+	return nil
 }

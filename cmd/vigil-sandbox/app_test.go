@@ -269,3 +269,27 @@ func TestApp_ImagesBuild_BadInput(t *testing.T) {
 		}
 	}
 }
+
+// --install is refused, before anything is created, without real nodes,
+// with --stack, with a bad timeout or a directory that is no
+// kustomization; its own flags without it.
+func TestApp_Up_BadInstall(t *testing.T) {
+	dir := t.TempDir()
+	for args, mention := range map[string]string{
+		"--install":                                             "--install runs deploy/'s pods in containers, and kwok nodes run none: give --kubelet real",
+		"--install --kubelet kwok":                              "give --kubelet real",
+		"--install-dir deploy":                                  "--install-dir is for --install: give --install too",
+		"--install-timeout 1m":                                  "--install-timeout is for --install: give --install too",
+		"--install --kubelet real --stack":                      "--install and --stack both run Vigil",
+		"--install --kubelet real --install-timeout 0s":         "--install-timeout 0s: want a positive duration",
+		"--install --kubelet real --install-dir " + t.TempDir(): "want a kustomization directory (one holding kustomization.yaml)",
+	} {
+		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("up %s = %v, want an error mentioning %q", args, err, mention)
+		}
+	}
+	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("a refused up left a sandbox behind: %v", err)
+	}
+}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/images"
+	"github.com/vigil-storage/vigil/sandbox/ledger"
+)
+
+// installedLoop is the closed loop against the installed manifests, nothing
+// but Vigil's pods acting: a StatefulSet whose writer container (the writer
+// image) appends fsync'd records to its Vigil volume and acknowledges each
+// in a ledger on the host; a power cut of its node (not the datapath's,
+// not the CSI controller's); the replacement Running on another node, its
+// writer writing there, every record the old pod acknowledged on the volume;
+// the old node fenced at the datapath (its row revoked at a newer epoch) and
+// a write as that node at its old epoch refused.
+func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *client.Client) {
+	c := s.Client()
+	victim := pickVictim(t, ctx, c)
+	ledgerDir := filepath.Join(os.TempDir(), "vigil-e2e-inst-ledger")
+	must(t, os.RemoveAll(ledgerDir))
+	must(t, os.MkdirAll(ledgerDir, 0o777))
+	must(t, os.Chmod(ledgerDir, 0o777)) // the writer runs as 65532
+	t.Cleanup(func() { _ = os.RemoveAll(ledgerDir) })
+	ss, err := c.AppsV1().StatefulSets("default").Create(ctx, writerStatefulSet(t, victim, ledgerDir), metav1.CreateOptions{})
+	must(t, err)
+	sel := "app=" + ss.Name
+
+	podA := waitWriter(t, ctx, s, sel, "", victim, ledgerDir, 20, 3*time.Minute)
+	if podA.Spec.NodeName != victim {
+		t.Fatalf("the writer runs on %s, want %s (its preferred node)", podA.Spec.NodeName, victim)
+	}
+	pvc, err := c.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-"+podA.Name, metav1.GetOptions{})
+	must(t, err)
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	must(t, err)
+	handle := pv.Spec.CSI.VolumeHandle
+	epochA := grantsOf(t, ctx, dp, handle)[victim].Epoch
+	t.Logf("writer %s (uid %s) on %s writes to %s (volume %s, epoch %d)", podA.Name, podA.UID, victim, pv.Name, handle, epochA)
+
+	cut := time.Now()
+	must(t, s.Stop(victim))
+	tl := newTimeline(cut)
+	tl.mark("power cut of "+victim+" (kubelet, containerd, every container)", time.Now())
+	podB := waitWriter(t, ctx, s, sel, string(podA.UID), victim, ledgerDir, 5, 3*time.Minute)
+	tl.mark(fmt.Sprintf("replacement %s Running on %s and its writer acknowledging records", podB.UID, podB.Spec.NodeName), time.Now())
+
+	acks, err := ledger.ReadLedger(filepath.Join(ledgerDir, string(podA.UID)+".log"))
+	must(t, err)
+	records := filepath.Join(s.KubeletRoot(podB.Spec.NodeName), "pods", string(podB.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount",
+		ledger.RecordsFile(string(podA.UID)))
+	found, err := ledger.ReadRecords(records)
+	must(t, err)
+	res := ledger.Verify(ledger.Pod{UID: string(podA.UID), Node: victim, Acks: acks, Found: found})
+	if !res.OK() || res.Acked == 0 {
+		t.Errorf("the old pod's records on %s: %s", podB.Spec.NodeName, res)
+	} else {
+		t.Logf("on %s: %s", podB.Spec.NodeName, res)
+	}
+
+	g := grantsOf(t, ctx, dp, handle)
+	if a := g[victim]; a.Live() || a.Epoch <= epochA {
+		t.Errorf("datapath: %s's row %+v, want fenced or released at an epoch above %d", victim, a, epochA)
+	}
+	if b := g[podB.Spec.NodeName]; !b.Live() || b.Epoch <= g[victim].Epoch {
+		t.Errorf("datapath: %s's row %+v, want a live grant above the fence %d", podB.Spec.NodeName, b, g[victim].Epoch)
+	}
+	zombieRefused(t, ctx, s, dp, handle, victim, epochA)
+	t.Log(tl.table(fmt.Sprintf("Power cut of %s → the installed Vigil recovers its StatefulSet on %s", victim, podB.Spec.NodeName)))
+	t.Logf("figures: power cut → replacement writing on %s %.1fs; epochs %s %d → fence %d → %s %d",
+		podB.Spec.NodeName, time.Since(cut).Seconds(), victim, epochA, g[victim].Epoch, podB.Spec.NodeName, g[podB.Spec.NodeName].Epoch)
+}
+
+// pickVictim is a node whose power cut the loop recovers from: not node-1,
+// which holds the datapath's disk, nor the CSI controller's node (its
+// sidecars attach the replacement's volume); of those, one without the
+// acting manager if there is one.
+func pickVictim(t *testing.T, ctx context.Context, c kubernetes.Interface) string {
+	t.Helper()
+	pods, err := c.CoreV1().Pods(vigil.Namespace).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	lease, err := c.CoordinationV1().Leases(vigil.Namespace).Get(ctx, "vigil-manager", metav1.GetOptions{})
+	must(t, err)
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	avoid, leader := map[string]string{"node-1": "the datapath's disk"}, ""
+	for _, p := range pods.Items {
+		switch comp := p.Labels["app.kubernetes.io/component"]; {
+		case comp == "csi-controller":
+			avoid[p.Spec.NodeName] = "the CSI controller"
+		case comp == "manager" && strings.HasPrefix(holder, p.Name+"_"):
+			leader = p.Spec.NodeName
+		}
+	}
+	var fallback string
+	for _, n := range []string{"node-2", "node-3"} {
+		if _, ok := avoid[n]; ok {
+			continue
+		}
+		if n != leader {
+			t.Logf("power cut victim %s (avoided: %v; acting manager on %s)", n, avoid, leader)
+			return n
+		}
+		fallback = n
+	}
+	if fallback == "" {
+		t.Fatalf("no node to cut: avoided %v", avoid)
+	}
+	t.Logf("power cut victim %s, which runs the acting manager (avoided: %v): the other takes over first", fallback, avoid)
+	return fallback
+}
+
+// grantsOf is the datapath's attachment rows of volume handle, by node.
+func grantsOf(t *testing.T, ctx context.Context, dp *client.Client, handle string) map[string]datapath.Attachment {
+	t.Helper()
+	atts, err := dp.Attachments(ctx, handle)
+	must(t, err)
+	out := map[string]datapath.Attachment{}
+	for _, a := range atts {
+		out[a.Node] = a
+	}
+	return out
+}
+
+// zombieRefused writes to the volume as the fenced node, with a datapath
+// token of the engine's ServiceAccount bound to that Node (what its engine
+// would present after the node came back) at its old epoch: the datapath
+// must refuse it as fenced.
+func zombieRefused(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *client.Client, handle, node string, epoch uint64) {
+	t.Helper()
+	n, err := s.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	must(t, err)
+	token, err := s.MintDatapathToken(ctx, vigil.EngineServiceAccount, &authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: n.UID})
+	must(t, err)
+	vol, err := dp.GetVolume(ctx, handle)
+	must(t, err)
+	zc := installedClient(t, ctx, s, token)
+	err = zc.WriteAt(ctx, handle, node, epoch, vol.Size-4096, make([]byte, 4096))
+	if !errors.Is(err, datapath.ErrFenced) {
+		t.Errorf("a write as %s at its old epoch %d: %v, want %v", node, epoch, err, datapath.ErrFenced)
+	} else {
+		t.Logf("zombie: a write as %s at epoch %d refused: %v", node, epoch, err)
+	}
+}
+
+// waitWriter waits for a pod of sel whose UID is not notUID (and, with
+// notUID set, not on notNode) to run and its writer to have acknowledged at
+// least n records in its ledger.
+func waitWriter(t *testing.T, ctx context.Context, s *sandbox.Sandbox, sel, notUID, notNode, ledgerDir string, n int, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	c := s.Client()
+	var pod corev1.Pod
+	must(t, sandbox.Poll(ctx, timeout, fmt.Sprintf("a writer pod %s (not %q) Running with %d records acknowledged", sel, notUID, n),
+		func(ctx context.Context) (bool, string, error) {
+			list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			var seen []string
+			for _, p := range list.Items {
+				seen = append(seen, fmt.Sprintf("%s uid %s on %s %s", p.Name, p.UID, p.Spec.NodeName, p.Status.Phase))
+				if string(p.UID) == notUID || p.Status.Phase != corev1.PodRunning || (notUID != "" && p.Spec.NodeName == notNode) {
+					continue
+				}
+				acks, _ := ledger.ReadLedger(filepath.Join(ledgerDir, string(p.UID)+".log"))
+				if len(acks) >= n {
+					pod = p
+					return true, "", nil
+				}
+				seen = append(seen, fmt.Sprintf("%d acknowledged", len(acks)))
+			}
+			return false, strings.Join(seen, "; "), nil
+		}, func(ctx context.Context) string {
+			return sandbox.DescribePods(ctx, c, "default", sel) + sandbox.DescribePVCs(ctx, c, "default") +
+				sandbox.DescribePods(ctx, c, vigil.Namespace, "")
+		}))
+	return pod
+}
+
+// writerStatefulSet is one writer pod (the writer image, as 65532 with
+// fsGroup 65532) with a 64 MiB Vigil volume, preferring node; its ledger is
+// a hostPath directory of the host (LEDGER/POD-UID.log).
+func writerStatefulSet(t *testing.T, node, ledgerDir string) *appsv1.StatefulSet {
+	t.Helper()
+	ref, err := images.Ref(images.Writer, "dev", nil)
+	must(t, err)
+	labels := map[string]string{"app": "writer"}
+	one, grace, fsGroup := int32(1), int64(5), int64(65532)
+	sc := "vigil"
+	env := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "writer"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &one, ServiceName: "writer",
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &grace,
+					SecurityContext:               &corev1.PodSecurityContext{FSGroup: &fsGroup},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+							Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+								Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}},
+					Containers: []corev1.Container{{
+						Name: "writer", Image: ref, ImagePullPolicy: corev1.PullNever,
+						Args: []string{"--dir", "/data", "--pod-uid", "$(POD_UID)", "--node", "$(NODE_NAME)",
+							"--ledger", "/ledger/$(POD_UID).log", "--interval", "50ms"},
+						Env:          []corev1.EnvVar{env("POD_UID", "metadata.uid"), env("NODE_NAME", "spec.nodeName")},
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "ledger", MountPath: "/ledger"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "ledger", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: ledgerDir}}}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: &sc,
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}},
+				},
+			}},
+		},
+	}
+}
