@@ -35,26 +35,37 @@
 //   - directories: under its node directory, containerd's root (kept across
 //     boots, like a disk), a run directory emptied at each boot like a tmpfs
 //     (containerd's state and socket, runc's state, the pods' network
-//     namespaces, the CNI address leases), the kubelet's root directory,
-//     its pods' logs and its volume plugins;
+//     namespaces, the CNI address leases), a /var/lib of its own (kept, like
+//     a disk) holding the kubelet's root directory, its pods' logs and its
+//     volume plugins;
 //   - a cgroup, vigil-SANDBOX-node-N in every hierarchy (cgroup.go): the
 //     sandbox starts every process of the node in it, containerd's shims
 //     inherit it, and the kubelet's cgroup root is it, so each pod's and
 //     container's cgroup is under it (.../kubepods/...);
-//   - a mount namespace for the kubelet: in it each machine-wide sysctl the
-//     kubelet sets at its start (vm.overcommit_memory, kernel.panic,
+//   - its own /var/lib: the kubelet and containerd each run in a mount
+//     namespace of their own in which the node's /var/lib directory is
+//     /var/lib, so the kubelet's root directory is /var/lib/kubelet on every
+//     node (MachineKubeletRoot; KubeletRoot is the host's path of it) and a
+//     pod's hostPath under /var/lib (a CSI node plugin's state, its socket,
+//     the plugin registration directory; MachineDir maps them) is its
+//     node's. Every other mount of those namespaces is a slave of the
+//     host's; the node's /var/lib and the kubelet's root in it are shared
+//     mounts the host's namespace peers with, so what any of them mounts
+//     there is seen by all: the pods' tokens the kubelet mounts, and the
+//     staging and publishing of a CSI node plugin, whether a host process
+//     or a container with Bidirectional propagation (which containerd
+//     allows only on a shared mount: deploy/'s engine DaemonSet);
+//   - in the kubelet's mount namespace each machine-wide sysctl the kubelet
+//     sets at its start (vm.overcommit_memory, kernel.panic,
 //     kernel.panic_on_oops, ...) shows the value it wants, so it changes
-//     none of this machine's; its root directory is a shared mount the
-//     host's namespace peers with, so what it mounts there (the pods'
-//     tokens) containerd sees and what the host mounts (a CSI node
-//     plugin's) it sees;
-//   - a mount namespace for containerd, a slave of the host's: it sees
-//     those mounts, while its own (the containers' root file systems, the
-//     pods' network namespaces) stay in it and go with its last process;
-//     in it /run/containerd (the shims' sockets) and /var/lib/cni (libcni's
-//     cache), which containerd 1.6 and the CNI plugins use whatever their
-//     configuration says, are directories of the node's run directory.
-//     Nothing of a node is written under /var or /run of the host;
+//     none of this machine's;
+//   - in containerd's, its own mounts (the containers' root file systems,
+//     the pods' network namespaces) stay in it and go with its last
+//     process; /run/containerd (the shims' sockets) and /var/lib/cni
+//     (libcni's cache), which containerd 1.6 and the CNI plugins use
+//     whatever their configuration says, are directories of the node's run
+//     directory. Nothing of a node is written under /var or /run of the
+//     host;
 //   - networking: a default route through the host end of its link; the
 //     pod network, a /24 of Config.PodSubnet per node on a bridge in the
 //     node's namespace, routed by the host to the node, with forwarding on
@@ -66,8 +77,9 @@
 // A power cut SIGKILLs the node's registered processes and everything in its
 // cgroup (containerd, its shims, every container, the kubelet, kube-proxy) in
 // one pass, again until the cgroup is empty, then takes what the machine's
-// power would take with it: its mounts (the kubelet's; containerd's went
-// with its namespace) and its cgroups. A boot starts
+// power would take with it: its mounts (those under its /var/lib: the
+// kubelet's, a CSI node plugin's; containerd's went with its namespace) and
+// its cgroups. A boot starts
 // it all again; the kubelet finds its pods' containers gone. Partitions cut
 // the pods' packets too (the forward hook). Down leaves no process, mount,
 // namespace or cgroup (Leftovers lists them). NodePIDs lists a real node's processes and
