@@ -203,16 +203,22 @@ func podsWaitingOn(ctx context.Context, cl kubernetes.Interface, ns string, sel 
 }
 
 // lastWarning is the reason and message of the last Warning Event about
-// pod name, "" for none.
+// pod name, "" for none. The kubelet's MissingClusterDNS is left out: a
+// sandbox has no cluster DNS (deploy/overlays/sandbox resolves the one name
+// its pods dial through /etc/hosts), and every pod gets it, ready or not.
 func lastWarning(ctx context.Context, cl kubernetes.Interface, ns, name string) string {
 	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": name, "type": corev1.EventTypeWarning}
 	evs, err := cl.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
-	if err != nil || len(evs.Items) == 0 {
+	if err != nil {
 		return ""
 	}
 	sort.Slice(evs.Items, func(i, j int) bool { return eventTime(&evs.Items[i]).Before(eventTime(&evs.Items[j])) })
-	e := evs.Items[len(evs.Items)-1]
-	return e.Reason + ": " + oneLine(e.Message)
+	for i := len(evs.Items) - 1; i >= 0; i-- {
+		if e := evs.Items[i]; e.Reason != "MissingClusterDNS" {
+			return e.Reason + ": " + oneLine(e.Message)
+		}
+	}
+	return ""
 }
 
 // componentsOf lists the workloads of objs.
