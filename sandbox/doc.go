@@ -85,6 +85,21 @@
 // namespace or cgroup (Leftovers lists them). NodePIDs lists a real node's processes and
 // ProcessIDs the whole sandbox's.
 //
+// # Installing deploy/ on real nodes
+//
+// Install (`vigil-sandbox up --kubelet real --install`) is `kubectl apply -k`
+// of deploy/overlays/sandbox (InstallOverlay, rendered from the copy of
+// deploy/ built into the program, RenderDeploy) or of another kustomization:
+// it refuses an image a node has not imported (the sandbox never pulls),
+// creates the directory of each local PersistentVolume on its node's
+// /var/lib (MachineDir), applies the namespaces and CRDs, then the rest, with
+// server-side apply, and waits until every Deployment, StatefulSet and
+// DaemonSet is Ready and every Job Complete, reporting each change of what a
+// component waits on (a pod not scheduled and why, a container's waiting
+// reason, the pod's last Warning). A component not ready in time fails it
+// with an InstallError: the component, its pods' conditions and Events, its
+// own Events. TestInstall_RealNodes runs it and the closed loop against it.
+//
 // # Nodes and the network
 //
 // Every node has a network namespace of its own (vigil-SANDBOX-node-N) joined to
