@@ -109,14 +109,8 @@ func (s *Store) ctlChange(volumeID, node string, change func(context.Context) (u
 		return 0, err
 	}
 	if _, err := s.GetVolume(volumeID); err != nil {
-		if err := s.ctl.CheckLeader(); err != nil {
-			return 0, err // the leader may know the volume
-		}
-		if cv, _, ok := s.ctl.AppliedVolume(volumeID); ok && cv.Server != s.ctl.Self() {
-			// Its change must be applied by that server before it returns
-			// (control.go); forwarding is not built yet.
-			return 0, fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s); change its attachments through that server",
-				ErrNotFound, volumeID, cv.Server, s.ctl.Self())
+		if herr := s.ctlCheckHere(volumeID); herr != nil {
+			return 0, herr
 		}
 		return 0, err
 	}

@@ -38,7 +38,12 @@ import (
 // zombie write reaching the data server after the fence returned, but
 // before that server applied it, would pass the old table and be accepted
 // (TestStoreControl_FenceReturnsOnlyOnceApplied breaks it that way and
-// fails).
+// fails). So a server changes only the volumes it holds: a change of a
+// volume another server holds, or the fence of a node with a live grant on
+// one, is refused with ErrHeldElsewhere before anything is proposed
+// (ctlCheckHere, ctlCheckHeldHere;
+// TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt), until
+// a leader can wait for the data server's apply.
 
 // ControlVolume is a volume as the control state holds it.
 type ControlVolume struct {
@@ -380,4 +385,43 @@ func (s *Store) Servers() (ServersReport, error) {
 		r.Servers = s.ctl.GroupStatus()
 	}
 	return r, nil
+}
+
+// ctlCheckHere refuses a change of a volume the group places on another
+// server: that server must apply it before the change returns (see above),
+// and forwarding it there is not built yet. A volume the group does not
+// know is not refused here.
+func (s *Store) ctlCheckHere(id string) error {
+	if err := s.ctl.CheckLeader(); err != nil {
+		return err // the leader may know the volume
+	}
+	if cv, _, ok := s.ctl.AppliedVolume(id); ok && cv.Server != s.ctl.Self() {
+		return fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s), and that server must apply the change before it returns; "+
+			"nothing was changed (making it wait for that server is not built yet)", ErrHeldElsewhere, id, cv.Server, s.ctl.Self())
+	}
+	return nil
+}
+
+// ctlCheckHeldHere refuses FenceNode when the node holds a live grant on a
+// volume another server holds: that server would not have applied the fence
+// when FenceNode returned. Nothing is fenced then; the caller learns which
+// servers hold the node's other volumes.
+func (s *Store) ctlCheckHeldHere(node string) error {
+	var elsewhere []string
+	for _, cv := range s.ctl.AppliedVolumes() {
+		if cv.Server == s.ctl.Self() {
+			continue
+		}
+		_, rows, _ := s.ctl.AppliedVolume(cv.ID)
+		for _, a := range rows {
+			if a.Node == node && a.State == StateGranted {
+				elsewhere = append(elsewhere, cv.ID+" on "+cv.Server)
+			}
+		}
+	}
+	if len(elsewhere) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: fence node %s: it holds live grants on volumes whose data other servers hold (%s), which would not have applied the fence "+
+		"when it returned; nothing was fenced (making it wait for those servers is not built yet)", ErrHeldElsewhere, node, strings.Join(elsewhere[:min(len(elsewhere), 5)], ", "))
 }

@@ -64,6 +64,12 @@ var (
 	// Retrying is safe (a grant retried gets the same epoch; a fence retried
 	// moves the epoch once more).
 	ErrNotCommitted = errors.New("datapath: not committed by a majority of the control group")
+	// ErrHeldElsewhere: a change (a grant, fence, release, delete, or a
+	// node's fence on every volume) of a volume whose data another server
+	// of the control group holds: that server must apply it before it
+	// returns, and this one cannot make it wait for that yet. Nothing was
+	// changed; the message names the server.
+	ErrHeldElsewhere = errors.New("datapath: volume's data is held by another datapath server")
 )
 
 // NotLeaderError is ErrNotLeader naming the leader the server knows: its id

@@ -157,6 +157,9 @@ func (s *Store) FenceNode(node string) ([]FencedVolume, error) {
 		if err := s.checkOpen(); err != nil {
 			return nil, err
 		}
+		if err := s.ctlCheckHeldHere(node); err != nil {
+			return nil, err
+		}
 		ctx, cancel := s.ctlContext()
 		defer cancel()
 		return s.ctl.FenceNode(ctx, node) // one entry; each volume's write lock is taken as this server applies it

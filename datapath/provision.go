@@ -246,6 +246,9 @@ func (s *Store) newIDLocked() string {
 // a volume with a live grant is refused with ErrInUse.
 func (s *Store) DeleteVolume(id string) error {
 	v, done, err := s.beginDelete(id)
+	if err == nil && v == nil && s.ctl != nil {
+		err = s.ctlCheckHere(id)
+	}
 	if err != nil || v == nil {
 		return err
 	}

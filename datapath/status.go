@@ -36,6 +36,7 @@ var wireErrors = []struct {
 	{ErrVolumeFailed, codes.DataLoss, "VOLUME_FAILED"},
 	{ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 	{ErrNotCommitted, codes.Unavailable, "NOT_COMMITTED"},
+	{ErrHeldElsewhere, codes.FailedPrecondition, "HELD_ELSEWHERE"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

@@ -16,6 +16,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
 )
 
 const benchVolumeSize = 256 << 20
@@ -199,7 +200,9 @@ func BenchmarkFence_UnderWrites(b *testing.B) {
 		{"control=raft", func(b *testing.B) *datapathtest.Server {
 			return datapathtest.StartWith(b, datapathtest.Config{Control: true})
 		}},
-		{"control=raft3", func(b *testing.B) *datapathtest.Server { return datapathtest.StartGroup(b, 3)[0] }},
+		{"control=raft3", func(b *testing.B) *datapathtest.Server {
+			return datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)[0]
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) { benchFenceUnderWrites(b, tc.start(b)) })
 	}

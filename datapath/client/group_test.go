@@ -16,7 +16,10 @@ import (
 // follower is refused with ErrNotLeader (gRPC Unavailable, reason
 // NOT_LEADER) naming the leader's datapath address; a client given the
 // servers sends it to the leader by itself, also after the leader is
-// stopped and another elected, within its bounded retries.
+// stopped and another elected, within its bounded retries. The new leader
+// refuses (ErrHeldElsewhere) to fence, grant or delete on the stopped
+// server's volume, and to FenceNode a node with a live grant there: that
+// server could not apply the fence before it returned.
 func TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -51,6 +54,9 @@ func TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt(t *testing
 		t.Fatalf("fence through the client: %d, %v", e, err)
 	}
 
+	if _, err := c.Grant(ctx, v.ID, "n9"); err != nil {
+		t.Fatal(err)
+	}
 	srvs[0].Stop()
 	start := time.Now()
 	w, err := c.CreateVolume(ctx, "pvc-b", 1<<20, datapath.AccessRWO)
@@ -62,7 +68,21 @@ func TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt(t *testing
 	}
 	t.Logf("the first change after the leader stopped took %s", time.Since(start))
 	_, err = c.Fence(ctx, v.ID, "n2")
-	if !errors.Is(err, datapath.ErrNotFound) {
-		t.Fatalf("fence of a volume whose data server is gone: %v; want a refusal (its data server must apply the fence)", err)
+	if !errors.Is(err, datapath.ErrHeldElsewhere) {
+		t.Fatalf("fence of a volume whose data server is gone: %v; want ErrHeldElsewhere (its data server must apply the fence)", err)
+	}
+	if _, err := c.Grant(ctx, w.ID, "n1"); err == nil {
+		t.Fatal("grant of the RWO volume to a second node succeeded")
+	}
+	// The dead server holds n9's live grant: a new leader that fenced n9 and
+	// returned would claim a fence that server never applied.
+	if fs, err := c.FenceNode(ctx, "n9"); !errors.Is(err, datapath.ErrHeldElsewhere) {
+		t.Fatalf("FenceNode of n9, whose live grant is on the stopped server's volume: %v, %v; want ErrHeldElsewhere and nothing fenced", fs, err)
+	}
+	if _, err := c.FenceNode(ctx, "n2"); err != nil {
+		t.Fatalf("FenceNode of n2, whose live grants are all on the leader's volumes: %v", err)
+	}
+	if err := c.DeleteVolume(ctx, v.ID); !errors.Is(err, datapath.ErrHeldElsewhere) {
+		t.Fatalf("delete of a volume whose data server is gone: %v; want ErrHeldElsewhere, not success", err)
 	}
 }
