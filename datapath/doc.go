@@ -374,7 +374,9 @@
 // file (metric "ratio", with the process CPU per MiB of each path), in
 // plaintext and over TLS (",tls"), 4 KiB
 // random-write IOPS with and without a flush per write, Fence latency (p50,
-// p99) while four nodes write to the same volume, FenceNode of a rack (50
+// p99) while four nodes write to the same volume (control=bbolt: a Store
+// without a Control; control=raft: a one-member group, as serve runs it;
+// control=raft3: three servers in one group on loopback), FenceNode of a rack (50
 // nodes with 40 volumes each, one call per node at once: 2,000 durable
 // fences), the Nodes report of 500 nodes, and NodeGrants of one node among
 // 2,000 volumes. BenchmarkStore_FenceNode_50Nodes in this package reports how
