@@ -143,10 +143,15 @@ type bulkSession struct {
 	in       *drainReader
 	raw      syscall.RawConn // nil: no splicing on this connection
 	wmu      sync.Mutex
+	out      []byte // a response, under wmu
 	sem      chan struct{}
 	inflight sync.WaitGroup
 	stages   chan *stage
 	made     []*stage
+	// hdr and names receive each request's header and names: read by next
+	// only, one request at a time, so no request allocates them.
+	hdr   [wire.BulkRequestHeaderLen]byte
+	names [2 * wire.BulkMaxName]byte
 }
 
 // serveBulk runs one bulk connection whose magic was already read: the hello,
@@ -193,26 +198,24 @@ func (b *bulkSession) reply(id, gen uint64, err error) error {
 	if err != nil {
 		msg = err.Error()
 	}
-	out := wire.AppendBulkResponse(make([]byte, 0, wire.BulkResponseHeaderLen+len(msg)), id, bulkCode(err), gen, msg)
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	_, werr := b.c.Write(out)
+	b.out = wire.AppendBulkResponse(b.out[:0], id, bulkCode(err), gen, msg)
+	_, werr := b.c.Write(b.out)
 	return werr
 }
 
 // next reads one request and starts its write; false ends the connection.
 func (b *bulkSession) next() bool {
-	var hdr [wire.BulkRequestHeaderLen]byte
-	if _, err := io.ReadFull(b.in, hdr[:]); err != nil {
+	if _, err := io.ReadFull(b.in, b.hdr[:]); err != nil {
 		return false // end of connection (a truncated header is one too)
 	}
-	req, err := wire.DecodeBulkRequest(hdr[:])
+	req, err := wire.DecodeBulkRequest(b.hdr[:])
 	if err != nil {
 		_ = b.reply(req.ID, 0, fmt.Errorf("%w: %v; closing the bulk connection", ErrInvalidArgument, err))
 		return false
 	}
-	var names [2 * wire.BulkMaxName]byte
-	nm := names[:req.VolLen+req.NodeLen]
+	nm := b.names[:req.VolLen+req.NodeLen]
 	if _, err := io.ReadFull(b.in, nm); err != nil {
 		return false
 	}

@@ -45,7 +45,9 @@ type bulkConn struct {
 	token   string     // the token its hello carried
 	boot    string     // the server's boot id, from the hello's answer ("": none reported)
 	wmu     sync.Mutex
-	hdr     []byte
+	hdr     []byte      // a request's header (and, over TLS, its payload's first bytes)
+	vec     [2][]byte   // header and payload for one writev (plaintext) ...
+	bufs    net.Buffers // ... through bufs: fields, so no request allocates them
 	mu      sync.Mutex
 	pending map[uint64]chan bulkResult
 	nextID  uint64
@@ -245,19 +247,33 @@ func (b *bulkConn) do(ctx context.Context, r wire.BulkRequest, volumeID, node st
 	}
 }
 
+// tlsRecordData is the most data one TLS record carries (2^14 bytes, RFC
+// 8446 section 5.1).
+const tlsRecordData = 16 << 10
+
 // send writes the request header in b.hdr and the payload p (b.wmu is held):
 // in plaintext with one writev; over TLS gathered under the records'
 // batchConn, so header and payload leave in a few large socket writes.
+//
+// Over TLS the header and the payload's first bytes go in one record, so
+// every record of a request but its last is full and a request takes the
+// fewest records its size allows: a 4 KiB write is one record, not two (a
+// record costs the server a read and an open of its own, and 22 bytes on the
+// wire). Only those first bytes are copied.
 func (b *bulkConn) send(p []byte) error {
 	if b.batch == nil {
-		bufs := net.Buffers{b.hdr, p}
-		_, err := bufs.WriteTo(b.c)
+		b.vec = [2][]byte{b.hdr, p}
+		b.bufs = b.vec[:]
+		_, err := b.bufs.WriteTo(b.c)
+		b.vec, b.bufs = [2][]byte{}, nil
 		return err
 	}
+	n := min(len(p), max(tlsRecordData-len(b.hdr), 0))
+	b.hdr = append(b.hdr, p[:n]...)
 	b.batch.hold()
 	_, err := b.c.Write(b.hdr)
-	if err == nil && len(p) > 0 {
-		_, err = b.c.Write(p)
+	if err == nil && n < len(p) {
+		_, err = b.c.Write(p[n:])
 	}
 	if ferr := b.batch.flush(); err == nil {
 		err = ferr

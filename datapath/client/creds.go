@@ -87,13 +87,18 @@ func ReadCAFile(path string) (*x509.CertPool, error) {
 }
 
 // bulkTLS is the TLS configuration of a bulk connection: the client's, with
-// the bulk channel's ALPN name.
+// the bulk channel's ALPN name and full-size records from the first byte
+// (crypto/tls otherwise sends a connection's first 128 KiB in records of
+// about one TCP segment, for the latency of web pages; a bulk connection
+// carries writes of up to 4 MiB, and every record costs the server a read
+// and an open of its own).
 func bulkTLS(cfg *tls.Config) *tls.Config {
 	if cfg == nil {
 		return nil
 	}
 	c := cfg.Clone()
 	c.NextProtos = []string{wire.BulkALPN}
+	c.DynamicRecordSizingDisabled = true
 	return c
 }
 
