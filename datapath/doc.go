@@ -247,9 +247,14 @@
 // loopback without TLS unless --insecure. Over TLS the bulk channel reads
 // payloads into a pooled buffer (splice needs the plaintext socket), and the
 // client gathers a request's TLS records (16 KiB each, each a socket write of
-// its own in crypto/tls) into 64 KiB socket writes. What TLS still costs on
-// top of plaintext is AES-GCM on both ends, a copy out of crypto/tls's record
-// buffer, and a socket read instead of a splice.
+// its own in crypto/tls) into 64 KiB socket writes. A request's header shares
+// its first record with the payload and records are full-size from a
+// connection's first byte, so a request takes the fewest records its size
+// allows (TestBulkConn_Send_TLSRecordsFull counts them on the wire). What TLS
+// still costs on top of plaintext is AES-GCM on both ends (sealing and
+// opening together cost about as much CPU per MiB as all of plaintext's
+// work: BenchmarkTLS_RecordCrypto), a copy out of crypto/tls's record buffer,
+// and a socket read instead of a splice.
 //
 // FuzzServer_Request sends arbitrary requests to every method as arbitrary
 // callers (the controller, the engines of three nodes, a wrong token, none, a
@@ -372,8 +377,11 @@
 // Benchmarks live in datapath/client (go test -run '^$' -bench . ./datapath/client/):
 // sequential 1 MiB writes over loopback against the same writes into a local
 // file (metric "ratio", with the process CPU per MiB of each path), in
-// plaintext and over TLS (",tls"), 4 KiB
-// random-write IOPS with and without a flush per write, Fence latency (p50,
+// plaintext and over TLS (",tls"), with the server in the benchmark's process
+// or, given VIGIL_BENCH_SERVER_CPUS, in a process of its own pinned to those
+// processors; what AES-GCM alone costs per 16 KiB record; 4 KiB
+// random-write IOPS with and without a flush per write, over gRPC and over
+// TLS, Fence latency (p50,
 // p99) while four nodes write to the same volume (control=bbolt: a Store
 // without a Control; control=raft: a one-member group, as serve runs it;
 // control=raft3: three servers in one group on loopback), FenceNode of a rack (50

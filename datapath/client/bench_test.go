@@ -148,18 +148,22 @@ func processCPU() time.Duration {
 }
 
 // BenchmarkWrite_Random4KiB reports 4 KiB random-write IOPS through the client
-// over loopback, without flush and with a flush after every write, and
-// without flush over gRPC (WithBulk(false)), whose writes are ordered by the
-// same write sessions as the bulk channel's.
+// over loopback, without flush and with a flush after every write, without
+// flush over gRPC (WithBulk(false)), whose writes are ordered by the same
+// write sessions as the bulk channel's, and without flush over TLS.
 func BenchmarkWrite_Random4KiB(b *testing.B) {
 	for _, v := range []struct {
-		name        string
-		flush, grpc bool
-	}{{"noflush", false, false}, {"flush", true, false}, {"noflush,grpc", false, true}} {
+		name             string
+		flush, grpc, tls bool
+	}{{"noflush", false, false, false}, {"flush", true, false, false}, {"noflush,grpc", false, true, false}, {"noflush,tls", false, false, true}} {
 		flush := v.flush
 		b.Run(v.name, func(b *testing.B) {
-			srv := datapathtest.Start(b, datapath.Options{})
-			c := dial(b, srv, client.WithBulk(!v.grpc))
+			srv := datapathtest.StartWith(b, datapathtest.Config{TLS: v.tls})
+			opts := []client.Option{client.WithBulk(!v.grpc)}
+			if v.tls {
+				opts = append(opts, client.WithCAFile(srv.CAFile))
+			}
+			c := dial(b, srv, opts...)
 			id, e := benchVolume(b, c)
 			ctx := context.Background()
 			buf := make([]byte, 4096)
