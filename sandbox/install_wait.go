@@ -167,8 +167,8 @@ func podWaitingOn(p *corev1.Pod, lastWarning string) string {
 
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 200 {
-		s = s[:200] + "…"
+	if len(s) > 300 {
+		s = s[:300] + "…"
 	}
 	return s
 }

@@ -43,7 +43,7 @@ func TestInstall_RealNodes(t *testing.T) {
 	up := time.Since(t0)
 	res, err := s.Install(ctx, sandbox.InstallConfig{Timeout: 5 * time.Minute, Progressf: t.Logf})
 	if err != nil {
-		t.Fatalf("install: %v", err)
+		t.Fatal(err)
 	}
 	var parts []string
 	for _, c := range res.Components {
