@@ -54,7 +54,10 @@
 //     there is seen by all: the pods' tokens the kubelet mounts, and the
 //     staging and publishing of a CSI node plugin, whether a host process
 //     or a container with Bidirectional propagation (which containerd
-//     allows only on a shared mount: deploy/'s engine DaemonSet);
+//     allows only on a shared mount: deploy/'s engine DaemonSet). A
+//     registered process of the node gets the same view when its command
+//     starts with InNodeMounts (a CSI node plugin run as a host process
+//     must: the kubelet names paths under /var/lib/kubelet);
 //   - in the kubelet's mount namespace each machine-wide sysctl the kubelet
 //     sets at its start (vm.overcommit_memory, kernel.panic,
 //     kernel.panic_on_oops, ...) shows the value it wants, so it changes

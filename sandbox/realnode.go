@@ -330,6 +330,28 @@ func containerdArgs(d realDirs) []string {
 		d.ctrd.Args()...)
 }
 
+// nodeMountsScript is the script, in a real node's directory, that
+// InNodeMounts runs a process through.
+const nodeMountsScript = "node-mounts.sh"
+
+// InNodeMounts is the command prefix that runs a process of a real node
+// (AddProcess, RunOnNode; nodeDir may be "$VIGIL_NODE_DIR") with the node's
+// own view of the file system, as its kubelet and containerd have it
+// (nodeMountNamespace): the node's /var/lib at /var/lib, the rest the
+// host's. A CSI node plugin run as a host process needs it to find the
+// paths the kubelet gives it (under MachineKubeletRoot); what it mounts
+// under /var/lib reaches the kubelet and the host, what it mounts elsewhere
+// stays in its namespace.
+func InNodeMounts(nodeDir string) []string {
+	return []string{"unshare", "--mount", "--propagation", "unchanged", "--", "sh", filepath.Join(nodeDir, nodeMountsScript)}
+}
+
+// nodeMountsWrapper is the script of InNodeMounts: the node's mount
+// namespace, then the process (its arguments).
+func nodeMountsWrapper(d realDirs) string {
+	return "set -e\n" + nodeMountNamespace(d) + "exec \"$@\"\n"
+}
+
 // nodeMountNamespace is the start of both wrappers' scripts: it makes the
 // mount namespace the script runs in the node's own. Every mount becomes a
 // slave of the host's (what the host mounts is seen, what is mounted here

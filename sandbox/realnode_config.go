@@ -25,6 +25,7 @@ func writeRealNodeConfigs(st *state, n *nodeState, d realDirs) error {
 		filepath.Join(d.node, "kubelet.yaml"):                   kubeletConfig(st, n, d, filepath.Join(pki, "ca.crt")),
 		filepath.Join(d.node, "kube-proxy.yaml"):                kubeProxyConfig(st, n, d),
 		filepath.Join(d.node, "kubelet-wrapper.sh"):             kubeletWrapper(d),
+		filepath.Join(d.node, nodeMountsScript):                 nodeMountsWrapper(d),
 	}
 	for path, body := range files {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {

@@ -120,6 +120,9 @@ mount --rbind /w/nodes/node-1/var-lib /var/lib
 	if !strings.Contains(kubeletWrapper(d), nodeNS) {
 		t.Errorf("kubelet wrapper lacks the node's mount namespace:\n%s", kubeletWrapper(d))
 	}
+	if got := strings.Join(InNodeMounts("$VIGIL_NODE_DIR"), " "); got != "unshare --mount --propagation unchanged -- sh $VIGIL_NODE_DIR/node-mounts.sh" {
+		t.Errorf("InNodeMounts = %s", got)
+	}
 	if d.kubelet != "/w/nodes/node-1/var-lib/kubelet" {
 		t.Errorf("kubelet root on the host %s, want it under the node's /var/lib", d.kubelet)
 	}
@@ -136,6 +139,7 @@ mount --rbind /w/nodes/node-1/var-lib /var/lib
 		"kubelet": {kubeletConfig(st, n, d, "/ca.crt"), []string{"cgroupRoot: /vigil-s-node-1\ncgroupsPerQOS: true\n", "failCgroupV1: false",
 			"containerRuntimeEndpoint: unix:///w/nodes/node-1/containerd/containerd.sock", "nodeLeaseDurationSeconds: 10",
 			"imageGCHighThresholdPercent: 100", `clientCAFile: "/ca.crt"`, "nodefs.available: 1%\n"}},
+		"node-mounts": {nodeMountsWrapper(d), []string{"set -e\n", nodeNS, `exec "$@"`}},
 		"containerd-wrapper": {containerdWrapper(d), []string{"set -e\n", nodeNS,
 			"mount --bind /w/nodes/node-1/run/host-run-containerd /run/containerd\n",
 			"mount --bind /w/nodes/node-1/run/host-var-lib-cni /var/lib/cni\n", `exec "$@"`}},

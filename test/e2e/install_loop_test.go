@@ -88,6 +88,33 @@ func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *cl
 	t.Log(tl.table(fmt.Sprintf("Power cut of %s → the installed Vigil recovers its StatefulSet on %s", victim, podB.Spec.NodeName)))
 	t.Logf("figures: power cut → replacement writing on %s %.1fs; epochs %s %d → fence %d → %s %d",
 		podB.Spec.NodeName, time.Since(cut).Seconds(), victim, epochA, g[victim].Epoch, podB.Spec.NodeName, g[podB.Spec.NodeName].Epoch)
+	installedReturn(t, ctx, s, victim, string(podA.UID))
+}
+
+// installedReturn boots the fenced node again: its kubelet starts the
+// DaemonSets' pods, its engine (a container) cleans up what the reaped pod
+// left and removes vigil.io/fenced; nothing of that pod stays mounted.
+func installedReturn(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node, oldUID string) {
+	t.Helper()
+	c := s.Client()
+	boot := time.Now()
+	must(t, s.Start(node))
+	must(t, s.WaitNodeReady(ctx, 3*time.Minute, corev1.ConditionTrue, node))
+	ready := time.Since(boot)
+	must(t, sandbox.Poll(ctx, 3*time.Minute, node+" without "+vigil.FencedTaintKey, func(ctx context.Context) (bool, string, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return !fencedTaintOn(n), fmt.Sprintf("taints %v", n.Spec.Taints), nil
+	}, func(ctx context.Context) string {
+		return sandbox.DescribePods(ctx, c, vigil.Namespace, "app.kubernetes.io/component=engine-node") + sandbox.DescribeNodes(ctx, c, node)
+	}))
+	t.Logf("%s booted again: Ready %.1fs, its engine removed %s %.1fs after the start", node, ready.Seconds(), vigil.FencedTaintKey,
+		time.Since(boot).Seconds())
+	if left := mountsUnder(t, filepath.Join(s.KubeletRoot(node), "pods", oldUID)); len(left) > 0 {
+		t.Errorf("the reaped pod's mounts are still on %s: %v", node, left)
+	}
 }
 
 // pickVictim is a node whose power cut the loop recovers from: not node-1,
