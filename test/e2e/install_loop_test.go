@@ -32,7 +32,8 @@ import (
 // not the CSI controller's); the replacement Running on another node, its
 // writer writing there, every record the old pod acknowledged on the volume;
 // the old node fenced at the datapath (its row revoked at a newer epoch) and
-// a write as that node at its old epoch refused.
+// a write as that node at its old epoch refused; then the node booted again,
+// its engine cleaning up and removing the fenced taint (installedReturn).
 func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *client.Client) {
 	c := s.Client()
 	victim := pickVictim(t, ctx, c)

@@ -32,7 +32,7 @@ import (
 // identity's call. Then the closed loop runs against what was installed
 // (installedLoop): a StatefulSet's writer container, a power cut of its
 // node, the replacement Running elsewhere with every acknowledged record,
-// the old node fenced.
+// the old node fenced, then booted again and untainted by its engine.
 func TestInstall_RealNodes(t *testing.T) {
 	requireRealNodes(t)
 	nodeImages, pause := installImages(t)
