@@ -35,6 +35,12 @@ const (
 	raftStartTimeout = 30 * time.Second
 )
 
+// loneTiming is the timing of a lone server with Raft in process: it has
+// no peer to hear from, so only its first election at start waits out the
+// heartbeat timeout, and a short one starts it within about 0.1 s instead
+// of 0.5-1 s (a datapath restart stalls every engine that long).
+var loneTiming = raftstate.Timing{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond}
+
 func datapathServeRaftFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: flagServeServerID, Value: defaultServerID, EnvVars: []string{"VIGIL_DATAPATH_SERVER_ID"},
@@ -118,6 +124,7 @@ func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics
 	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics}
 	if f.self.RaftAddress == raftstate.InProcessAddress {
 		cfg.Transport = raftstate.InProcessTransport()
+		cfg.Timing = loneTiming
 	}
 	self := f.self
 	self.DatapathAddress = datapathAddr
