@@ -45,7 +45,7 @@ func TestProbeHandler_Answers(t *testing.T) {
 		{"node service only", NewServer(nil, WithLogger(discardLogger())), time.Second, http.StatusOK, []string{"ok"}},
 		{"controller, datapath refuses", NewServer(failing, WithLogger(discardLogger())), time.Second, http.StatusServiceUnavailable,
 			[]string{"CSI Probe on ", "csi.sock", "not ready", "datapath did not answer"}},
-		{"controller, datapath hangs", NewServer(hungVolumes{newFakeVolumes()}, WithLogger(discardLogger())), 200 * time.Millisecond,
+		{"controller, datapath hangs", NewServer(hungVolumes{newFakeVolumes()}, WithLogger(discardLogger())), time.Second,
 			http.StatusServiceUnavailable, []string{"CSI Probe on ", "DeadlineExceeded"}},
 		{"no CSI server", nil, time.Second, http.StatusServiceUnavailable, []string{"CSI Probe on ", "csi.sock", "Unavailable"}},
 	} {
