@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -120,5 +121,86 @@ func TestServer_Bulk_APIServerOutageKeepsTheConnection(t *testing.T) {
 	}
 	if _, err := dial().read(); !errors.Is(err, ErrAuthUnavailable) {
 		t.Fatalf("a new bulk connection during the outage: %v; want ErrAuthUnavailable", err)
+	}
+}
+
+// hangAuth answers with err, or with node-a's identity, once released.
+type hangAuth struct {
+	release chan struct{}
+	err     error
+	calls   atomic.Int32
+}
+
+func (a *hangAuth) Authenticate(context.Context, string) (Identity, error) {
+	a.calls.Add(1)
+	<-a.release
+	if a.err != nil {
+		return Identity{}, a.err
+	}
+	return Identity{Role: RoleEngine, Node: "node-a", Name: "engine"}, nil
+}
+
+// TestBoundIdentities_SlowCheckDoesNotHoldTheCall: on a connection whose
+// token was proved, a check that hangs holds a call for at most the
+// patience, one check runs at a time, and its answer applies when it comes: a
+// refusal ends the binding, and a connection closed meanwhile is not bound
+// again. A connection with nothing proved waits for its check.
+func TestBoundIdentities_SlowCheckDoesNotHoldTheCall(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		answer  error
+		closed  bool // the connection closes while the check hangs
+		wantErr error
+		bound   int
+	}{
+		{"a refusal ends the binding", ErrUnauthenticated, false, ErrAuthUnavailable, 0},
+		{"a proof keeps it", nil, false, nil, 1},
+		{"a closed connection is not bound again", nil, true, ErrAuthUnavailable, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBoundIdentities(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			b.patience = 20 * time.Millisecond
+			if _, err := b.authenticate(ctx, &switchAuth{}, "c1", "tok"); err != nil {
+				t.Fatal(err)
+			}
+			auth := &hangAuth{release: make(chan struct{}), err: tc.answer}
+			for i := 0; i < 3; i++ {
+				start := time.Now()
+				if id, err := b.authenticate(ctx, auth, "c1", "tok"); err != nil || id.Node != "node-a" {
+					t.Fatalf("call %d while the check hangs: %v, %v; want the bound identity", i, id, err)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("call %d took %s; want at most about the patience (20ms)", i, d)
+				}
+			}
+			if n := auth.calls.Load(); n != 1 {
+				t.Fatalf("%d checks under way; want one at a time", n)
+			}
+			waited := make(chan error, 1)
+			go func() { _, err := b.authenticate(ctx, auth, "c2", "tok"); waited <- err }()
+			select {
+			case err := <-waited:
+				t.Fatalf("a new connection answered (%v) while its check hangs; want it to wait", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if tc.closed {
+				b.forget("c1")
+			}
+			close(auth.release)
+			<-waited
+			b.forget("c2")
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, err := b.authenticate(ctx, &switchAuth{err: ErrAuthUnavailable}, "c1", "tok")
+				if errors.Is(err, tc.wantErr) && b.size() == tc.bound {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the check answered %v: %v, %d bindings; want %v, %d", tc.answer, err, b.size(), tc.wantErr, tc.bound)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -211,8 +211,16 @@
 // on a connection where it was proved before: I/O must not depend on the API
 // server, so such a connection keeps the identity its token proved on it, up
 // to MaxBoundIdentity after the last proof and never past the token's expiry;
-// a refusal of the token or the connection's end drops it (conn_identity.go;
-// TestBoundIdentities, TestServer_Bulk_APIServerOutageKeepsTheConnection; end
+// a refusal of the token or the connection's end drops it. Nor does such a
+// connection wait for a check that hangs (an API server starting again
+// accepts connections before it answers, and heartbeats that waited on it
+// stalled past the manager's connectivity-loss threshold): after
+// BoundCheckPatience the call goes on with the proved identity and the check
+// finishes in the background, its refusal applied when it arrives
+// (conn_identity.go; TestBoundIdentities,
+// TestBoundIdentities_SlowCheckDoesNotHoldTheCall,
+// TestClient_APIServerStarting_HeartbeatsAndNodesDoNotWaitOnTokenReview,
+// TestServer_Bulk_APIServerOutageKeepsTheConnection; end
 // to end, TestAPIServerOutage_IOContinues in test/e2e stops kube-apiserver
 // under writers on every node).
 //
