@@ -118,7 +118,8 @@ func fileErr(err error) error {
 }
 
 // Heartbeat records that node is alive, and ends a graceful stop it announced
-// with Leave (see there).
+// with Leave (see there). It never waits for a token check or a Raft apply:
+// with a Control the end of the stop is committed in the background.
 func (s *Store) Heartbeat(node string) error {
 	if err := validNode(node); err != nil {
 		return err

@@ -19,6 +19,9 @@ type leaves struct {
 	mu      sync.RWMutex
 	m       map[string]leaveRecord
 	writeMu sync.Mutex
+	// clearing holds the nodes whose announced stop is being cleared in the
+	// control group (clearLeave with a Control), one clear at a time each.
+	clearing sync.Map
 }
 
 func (l *leaves) get(node string) (leaveRecord, bool) {
@@ -75,7 +78,7 @@ func (s *Store) Leave(node string, d time.Duration) (time.Time, error) {
 // logged and the announcement stays (it runs out by itself).
 func (s *Store) clearLeave(node string, now time.Time) {
 	if s.ctl != nil {
-		s.ctlClearLeave(node, now)
+		s.clearLeaveInBackground(node, now)
 		return
 	}
 	settled := func() bool {
@@ -99,6 +102,25 @@ func (s *Store) clearLeave(node string, now time.Time) {
 	delete(s.leaves.m, node)
 	s.leaves.mu.Unlock()
 	s.log.Info("datapath: node heartbeats again; its announced stop is over", "node", node)
+}
+
+// clearLeaveInBackground clears node's announced stop in the control group
+// without holding the heartbeat that ends it: the clear is a Raft apply (a
+// commit, an fsync), and a heartbeat must not wait on one
+// (TestStoreControl_HeartbeatDoesNotWaitForTheClearOfItsLeave). Only a stop
+// that is over is cleared, one clear at a time per node; a later heartbeat
+// tries again if it failed.
+func (s *Store) clearLeaveInBackground(node string, now time.Time) {
+	if l, ok := s.ctlLeaves()[node]; !ok || now.Before(l.Announced.Add(LeaveSettle)) {
+		return
+	}
+	if _, busy := s.leaves.clearing.LoadOrStore(node, struct{}{}); busy {
+		return
+	}
+	go func() {
+		defer s.leaves.clearing.Delete(node)
+		s.ctlClearLeave(node, now)
+	}()
 }
 
 // loadLeaves reads the announced stops at start, dropping those that ran out
