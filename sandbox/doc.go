@@ -88,6 +88,25 @@
 // namespace or cgroup (Leftovers lists them). NodePIDs lists a real node's processes and
 // ProcessIDs the whole sandbox's.
 //
+// With Vigil's stack (StartStack, `vigil-sandbox up --kubelet real --stack`)
+// what runs where is:
+//
+//   - on the host, as on kwok nodes: the datapath, Vigil's CSI controller,
+//     csi-provisioner and csi-attacher (host processes, not pods);
+//   - in each node (its network namespace and its cgroup, started at each
+//     boot, killed by its power cut): the fd keeper and vigil-engine-node,
+//     the kubelet's CSI node plugin, in the node's mount namespace (its
+//     /var/lib at /var/lib, as the kubelet's), with its socket under the
+//     kubelet's plugins directory (EngineEndpoint), --kubelet-registration-dir
+//     the kubelet's plugins_registry and its state in /var/lib/vigil. The
+//     real kubelet registers driver.vigil.io (it writes the CSINode), and
+//     stages, publishes, unpublishes and unstages Vigil volumes for its pods
+//     at the paths it sees; no kubelet stand-in runs. The node's /var/lib is
+//     a shared mount, so the kubelet, containerd and the host see the
+//     engine's mounts, and a pod's container gets the volume;
+//   - in containers: the pods, e.g. writers of the writer image
+//     (Workload.WriterLedgerDir) acknowledging in a ledger on the host.
+//
 // # Installing deploy/ on real nodes
 //
 // Install (`vigil-sandbox up --kubelet real --install`) is `kubectl apply -k`

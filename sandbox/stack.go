@@ -171,7 +171,14 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 // per node and a StorageClass. It returns once every socket answers. Down kills
 // all of it and unmounts whatever the engines left. On a scale sandbox (Racks),
 // each rack runs one StackHeartbeat process instead of engines and kubelet
-// stand-ins: its nodes heartbeat to the datapath but mount nothing.
+// stand-ins: its nodes heartbeat to the datapath but mount nothing. On real
+// nodes (Config.Kubelet KubeletReal) each engine runs inside its node (its
+// network namespace and cgroup: a power cut kills it with the node) as the
+// kubelet's CSI node plugin: its socket under the kubelet's plugins directory
+// (EngineEndpoint), registered through the kubelet's plugins_registry, so the
+// real kubelet writes the CSINode and stages and publishes Vigil volumes for
+// real pods; no kubelet stand-in runs, and StartStack returns once every
+// kubelet registered the driver.
 //
 // Each component runs under its identity of deploy/ (ApplyDeployRBAC, then
 // ComponentKubeconfig), never the admin's: the CSI controller and its sidecars
@@ -190,10 +197,6 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	st0, err := loadState(s.workDir)
 	if err != nil {
 		return nil, err
-	}
-	if st0.Kubelet == KubeletReal {
-		return nil, fmt.Errorf("%w: the stack's engines and kubelet stand-ins are for kwok nodes; on real nodes the kubelet itself would have to call Vigil's CSI node plugin, which the sandbox does not run yet",
-			ErrInvalidConfig)
 	}
 	cfg, err = cfg.withDefaults(st0.BinDir)
 	if err != nil {
@@ -237,12 +240,22 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 		}
 		return stk, nil
 	}
-	if err := s.addStackNodeProcesses(cfg, stk); err != nil {
+	onReal := st0.Kubelet == KubeletReal
+	if err := s.addStackNodeProcesses(cfg, stk, onReal); err != nil {
 		return nil, err
 	}
 	for _, n := range st0.Nodes {
-		if err := waitSocket(ctx, NodeCSIEndpoint(n.dir(s.workDir)), 30*time.Second, n.Name+"'s engine"); err != nil {
+		endpoint := NodeCSIEndpoint(n.dir(s.workDir))
+		if onReal {
+			endpoint = realEngineEndpoint(n.dir(s.workDir))
+		}
+		if err := waitSocket(ctx, endpoint, 30*time.Second, n.Name+"'s engine"); err != nil {
 			return nil, err
+		}
+	}
+	if onReal {
+		if err := s.waitRegistered(ctx, st0.k8sNodes(), 60*time.Second); err != nil {
+			return nil, fmt.Errorf("stack: %w", err)
 		}
 	}
 	return stk, nil
@@ -392,8 +405,10 @@ func NodeKeeperSocket(nodeDir string) string {
 // stand-in on every node, in that order: a node's processes start in the
 // order registered, and the keeper is there before the engine deposits a
 // connection. The keeper runs on across `node kill|restart --process engine`
-// (so the engine's volumes survive it) and dies with the node's power.
-func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
+// (so the engine's volumes survive it) and dies with the node's power. On
+// real nodes the engine serves and registers with the real kubelet
+// (realEngine), and no stand-in runs.
+func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack, onReal bool) error {
 	endpoint := NodeCSIEndpoint("$VIGIL_NODE_DIR")
 	keeper := ProcessSpec{Name: StackFDKeeper, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "fd-keeper",
 		"--socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
@@ -408,8 +423,14 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack) error {
 	if err := s.AddProcess("", keeper); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}
+	if onReal {
+		engine = realEngine(engine)
+	}
 	if err := s.AddProcess("", engine); err != nil {
 		return fmt.Errorf("stack: %w", err)
+	}
+	if onReal {
+		return nil
 	}
 	if err := s.AddProcess("", kubelet); err != nil {
 		return fmt.Errorf("stack: %w", err)

@@ -14,7 +14,8 @@ import (
 // createStackObjects creates what a deployment of Vigil and the kubelets'
 // plugin registration would: the CSIDriver, the StorageClass and, per node, a
 // CSINode naming the node as its CSI node id (the external-attacher looks the
-// node id up there). Objects that exist are left as they are.
+// node id up there; on real nodes the kubelet writes it when the engine
+// registers). Objects that exist are left as they are.
 func (s *Sandbox) createStackObjects(ctx context.Context, stk *Stack, st *state) error {
 	yes := true
 	persistent := []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
@@ -30,6 +31,9 @@ func (s *Sandbox) createStackObjects(ctx context.Context, stk *Stack, st *state)
 		Parameters: map[string]string{"csi.storage.k8s.io/fstype": "ext4"}}
 	if _, err := s.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("stack: create StorageClass %s: %w", stk.StorageClass, err)
+	}
+	if st.Kubelet == KubeletReal {
+		return nil // a real kubelet writes its CSINode when the engine registers
 	}
 	return forEach(st.k8sNodes(), func(name string) error {
 		cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name},

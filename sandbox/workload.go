@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	vigil "github.com/vigil-storage/vigil"
 	appsv1 "k8s.io/api/apps/v1"
@@ -38,7 +39,27 @@ type Workload struct {
 	Size         string
 	// TerminationGracePeriodSeconds of the pods; default 30 (Kubernetes' default).
 	TerminationGracePeriodSeconds *int64
+	// Image is the pods' container image; default PauseImage, which kwok
+	// never pulls. On real nodes it must be one of the images the nodes
+	// imported (Config.NodeImages): the container gets imagePullPolicy Never.
+	Image string
+	// WriterLedgerDir, if set, makes the pods' container the writer of the
+	// writer image (sandbox/images; Image must be its reference), as the
+	// chaos suite's writers on kwok nodes but in a real container: it appends
+	// fsync'd records to its volume (the StatefulSet's "data", else the first
+	// of Claims) and acknowledges each in LedgerFile(WriterLedgerDir, its pod's
+	// UID), a directory of the host mounted into the container (hostPath,
+	// node-local as the reaper requires). The pods run as the image's user
+	// with that group as fsGroup, so the kubelet hands them the volume.
+	WriterLedgerDir string
 }
+
+// WriterUID is the user and group the writer image runs as (its fsGroup).
+const WriterUID = 65532
+
+// LedgerFile is the ledger of the writer of pod podUID in a workload's
+// WriterLedgerDir dir.
+func LedgerFile(dir, podUID string) string { return filepath.Join(dir, podUID+".ledger") }
 
 // Selector is the label selector of the workload's pods.
 func (w Workload) Selector() string { return "app=" + w.Name }
@@ -51,6 +72,9 @@ func (w Workload) podSpec(restart corev1.RestartPolicy) corev1.PodSpec {
 		TerminationGracePeriodSeconds: w.TerminationGracePeriodSeconds,
 		Containers:                    []corev1.Container{{Name: "main", Image: PauseImage}},
 	}
+	if w.Image != "" {
+		spec.Containers[0].Image, spec.Containers[0].ImagePullPolicy = w.Image, corev1.PullNever
+	}
 	w.addAffinity(&spec)
 	for _, c := range w.Claims {
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
@@ -58,7 +82,30 @@ func (w Workload) podSpec(restart corev1.RestartPolicy) corev1.PodSpec {
 		spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts,
 			corev1.VolumeMount{Name: c, MountPath: "/data/" + c})
 	}
+	if w.WriterLedgerDir != "" && len(w.Claims) > 0 {
+		w.addWriter(&spec, "/data/"+w.Claims[0])
+	}
 	return spec
+}
+
+// addWriter makes spec's container the writer of the volume mounted at dir
+// (WriterLedgerDir).
+func (w Workload) addWriter(spec *corev1.PodSpec, dir string) {
+	const ledgerMount = "/ledger"
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "ledger", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: w.WriterLedgerDir, Type: &dirOrCreate}}})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "ledger", MountPath: ledgerMount})
+	c.Env = []corev1.EnvVar{
+		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+	}
+	// The image's entrypoint is the writer; these are its flags.
+	c.Args = []string{"--dir", dir, "--pod-uid", "$(POD_UID)", "--node", "$(NODE_NAME)",
+		"--ledger", LedgerFile(ledgerMount, "$(POD_UID)")}
+	group := int64(WriterUID)
+	spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: &group}
 }
 
 func (w Workload) addAffinity(spec *corev1.PodSpec) {
@@ -105,6 +152,9 @@ func (w Workload) StatefulSet(replicas int32) *appsv1.StatefulSet {
 		ss.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{*claim("", "data", w.StorageClass, w.Size, "")}
 		ss.Spec.Template.Spec.Containers[0].VolumeMounts = append(ss.Spec.Template.Spec.Containers[0].VolumeMounts,
 			corev1.VolumeMount{Name: "data", MountPath: "/data/data"})
+		if w.WriterLedgerDir != "" && len(w.Claims) == 0 {
+			w.addWriter(&ss.Spec.Template.Spec, "/data/data")
+		}
 	}
 	return ss
 }

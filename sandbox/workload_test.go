@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	vigil "github.com/vigil-storage/vigil"
@@ -65,5 +66,37 @@ func TestCreateStaticVolume_PreBound(t *testing.T) {
 	}
 	if err := CreateStaticVolume(ctx, c, "ns", "data-web-0", ""); err == nil {
 		t.Error("second CreateStaticVolume of the same claim succeeded, want an error")
+	}
+}
+
+func TestWorkload_Writer_ContainerWritesItsVolume(t *testing.T) {
+	for name, spec := range map[string]corev1.PodSpec{
+		"statefulset template": Workload{Namespace: "ns", Name: "w", StorageClass: "vigil", Image: "localhost/vigil-writer:dev",
+			WriterLedgerDir: "/host/ledgers"}.StatefulSet(1).Spec.Template.Spec,
+		"claims": Workload{Namespace: "ns", Name: "w", Claims: []string{"data"}, Image: "localhost/vigil-writer:dev",
+			WriterLedgerDir: "/host/ledgers"}.Pod().Spec,
+	} {
+		c := spec.Containers[0]
+		if c.Image != "localhost/vigil-writer:dev" || c.ImagePullPolicy != corev1.PullNever {
+			t.Errorf("%s: image %q pull %q, want the imported writer image, never pulled", name, c.Image, c.ImagePullPolicy)
+		}
+		want := []string{"--dir", "/data/data", "--pod-uid", "$(POD_UID)", "--node", "$(NODE_NAME)", "--ledger", "/ledger/$(POD_UID).ledger"}
+		if fmt.Sprint(c.Args) != fmt.Sprint(want) {
+			t.Errorf("%s: args %q, want %q", name, c.Args, want)
+		}
+		var hostPath string
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				hostPath = v.HostPath.Path
+			}
+		}
+		if hostPath != "/host/ledgers" || len(c.Env) != 2 || spec.SecurityContext == nil || *spec.SecurityContext.FSGroup != WriterUID {
+			t.Errorf("%s: ledger hostPath %q, env %+v, security %+v; want the ledger directory, the pod's UID and node, fsGroup %d",
+				name, hostPath, c.Env, spec.SecurityContext, WriterUID)
+		}
+	}
+	if spec := (Workload{Namespace: "ns", Name: "p", Claims: []string{"c"}}).Pod().Spec; spec.Containers[0].Image != PauseImage ||
+		spec.Containers[0].Args != nil || spec.SecurityContext != nil {
+		t.Errorf("a workload without Image or WriterLedgerDir: %+v, want the pause container as before", spec)
 	}
 }

@@ -70,7 +70,8 @@ func upCommand() *cli.Command {
 			&cli.StringFlag{Name: "subnet", Value: "10.213.0.0/16", Usage: "addresses of the node links"},
 			&cli.IntFlag{Name: "port", Usage: "API server port (default: a free one)"},
 			&cli.StringFlag{Name: "bin-dir", Usage: "binaries from `make testbin` (default: the pinned cache)"},
-			&cli.BoolFlag{Name: "stack", Usage: "also run Vigil's volume stack (datapath, CSI controller and sidecars, an engine and a kubelet stand-in per node)"},
+			&cli.BoolFlag{Name: "stack", Usage: "also run Vigil's volume stack (datapath, CSI controller and sidecars on the host; an engine per node, " +
+				"with a kubelet stand-in on kwok nodes; on real nodes the engine is the real kubelet's CSI node plugin, and --kubelet real imports the writer image too)"},
 			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
 			&cli.StringFlag{Name: "datapath-auth", Value: string(sandbox.StackAuthTokenReview),
 				Usage: "how --stack's callers prove who they are to the datapath: tokenreview (ServiceAccount tokens, the engines' bound to their Node) or static (a tokens file)"},
@@ -95,9 +96,6 @@ func upCommand() *cli.Command {
 			}
 			if err := checkInstallFlags(c); err != nil {
 				return err
-			}
-			if c.Bool("stack") && c.String("kubelet") == sandbox.KubeletReal {
-				return fmt.Errorf("%w: --stack runs on kwok nodes only: Vigil's CSI node plugin is not yet registered with real kubelets", sandbox.ErrInvalidConfig)
 			}
 			nodeImages, pauseImage, err := realNodeImages(c)
 			if err != nil {
@@ -163,8 +161,9 @@ func checkKubeletFlags(c *cli.Context) error {
 
 // realNodeImages is what --kubelet real imports into its nodes: --node-image
 // and --pause-image, or by default the pause and tools images of `make image`
-// (bin/images beside this binary; with --install every image there, and the
-// vigil image must be among them) and the pause image's reference.
+// (bin/images beside this binary; with --stack the writer image too; with
+// --install every image there, and the vigil image must be among them) and the
+// pause image's reference.
 func realNodeImages(c *cli.Context) ([]string, string, error) {
 	files, pause := c.StringSlice("node-image"), c.String("pause-image")
 	if c.String("kubelet") != sandbox.KubeletReal {
@@ -177,6 +176,9 @@ func realNodeImages(c *cli.Context) ([]string, string, error) {
 		}
 		dir := filepath.Join(filepath.Dir(exe), "images")
 		required := []string{images.Pause, images.Tools}
+		if c.Bool("stack") {
+			required = append(required, images.Writer) // pods that write to Vigil volumes, in real containers
+		}
 		if c.Bool("install") {
 			required = append(required, images.Vigil)
 			all, _ := filepath.Glob(filepath.Join(dir, "*.tar"))

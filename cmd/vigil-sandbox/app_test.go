@@ -76,15 +76,15 @@ func TestApp_Up_BadDatapathAuth(t *testing.T) {
 func TestApp_Up_BadKubelet(t *testing.T) {
 	dir := t.TempDir()
 	for args, mention := range map[string]string{
-		"--kubelet docker":                                 `--kubelet "docker": want kwok or real`,
-		"--node-image x.tar":                               "--node-image is for real nodes: give --kubelet real too",
-		"--kubelet kwok --pause-image p":                   "--pause-image is for real nodes",
-		"--pod-subnet 10.9.0.0/16":                         "--pod-subnet is for real nodes",
-		"--kubelet real --bin-dir /nonexistent":            "run `make image`, or give --node-image",
-		"--kubelet real --node-image x.tar --racks 2":      "with Racks",
-		"--kubelet real --stack":                           "--stack runs on kwok nodes only",
-		"--kubelet real --node-image x.tar --pause-image=": "needs NodeImages",
-		"--kubelet real --node-image x.tar --pause-image p --pod-subnet 10.9.0.0/25": "PodSubnet",
+		"--kubelet docker":                            `--kubelet "docker": want kwok or real`,
+		"--node-image x.tar":                          "--node-image is for real nodes: give --kubelet real too",
+		"--kubelet kwok --pause-image p":              "--pause-image is for real nodes",
+		"--pod-subnet 10.9.0.0/16":                    "--pod-subnet is for real nodes",
+		"--kubelet real --bin-dir /nonexistent":       "run `make image`, or give --node-image",
+		"--kubelet real --node-image x.tar --racks 2": "with Racks",
+		"--kubelet real --stack --node-image x.tar --pause-image p --pod-subnet 10.9.0.0/25": "PodSubnet", // --stack is taken on real nodes
+		"--kubelet real --node-image x.tar --pause-image=":                                   "needs NodeImages",
+		"--kubelet real --node-image x.tar --pause-image p --pod-subnet 10.9.0.0/25":         "PodSubnet",
 	} {
 		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
 		if err == nil || !strings.Contains(err.Error(), mention) {

@@ -206,7 +206,7 @@ func (b *benchEnv) pods(ctx context.Context) (map[string]benchPod, error) {
 			return nil, err
 		}
 		out[key] = benchPod{key: key, pod: p, pv: pvc.Spec.VolumeName,
-			target: filepath.Join(nodeDir(b.s, p.Spec.NodeName), "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~csi", pvc.Spec.VolumeName, "mount")}
+			target: b.s.PodVolumeDir(p.Spec.NodeName, p.UID, pvc.Spec.VolumeName)}
 	}
 	return out, nil
 }

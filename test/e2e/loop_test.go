@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -52,6 +53,9 @@ type loopEnv struct {
 	rc    *v1alpha1.Client
 	// mgrOpts is how mgr was started, to start another one like it.
 	mgrOpts managerOpts
+	// writer, on real nodes, is the container of the apps' pods: its Image
+	// and WriterLedgerDir (sandbox.Workload); zero for the pause container.
+	writer sandbox.Workload
 }
 
 // TestLoop is the end-to-end proof, one sandbox for all of its cases, run
@@ -126,6 +130,13 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 			t.Error(err)
 		}
 	})
+	return startLoop(t, ctx, s, spec)
+}
+
+// startLoop runs the closed loop on sandbox s: the stack, the CRDs, the
+// settings, and the manager.
+func startLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, spec loopSpec) *loopEnv {
+	t.Helper()
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
 	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, TokenReviewOutageGrace: spec.outageGrace})
@@ -208,7 +219,7 @@ func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*a
 	a := e.newAppClaim(t, name)
 	grace := int64(30)
 	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
-		TerminationGracePeriodSeconds: &grace}
+		TerminationGracePeriodSeconds: &grace, Image: e.writer.Image, WriterLedgerDir: e.writer.WriterLedgerDir}
 	sts := w.StatefulSet(1)
 	if change != nil {
 		change(sts)
@@ -338,7 +349,11 @@ func (e *loopEnv) waitNodeClean(t *testing.T, node string, tl *timeline) {
 			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
 		}
 		tainted := fencedTaintOn(n)
-		mps, loops := mountsUnder(t, dir), loopsUnder(t, dir)
+		// A real node's /var/lib and the kubelet's root in it are mounts of their own.
+		mps := slices.DeleteFunc(mountsUnder(t, dir), func(m string) bool {
+			return m == e.s.KubeletRoot(node) || m == filepath.Dir(e.s.KubeletRoot(node))
+		})
+		loops := loopsUnder(t, dir)
 		if ready && tl != nil {
 			tl.mark(node+" Ready", now)
 		}

@@ -106,11 +106,12 @@ func waitAttached(t *testing.T, ctx context.Context, s *sandbox.Sandbox, pv, nod
 	return epoch
 }
 
-// waitPublished waits until the kubelet stand-in of node has the pod's volume
-// published (its target path is a mount point) and returns the target path.
+// waitPublished waits until the kubelet (stand-in) of node has the pod's
+// volume published (its target path is a mount point) and returns the target
+// path.
 func waitPublished(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string, pod corev1.Pod, pv string) string {
 	t.Helper()
-	target := filepath.Join(nodeDir(s, node), "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv, "mount")
+	target := s.PodVolumeDir(node, pod.UID, pv)
 	must(t, sandbox.Poll(ctx, 60*time.Second, "volume published at "+target, func(ctx context.Context) (bool, string, error) {
 		for _, m := range mountsUnder(t, nodeDir(s, node)) {
 			if m == target {
