@@ -92,7 +92,7 @@ run: ## the live demo: a 3-node sandbox with Vigil until Ctrl-C (DEMO=auto: a po
 	@$(MAKE) --no-print-directory build GO=$(GO)
 	$(BIN)/vigil-sandbox demo$(if $(DEMO), --auto)
 
-bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test)
+bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test); BENCH_KUBELET=real on real kubelets (BENCH_NODE_STATUS_UPDATE=2s sets their nodeStatusUpdateFrequency)
 	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/
 
 bench-apiserver-outage: testbin build ## kube-apiserver stopped 5 minutes under running writers: no I/O error, nothing fenced (about 7 min; not part of make test)

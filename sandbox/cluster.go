@@ -119,6 +119,7 @@ func newState(cfg Config) (*state, error) {
 	}
 	if cfg.Kubelet == KubeletReal {
 		st.Kubelet, st.PodSubnet, st.NodeImages, st.PauseImage = KubeletReal, cfg.PodSubnet, cfg.NodeImages, cfg.PauseImage
+		st.NodeStatusUpdateFrequency = cfg.NodeStatusUpdateFrequency
 	}
 	for i := 0; i < cfg.links(); i++ {
 		host, node, err := nodeAddrs(cfg.Subnet, i)

@@ -78,6 +78,11 @@ type Config struct {
 	// PauseImage is the reference of the image of NodeImages that runs as
 	// each pod's sandbox on real nodes (containerd's sandbox_image).
 	PauseImage string
+	// NodeStatusUpdateFrequency is each real kubelet's nodeStatusUpdateFrequency:
+	// how often it computes its Node's status, and so how soon a volume it is
+	// about to mount is reported in status.volumesInUse, which it waits for
+	// before staging it. 0: the kubelet's default, 10 s. Real nodes only.
+	NodeStatusUpdateFrequency time.Duration
 	// NodeMonitorGracePeriod: how long a silent node stays Ready (kcm flag). Default 10s.
 	NodeMonitorGracePeriod time.Duration
 	// NodeMonitorPeriod: how often kcm checks node health. Default 1s.

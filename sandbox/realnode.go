@@ -50,8 +50,8 @@ var RealNodePrerequisites = []struct{ Path, Install string }{
 func (c Config) validateKubelet() error {
 	switch c.Kubelet {
 	case KubeletKwok:
-		if len(c.NodeImages) > 0 || c.PauseImage != "" {
-			return fmt.Errorf("%w: NodeImages and PauseImage are for Kubelet %q, not %q", ErrInvalidConfig, KubeletReal, c.Kubelet)
+		if len(c.NodeImages) > 0 || c.PauseImage != "" || c.NodeStatusUpdateFrequency != 0 {
+			return fmt.Errorf("%w: NodeImages, PauseImage and NodeStatusUpdateFrequency are for Kubelet %q, not %q", ErrInvalidConfig, KubeletReal, c.Kubelet)
 		}
 		return nil
 	case KubeletReal:
@@ -65,6 +65,10 @@ func (c Config) validateKubelet() error {
 	if c.PauseImage == "" || len(c.NodeImages) == 0 {
 		return fmt.Errorf("%w: Kubelet %q needs NodeImages (image tarballs to import) and PauseImage (the pod sandbox's image among them)",
 			ErrInvalidConfig, KubeletReal)
+	}
+	if f := c.NodeStatusUpdateFrequency; f < 0 || f%time.Millisecond != 0 {
+		return fmt.Errorf("%w: NodeStatusUpdateFrequency %s: want 0 (the kubelet's default, 10s) or a positive duration in milliseconds",
+			ErrInvalidConfig, f)
 	}
 	p, err := netip.ParsePrefix(c.PodSubnet)
 	if err != nil || !p.Addr().Is4() || p.Bits() > 24 || p.Masked() != p {

@@ -75,7 +75,13 @@ func cniConfig(n *nodeState, d realDirs) string {
 // node-allocatable enforcement, swap and cgroup v1 accepted. Its files stay
 // under the node's directory. Disk-pressure eviction and image garbage
 // collection are off: the imported images cannot be pulled again.
+// nodeStatusUpdateFrequency is the kubelet's default unless
+// Config.NodeStatusUpdateFrequency sets it.
 func kubeletConfig(st *state, n *nodeState, d realDirs, clientCA string) string {
+	extra := ""
+	if f := st.NodeStatusUpdateFrequency; f > 0 {
+		extra = fmt.Sprintf("nodeStatusUpdateFrequency: %s\n", f)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -102,7 +108,7 @@ evictionHard:
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
   imagefs.inodesFree: 1%%
-`, d.socket(), d.pods, filepath.Join(d.node, "volume-plugins"), st.LeaseSeconds, clientCA, n.Cgroup)
+`, d.socket(), d.pods, filepath.Join(d.node, "volume-plugins"), st.LeaseSeconds, clientCA, n.Cgroup) + extra
 }
 
 // kubeProxyConfig is kube-proxy's configuration: nftables mode, in the

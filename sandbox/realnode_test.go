@@ -36,6 +36,9 @@ func TestConfig_Validate_Kubelet(t *testing.T) {
 		"pod subnet ipv6":    {with(func(c *Config) { c.PodSubnet = "fd00::/48" }), "PodSubnet"},
 		"pod subnet small":   {with(func(c *Config) { c.Nodes, c.PodSubnet = 3, "10.214.0.0/23" }), "fewer than the 3 /24s"},
 		"kwok with images":   {Config{Nodes: 1, NodeImages: []string{"x.tar"}}, "are for Kubelet"},
+		"kwok with status":   {Config{Nodes: 1, NodeStatusUpdateFrequency: time.Second}, "are for Kubelet"},
+		"negative status":    {with(func(c *Config) { c.NodeStatusUpdateFrequency = -time.Second }), "NodeStatusUpdateFrequency -1s"},
+		"status in ns":       {with(func(c *Config) { c.NodeStatusUpdateFrequency = 1500 * time.Microsecond }), "in milliseconds"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := c.cfg.Validate()
@@ -151,6 +154,13 @@ mount --rbind /w/nodes/node-1/var-lib /var/lib
 				t.Errorf("%s configuration lacks %q:\n%s", name, w, c.body)
 			}
 		}
+	}
+	if body := kubeletConfig(st, n, d, "/ca.crt"); strings.Contains(body, "nodeStatusUpdateFrequency") {
+		t.Errorf("kubelet configuration sets nodeStatusUpdateFrequency without Config.NodeStatusUpdateFrequency:\n%s", body)
+	}
+	st.NodeStatusUpdateFrequency = 2 * time.Second
+	if body := kubeletConfig(st, n, d, "/ca.crt"); !strings.Contains(body, "\nnodeStatusUpdateFrequency: 2s\n") {
+		t.Errorf("kubelet configuration with NodeStatusUpdateFrequency 2s:\n%s", body)
 	}
 }
 

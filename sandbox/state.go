@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // state is everything another process needs to inspect or tear down a sandbox;
@@ -35,6 +36,9 @@ type state struct {
 	// NodeImages and PauseImage are Config's, for real nodes.
 	NodeImages []string `json:"nodeImages,omitempty"`
 	PauseImage string   `json:"pauseImage,omitempty"`
+	// NodeStatusUpdateFrequency is Config's, for real nodes; 0 for the
+	// kubelet's default.
+	NodeStatusUpdateFrequency time.Duration `json:"nodeStatusUpdateFrequency,omitempty"`
 	// StoppedAPIServer is the API server's command while StopAPIServer has it
 	// stopped; nil while it runs.
 	StoppedAPIServer *stoppedCommand `json:"stoppedAPIServer,omitempty"`

@@ -73,6 +73,9 @@ type benchResult struct {
 	// EvictionDeadline is, for the Kubernetes-compatible trigger, when the old
 	// pod's deletion deadline passed (eviction + its grace), from the power cut.
 	EvictionDeadline float64 `json:"evictionDeadline,omitempty"`
+	// Steps is when each step of the recovery was first seen, in seconds
+	// from the power cut (benchSteps).
+	Steps map[string]float64 `json:"steps,omitempty"`
 }
 
 func TestBench_Recovery(t *testing.T) {
@@ -112,6 +115,7 @@ func upBench(t *testing.T) *loopEnv {
 	cfg := sandbox.Config{Name: benchName, WorkDir: workDir, Nodes: 4, Subnet: benchSubnet,
 		NodeMonitorGracePeriod: 50 * time.Second, NodeMonitorPeriod: 5 * time.Second, DefaultTolerationSeconds: 300}
 	cfg.Logf = t.Logf
+	image := benchKubelet(t, &cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := sandbox.Up(ctx, cfg)
@@ -124,7 +128,7 @@ func upBench(t *testing.T) *loopEnv {
 	for _, ns := range []string{vigil.Namespace, benchNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
 	}
-	e := &loopEnv{s: s, stk: stk, store: "bolt:" + filepath.Join(t.TempDir(), "settings.db")}
+	e := &loopEnv{s: s, stk: stk, store: "bolt:" + filepath.Join(t.TempDir(), "settings.db"), writer: sandbox.Workload{Image: image}}
 	// Vigil's defaults but for the two a user turns on for fast recovery.
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
@@ -150,12 +154,13 @@ func (b *benchEnv) setupWorkload(t *testing.T) {
 	c := b.s.Client()
 	grace := int64(30)
 	sts := sandbox.Workload{Namespace: benchNS, Name: benchSTS, Spread: true, StorageClass: b.stk.StorageClass, Size: "128Mi",
-		TerminationGracePeriodSeconds: &grace}
+		TerminationGracePeriodSeconds: &grace, Image: b.writer.Image}
 	_, err := c.AppsV1().StatefulSets(benchNS).Create(ctx, sts.StatefulSet(3), metav1.CreateOptions{})
 	must(t, err)
 	must(t, sandbox.CreateClaim(ctx, c, benchNS, benchDeploy+"-data", b.stk.StorageClass, "128Mi"))
 	must(t, sandbox.WaitPVCsBound(ctx, c, benchNS, []string{benchDeploy + "-data"}, 60*time.Second))
-	dep := sandbox.Workload{Namespace: benchNS, Name: benchDeploy, Claims: []string{benchDeploy + "-data"}, TerminationGracePeriodSeconds: &grace}
+	dep := sandbox.Workload{Namespace: benchNS, Name: benchDeploy, Claims: []string{benchDeploy + "-data"}, TerminationGracePeriodSeconds: &grace,
+		Image: b.writer.Image}
 	_, err = c.AppsV1().Deployments(benchNS).Create(ctx, dep.Deployment(1), metav1.CreateOptions{})
 	must(t, err)
 	b.steady(t, 3*time.Minute)
@@ -265,7 +270,7 @@ func (b *benchEnv) cycle(t *testing.T, mode string, n int, bound time.Duration) 
 
 // measure waits for the replacement of p, off victim, with its data readable.
 func (b *benchEnv) measure(t *testing.T, mode string, n int, victim string, p benchPod, start time.Time, bound time.Duration) benchResult {
-	r := benchResult{Mode: mode, Cycle: n, Node: victim, Pod: p.key}
+	r := benchResult{Mode: mode, Cycle: n, Node: victim, Pod: p.key, Steps: map[string]float64{}}
 	want := fmt.Sprintf("%s cycle %d %s\n", mode, n, p.key)
 	var evictedAt time.Time
 	err := sandbox.Poll(context.Background(), bound, "replacement of "+p.key, func(ctx context.Context) (bool, string, error) {
@@ -283,11 +288,13 @@ func (b *benchEnv) measure(t *testing.T, mode string, n int, victim string, p be
 		if !ok || np.pod.UID == p.pod.UID || np.pod.Spec.NodeName == victim {
 			return false, "no replacement yet", nil
 		}
+		b.markSteps(t, ctx, r.Steps, np, start)
 		got, err := os.ReadFile(filepath.Join(np.target, benchMarker))
 		if err != nil || string(got) != want {
 			return false, fmt.Sprintf("marker %q (%v)", got, err), nil
 		}
 		r.NewNode = np.pod.Spec.NodeName
+		markStep(r.Steps, stepReadable, start)
 		return true, "", nil
 	}, nil)
 	r.Seconds, r.Recovered = time.Since(start).Seconds(), err == nil
@@ -329,7 +336,7 @@ func (b *benchEnv) report(t *testing.T) {
 		modes[r.Mode] = append(modes[r.Mode], r)
 	}
 	var sb strings.Builder
-	sb.WriteString("\nPower cut → replacement Running with its data readable on the new node (Kubernetes' default node timings)\n")
+	fmt.Fprintf(&sb, "\nPower cut → replacement Running with its data readable on the new node (Kubernetes' default node timings; %s)\n", benchNodesKind())
 	sb.WriteString("| mode | pods | recovered | median (s) | p90 (s) | max (s) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, m := range order {
 		rs := modes[m]
@@ -353,6 +360,7 @@ func (b *benchEnv) report(t *testing.T) {
 		fmt.Fprintf(&sb, "kubernetes-compatible %s: old pod's deletion deadline +%.1f s (eviction + grace), data readable +%.1f s: %.1f s after the deadline\n",
 			r.Pod, r.EvictionDeadline, r.Seconds, r.Seconds-r.EvictionDeadline)
 	}
+	stepReport(&sb, modes, order)
 	t.Log(sb.String())
 	out := os.Getenv("BENCH_OUT")
 	if out == "" {
