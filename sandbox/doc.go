@@ -11,8 +11,8 @@
 //
 // `make testbin` also builds the kubelet and kube-proxy of real nodes (see
 // Real nodes), and the upstream CSI sidecars csi-attacher and
-// csi-provisioner (BinCSIAttacher, BinCSIProvisioner in BinDir) for the work that
-// runs Vigil's CSI controller in the sandbox; the sandbox itself does not start them.
+// csi-provisioner (BinCSIAttacher, BinCSIProvisioner in BinDir), which StartStack
+// runs on the host beside Vigil's CSI controller.
 // external-provisioner is pinned at v6.3.0: v6.4.0 needs
 // sig-storage-lib-external-provisioner v13.1.0, which the module proxy refuses.
 //

@@ -293,6 +293,9 @@ func (b *benchEnv) measure(t *testing.T, mode string, n int, victim string, p be
 		if err != nil || string(got) != want {
 			return false, fmt.Sprintf("marker %q (%v)", got, err), nil
 		}
+		if np.pod.Status.Phase != corev1.PodRunning {
+			return false, "data readable, replacement not Running yet", nil // a real kubelet starts it after the mount
+		}
 		r.NewNode = np.pod.Spec.NodeName
 		markStep(r.Steps, stepReadable, start)
 		return true, "", nil
