@@ -176,7 +176,10 @@
 // a failover (TestStore_Leave_ClampedPersistedAndClearedByHeartbeat). A
 // heartbeat within LeaveSettle (1 s) of the announcement does not clear it: it
 // may have been sent before the Leave and handled after
-// (TestStore_Leave_HeartbeatWithinSettleDoesNotClear). A crashed engine
+// (TestStore_Leave_HeartbeatWithinSettleDoesNotClear). With the control
+// group the clear is committed in the background, one at a time per node, so
+// the heartbeat does not wait for a Raft apply
+// (TestStoreControl_HeartbeatDoesNotWaitForTheClearOfItsLeave). A crashed engine
 // announces nothing, and its silence becomes a failover: its FUSE disks died
 // with it.
 //
