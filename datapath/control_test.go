@@ -119,26 +119,7 @@ func TestStoreControl_FenceNode_NoWriteLandsAfterFence(t *testing.T) {
 	s, closeAll := openControlled(t, t.TempDir(), datapath.Options{Capacity: 1 << 30},
 		func(g *raftstate.Group) datapath.Control { return slowApply{g, 20 * time.Millisecond} })
 	defer closeAll()
-	for _, name := range []string{"other-1", "other-2"} {
-		o, err := s.CreateVolume(name, 4096, datapath.AccessRWO)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Grant(o.ID, "zombie"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v, _ := s.CreateVolume("race", 1<<20, datapath.AccessRWO)
-	epoch, _ := s.Grant(v.ID, "zombie")
-	write := func(off int64, p []byte) error { return s.WriteAt(v.ID, "zombie", epoch, off, p) }
-	fence := func() error {
-		fs, err := s.FenceNode("zombie")
-		if err == nil && len(fs) != 3 {
-			t.Errorf("FenceNode fenced %v, want 3 volumes", fs)
-		}
-		return err
-	}
-	datapathtest.RaceFence(t, s.DataFile(v.ID), write, fence)
+	raceFenceNode(t, s, 2)
 }
 
 // copyDir copies the fixture directory src into a new temporary directory.

@@ -40,25 +40,42 @@ func TestStore_FenceNode_NoWriteLandsAfterFence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 8 {
-			o, _ := s.CreateVolume(fmt.Sprintf("other-%d", i), 4096, datapath.AccessRWO)
-			if _, err := s.Grant(o.ID, "zombie"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		v, _ := s.CreateVolume("race", 1<<20, datapath.AccessRWO)
-		epoch, _ := s.Grant(v.ID, "zombie")
-		write := func(off int64, p []byte) error { return s.WriteAt(v.ID, "zombie", epoch, off, p) }
-		fence := func() error {
-			fs, err := s.FenceNode("zombie")
-			if err == nil && len(fs) != 9 {
-				err = fmt.Errorf("FenceNode fenced %d volumes, want 9", len(fs))
-			}
-			return err
-		}
-		datapathtest.RaceFence(t, s.DataFile(v.ID), write, fence)
+		raceFenceNode(t, s, 8)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// raceFenceNode grants node "zombie" others small volumes and one it writes
+// to, and races those writes with FenceNode of the node, which must fence
+// every one of them (datapathtest.RaceFence).
+func raceFenceNode(t *testing.T, s *datapath.Store, others int) {
+	t.Helper()
+	for i := range others {
+		o, err := s.CreateVolume(fmt.Sprintf("other-%d", i), 4096, datapath.AccessRWO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Grant(o.ID, "zombie"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := s.CreateVolume("race", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := s.Grant(v.ID, "zombie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(off int64, p []byte) error { return s.WriteAt(v.ID, "zombie", epoch, off, p) }
+	fence := func() error {
+		fs, err := s.FenceNode("zombie")
+		if err == nil && len(fs) != others+1 {
+			err = fmt.Errorf("FenceNode fenced %d volumes, want %d", len(fs), others+1)
+		}
+		return err
+	}
+	datapathtest.RaceFence(t, s.DataFile(v.ID), write, fence)
 }

@@ -184,11 +184,7 @@ func (s *Sandbox) ComponentKubeconfig(ctx context.Context, sa, node string) (str
 // may do (its own Node's status, its pods, Events); the sandbox's KubeletRole
 // adds the informers of the kubelet stand-in. It returns the path.
 func (s *Sandbox) NodeKubeconfig(node string) (string, error) {
-	st, err := loadState(s.workDir)
-	if err != nil {
-		return "", err
-	}
-	n, err := st.node(node)
+	st, n, err := s.loadNode(node)
 	if err != nil {
 		return "", err
 	}

@@ -462,11 +462,7 @@ func stopRealNode(st *state, n *nodeState) error {
 // holds containerd, its shims, the containers, the kubelet, kube-proxy and
 // the registered processes. A kwok node has no cgroup: ErrInvalidConfig.
 func (s *Sandbox) NodePIDs(node string) ([]int, error) {
-	st, err := loadState(s.workDir)
-	if err != nil {
-		return nil, err
-	}
-	n, err := st.node(node)
+	_, n, err := s.loadNode(node)
 	if err != nil {
 		return nil, err
 	}

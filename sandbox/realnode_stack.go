@@ -43,11 +43,7 @@ func realEngineEndpoint(nodeDir string) string {
 // sees it: under the kubelet's plugins directory on a real node, else in the
 // node's engine directory, where the kubelet stand-in calls it.
 func (s *Sandbox) EngineEndpoint(node string) (string, error) {
-	st, err := loadState(s.workDir)
-	if err != nil {
-		return "", err
-	}
-	n, err := st.node(node)
+	_, n, err := s.loadNode(node)
 	if err != nil {
 		return "", err
 	}

@@ -162,6 +162,19 @@ func (st *state) save() error {
 	return nil
 }
 
+// loadNode reads the sandbox's state and finds node name in it.
+func (s *Sandbox) loadNode(name string) (*state, *nodeState, error) {
+	st, err := loadState(s.workDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := st.node(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, n, nil
+}
+
 func (st *state) node(name string) (*nodeState, error) {
 	for _, n := range st.Nodes {
 		if n.Name == name {
