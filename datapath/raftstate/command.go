@@ -76,7 +76,8 @@ type Command struct {
 	Rows    []ImportRow `json:"rows,omitempty"`
 }
 
-// ImportRow is one row of an imported attachment table.
+// ImportRow is one row of an attachment table as the log records it (an
+// imported volume's) and as snapshots do.
 type ImportRow struct {
 	Node    string                   `json:"node"`
 	Epoch   uint64                   `json:"epoch"`
@@ -97,26 +98,39 @@ func (c Command) validateImport() error {
 	}
 	seen := map[string]bool{}
 	for _, r := range c.Rows {
-		if err := datapath.ValidNode(r.Node); err != nil {
-			return err
-		}
-		switch {
-		case seen[r.Node]:
+		if seen[r.Node] {
 			return fmt.Errorf("%w: volume %s: node %s has two rows", datapath.ErrInvalidArgument, c.VolumeID, r.Node)
-		case r.Epoch > c.Epoch:
-			return fmt.Errorf("%w: volume %s: node %s has epoch %d above the volume's %d", datapath.ErrInvalidArgument, c.VolumeID, r.Node, r.Epoch, c.Epoch)
-		case r.State != datapath.StateGranted && r.State != datapath.StateFenced && r.State != datapath.StateReleased:
-			return fmt.Errorf("%w: volume %s: node %s has state %q; known are %s, %s and %s", datapath.ErrInvalidArgument, c.VolumeID, r.Node, r.State,
-				datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
 		}
-		if r.Use != "" {
-			if err := r.Use.Validate(); err != nil {
-				return err
-			}
+		if err := r.check(c.Epoch); err != nil {
+			return fmt.Errorf("volume %s: %w", c.VolumeID, err)
 		}
 		seen[r.Node] = true
 	}
 	return nil
+}
+
+// check refuses a row of an unknown node, state or use, or with an epoch
+// above its volume's.
+func (r ImportRow) check(volumeEpoch uint64) error {
+	if err := datapath.ValidNode(r.Node); err != nil {
+		return err
+	}
+	switch {
+	case r.Epoch > volumeEpoch:
+		return fmt.Errorf("%w: node %s has epoch %d above the volume's %d", datapath.ErrInvalidArgument, r.Node, r.Epoch, volumeEpoch)
+	case r.State != datapath.StateGranted && r.State != datapath.StateFenced && r.State != datapath.StateReleased:
+		return fmt.Errorf("%w: node %s has unknown state %q; known are %s, %s and %s", datapath.ErrInvalidArgument, r.Node, r.State,
+			datapath.StateGranted, datapath.StateFenced, datapath.StateReleased)
+	}
+	if r.Use != "" {
+		return r.Use.Validate()
+	}
+	return nil
+}
+
+// rowState is the row as the state machine holds it.
+func (r ImportRow) rowState() rowState {
+	return rowState{row: datapath.AttachRow{Epoch: r.Epoch, State: r.State, Use: r.Use}, updated: r.Updated.UTC()}
 }
 
 // Server is one member of the group: its Raft identity and address, and

@@ -202,7 +202,7 @@ func (s *state) importVolume(c Command) result {
 	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.Created.UTC()}, Server: c.Server, Epoch: c.Epoch}
 	vs := &volState{vol: v, rows: map[string]rowState{}}
 	for _, r := range c.Rows {
-		vs.rows[r.Node] = rowState{row: datapath.AttachRow{Epoch: r.Epoch, State: r.State, Use: r.Use}, updated: r.Updated.UTC()}
+		vs.rows[r.Node] = r.rowState()
 	}
 	s.vols[v.ID] = vs
 	s.names[v.Name] = v.ID

@@ -34,24 +34,16 @@ type snapshotVolume struct {
 	Created time.Time           `json:"created"`
 	Server  string              `json:"server"`
 	Epoch   uint64              `json:"epoch"`
-	Rows    []snapshotRow       `json:"rows"`
-}
-
-type snapshotRow struct {
-	Node    string                   `json:"node"`
-	Epoch   uint64                   `json:"epoch"`
-	State   datapath.AttachmentState `json:"state"`
-	Use     datapath.GrantUse        `json:"use,omitempty"`
-	Updated time.Time                `json:"updated"`
+	Rows    []ImportRow         `json:"rows"`
 }
 
 func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
 	doc := snapshotDoc{Version: snapshotVersion, Applied: last, Volumes: []snapshotVolume{}, Leaves: []Leave{}, Servers: []Server{}}
 	for _, vs := range s.vols {
 		v := vs.vol
-		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []snapshotRow{}}
+		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []ImportRow{}}
 		for n, r := range vs.rows {
-			sv.Rows = append(sv.Rows, snapshotRow{Node: n, Epoch: r.row.Epoch, State: r.row.State, Use: r.row.Use, Updated: r.updated})
+			sv.Rows = append(sv.Rows, ImportRow{Node: n, Epoch: r.row.Epoch, State: r.row.State, Use: r.row.Use, Updated: r.updated})
 		}
 		sort.Slice(sv.Rows, func(i, j int) bool { return sv.Rows[i].Node < sv.Rows[j].Node })
 		doc.Volumes = append(doc.Volumes, sv)
@@ -117,18 +109,10 @@ func restoreVolume(sv snapshotVolume) (*volState, error) {
 	vs := &volState{vol: Volume{Volume: datapath.Volume{ID: sv.ID, Name: sv.Name, Size: sv.Size, Access: sv.Access, Created: sv.Created},
 		Server: sv.Server, Epoch: sv.Epoch}, rows: map[string]rowState{}}
 	for _, r := range sv.Rows {
-		if err := datapath.ValidNode(r.Node); err != nil {
+		if err := r.check(sv.Epoch); err != nil {
 			return nil, err
 		}
-		if r.Epoch > sv.Epoch {
-			return nil, fmt.Errorf("node %s has epoch %d above the volume's %d", r.Node, r.Epoch, sv.Epoch)
-		}
-		switch r.State {
-		case datapath.StateGranted, datapath.StateFenced, datapath.StateReleased:
-		default:
-			return nil, fmt.Errorf("node %s: unknown state %q", r.Node, r.State)
-		}
-		vs.rows[r.Node] = rowState{row: datapath.AttachRow{Epoch: r.Epoch, State: r.State, Use: r.Use}, updated: r.Updated}
+		vs.rows[r.Node] = r.rowState()
 	}
 	return vs, nil
 }
