@@ -59,8 +59,12 @@ type Leaver interface {
 
 // DialConfig is how the engine reaches the datapath, from its flags.
 type DialConfig struct {
-	// Addr is the datapath's host:port.
+	// Addr is the host:port of the datapath server to dial, the first of
+	// --datapath.
 	Addr string
+	// Servers are the datapath's other servers (the rest of --datapath),
+	// for the client's WithServers.
+	Servers []string
 	// TokenFile holds this node's datapath token: its line of a tokens file,
 	// or a projected ServiceAccount token (audience vigil-datapath), which
 	// the client reads again when the kubelet replaces it.
@@ -115,7 +119,7 @@ func runCommand(dial DialFunc, guard func() WritebackGuard) *cli.Command {
 			&cli.DurationFlag{Name: "cleanup-interval", Value: time.Second,
 				Usage: "how often to re-check for cleanup after a reap besides the watch of this node's fenced taint, which starts a pass at once (backs off to 30s on failures)"},
 			&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH"},
-				Usage: "datapath server address (host:port)"},
+				Usage: datapath.ServerListUsage},
 			&cli.StringFlag{Name: "datapath-token-file", Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
 				Usage: "file holding this node's datapath token: a projected ServiceAccount token for the audience " + vigil.DatapathTokenAudience +
 					" (read again when the kubelet replaces it), or this node's token of the datapath's tokens file; the datapath lets it act only as this node"},
@@ -182,7 +186,7 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 		return runOptions{}, fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())
 	}
 	o := runOptions{node: c.String("node-name"), kubeconfig: c.String("kubeconfig"),
-		datapath: DialConfig{Addr: c.String("datapath"), TokenFile: c.String("datapath-token-file"),
+		datapath: DialConfig{TokenFile: c.String("datapath-token-file"),
 			CAFile: c.String("datapath-ca-file"), Insecure: c.Bool("datapath-insecure")},
 		stateDir: c.String("state-dir"), metricsAddr: c.String("metrics-address"),
 		heartbeat: c.Duration("heartbeat-interval"), ioTimeout: c.Duration("io-timeout"), cleanup: c.Duration("cleanup-interval"),
@@ -192,7 +196,8 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 	if len(o.node) > datapath.MaxNodeLen || strings.ContainsAny(o.node, " /\t\n") || o.node == "" {
 		return o, fmt.Errorf("--node-name %q: want a Kubernetes node name (1-%d characters, no spaces or slashes)", o.node, datapath.MaxNodeLen)
 	}
-	if err := checkDatapathFlags(o.datapath); err != nil {
+	var err error
+	if o.datapath, err = parseDatapathFlags(c.String("datapath"), o.datapath); err != nil {
 		return o, err
 	}
 	if o.heartbeat <= 0 || o.ioTimeout <= 0 || o.cleanup <= 0 {
@@ -219,7 +224,6 @@ func checkRunFlags(c *cli.Context) (runOptions, error) {
 			return o, fmt.Errorf("--kubeconfig: %w", err)
 		}
 	}
-	var err error
 	if o.endpoint, err = vcsi.ParseEndpoint(c.String("csi-endpoint")); err != nil {
 		return o, fmt.Errorf("--csi-endpoint: %w", err)
 	}

@@ -32,7 +32,7 @@ import (
 // testDial is the main package's dial: the token file, TLS with the CA file,
 // or plaintext.
 func testDial(ctx context.Context, cfg DialConfig) (DatapathClient, error) {
-	opts := []client.Option{client.WithTokenFile(cfg.TokenFile)}
+	opts := []client.Option{client.WithTokenFile(cfg.TokenFile), client.WithServers(cfg.Servers...)}
 	if cfg.CAFile != "" {
 		opts = append(opts, client.WithCAFile(cfg.CAFile))
 	}
@@ -77,6 +77,9 @@ func TestApp_Run_BadFlags(t *testing.T) {
 		{"node name", "--node-name", "a b", "--node-name"},
 		{"datapath", "--datapath", "nohostport", "--datapath"},
 		{"plaintext off loopback", "--datapath", "10.1.2.3:9600", "--datapath-ca-file"},
+		{"server list with a bad port", "--datapath", "127.0.0.1:1,127.0.0.1:0", `--datapath: datapath servers "127.0.0.1:1,127.0.0.1:0": item 2: "127.0.0.1:0": port "0"`},
+		{"server list with a duplicate", "--datapath", "127.0.0.1:1,127.0.0.1:1", "127.0.0.1:1 is given twice"},
+		{"server list off loopback in plaintext", "--datapath", "127.0.0.1:1,10.1.2.3:9600", "--datapath 10.1.2.3:9600 is not on loopback"},
 		{"token file", "--datapath-token-file", filepath.Join(dir, "missing"), "--datapath-token-file"},
 		{"endpoint", "--csi-endpoint", "tcp://1.2.3.4:5", "--csi-endpoint"},
 		{"boot id", "--boot-id-file", filepath.Join(dir, "missing"), "--boot-id-file"},

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/csi"
 )
@@ -37,7 +38,7 @@ func csiCommand() *cli.Command {
 				&cli.StringFlag{Name: "csi-endpoint", Required: true, EnvVars: []string{"CSI_ENDPOINT"},
 					Usage: "unix socket to serve on: unix:///path/csi.sock or a plain path"},
 				&cli.StringFlag{Name: "datapath", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
-					Usage: "address (host:port) of the datapath volume server"},
+					Usage: datapath.ServerListUsage},
 				&cli.StringFlag{Name: "datapath-" + flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
 					Usage: "file holding the CSI controller's datapath token (a tokens file's controller token, or a projected ServiceAccount token for the audience " +
 						vigil.DatapathTokenAudience + "); read again when it changes"},
@@ -89,7 +90,7 @@ func csiServe(c *cli.Context) error {
 	}
 	dp, err := dialDatapath(ctx, c, "datapath-", c.String("datapath"), client.WithTimeout(c.Duration("datapath-timeout")))
 	if err != nil {
-		return fmt.Errorf("--datapath: %w", err)
+		return err
 	}
 	defer dp.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -137,6 +137,8 @@ func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
 			"--datapath-ca-file", token, "--datapath-insecure"}, "contradict"},
 		{"plaintext off loopback", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--datapath", "10.1.2.3:9600"}, "--datapath-ca-file"},
+		{"duplicate server", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--datapath", "127.0.0.1:9600,127.0.0.1:9600"}, "--datapath: datapath servers \"127.0.0.1:9600,127.0.0.1:9600\": 127.0.0.1:9600 is given twice"},
 		{"zero qps", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--kube-api-qps", "0"}, "--kube-api-qps 0 and --kube-api-burst 100: both must be positive"},
 		{"negative burst", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,

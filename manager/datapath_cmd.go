@@ -71,7 +71,7 @@ func datapathCommands() []*cli.Command {
 func datapathClientFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
-			Usage: "address of the datapath server"},
+			Usage: datapath.ServerListUsage},
 		&cli.StringFlag{Name: flagSuffixTokenFile, Required: true, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
 			Usage: "file holding a controller token of the datapath (a tokens file's controller token, or a projected ServiceAccount token)"},
 		&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up after this long"},
@@ -81,18 +81,23 @@ func datapathClientFlags() []cli.Flag {
 func datapathStatus(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	dp, err := dialDatapath(ctx, c, "", c.String("addr"), client.WithTimeout(c.Duration("timeout")))
+	d, err := parseDatapathDial(c, "", c.String("addr"))
+	if err != nil {
+		return err
+	}
+	dp, err := d.dial(ctx, client.WithTimeout(c.Duration("timeout")))
 	if err != nil {
 		return err
 	}
 	defer dp.Close()
+	addr := d.addr
 	vols, err := dp.ListVolumes(ctx)
 	if err != nil {
-		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+		return fmt.Errorf("datapath at %s: %w", addr, err)
 	}
 	avail, err := dp.Capacity(ctx)
 	if err != nil {
-		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+		return fmt.Errorf("datapath at %s: %w", addr, err)
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "VOLUME\tNAME\tSIZE\tMODE\tNODE\tEPOCH\tSTATE\n")
@@ -113,19 +118,19 @@ func datapathStatus(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "%d volumes; %d bytes available\n", len(vols), avail)
 	if err := printFailed(ctx, c.App.Writer, dp); err != nil {
-		return fmt.Errorf("datapath at %s: %w", c.String("addr"), err)
+		return fmt.Errorf("datapath at %s: %w", addr, err)
 	}
 	nodes, err := dp.Nodes(ctx)
 	if err != nil {
-		return fmt.Errorf("datapath at %s: nodes: %w", c.String("addr"), err)
+		return fmt.Errorf("datapath at %s: nodes: %w", addr, err)
 	}
 	fmt.Fprintln(c.App.Writer)
 	if err := printNodes(c.App.Writer, nodes); err != nil {
 		return err
 	}
-	rows, err := groupRows(ctx, c, dp, c.String("addr"))
+	rows, err := groupRows(ctx, c, dp, addr)
 	if err != nil {
-		return fmt.Errorf("datapath at %s: servers: %w", c.String("addr"), err)
+		return fmt.Errorf("datapath at %s: servers: %w", addr, err)
 	}
 	fmt.Fprintln(c.App.Writer)
 	return printServers(c.App.Writer, rows)

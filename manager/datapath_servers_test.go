@@ -4,12 +4,18 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
 
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
 // TestDatapathStatus_ServersOfTheGroup: `datapath status` at a follower of
-// three servers lists every server as it reports itself (the leader, two
+// three servers (the first of --addr's list) lists every server as it reports itself (the leader, two
 // followers with their last contact and applied index), and a stopped one
 // as unreachable.
 func TestDatapathStatus_ServersOfTheGroup(t *testing.T) {
@@ -20,7 +26,8 @@ func TestDatapathStatus_ServersOfTheGroup(t *testing.T) {
 		var out strings.Builder
 		app := DatapathApp()
 		app.Writer = &out
-		if err := app.Run([]string{DatapathBinary, "status", "--addr", srvs[1].Addr, "--token-file", token, "--timeout", "5s"}); err != nil {
+		list := srvs[1].Addr + "," + srvs[0].Addr + "," + srvs[2].Addr // the first is dialed
+		if err := app.Run([]string{DatapathBinary, "status", "--addr", list, "--token-file", token, "--timeout", "5s"}); err != nil {
 			t.Fatalf("datapath status: %v\n%s", err, out.String())
 		}
 		return out.String()
@@ -38,5 +45,30 @@ func TestDatapathStatus_ServersOfTheGroup(t *testing.T) {
 	stopped := regexp.MustCompile(`(?m)^` + row(2, "unreachable", "-", "-"))
 	if out := status(); !stopped.MatchString(out) {
 		t.Fatalf("status with datapath-2 stopped:\n%s", out)
+	}
+}
+
+// TestDialDatapath_ListFindsTheLeader: a manager command given the servers
+// as a list, a follower first, dials the follower and sends a change to the
+// leader by itself.
+func TestDialDatapath_ListFindsTheLeader(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	token := writeFile(t, "ctl", srvs[0].Token+"\n")
+	var created datapath.Volume
+	app := &cli.App{Name: "t", Flags: datapathClientFlags(), Action: func(c *cli.Context) error {
+		dp, err := dialDatapath(c.Context, c, "", c.String("addr"), client.WithTimeout(2*time.Second))
+		if err != nil {
+			return err
+		}
+		defer dp.Close()
+		created, err = dp.CreateVolume(c.Context, "pvc-list", 1<<20, datapath.AccessRWO)
+		return err
+	}}
+	list := srvs[2].Addr + "," + srvs[1].Addr + "," + srvs[0].Addr
+	if err := app.Run([]string{"t", "--addr", list, "--token-file", token}); err != nil {
+		t.Fatalf("create through a list whose first server is a follower: %v", err)
+	}
+	if _, err := srvs[0].Store.GetVolume(created.ID); err != nil {
+		t.Fatalf("the volume is not on the leader: %v", err)
 	}
 }

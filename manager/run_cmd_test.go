@@ -352,7 +352,14 @@ func TestRun_BadFlagsAreRefused(t *testing.T) {
 		"datapath off loopback in plaintext": {[]string{"--datapath", "10.1.2.3:9600", "--datapath-token-file", "/t"}, "--datapath-ca-file"},
 		"datapath CA and insecure": {[]string{"--datapath", "10.1.2.3:9600", "--datapath-token-file", "/t",
 			"--datapath-ca-file", "/ca", "--datapath-insecure"}, "contradict"},
-		"datapath without a port": {[]string{"--datapath", "10.1.2.3", "--datapath-token-file", "/t"}, "want host:port"},
+		"datapath without a port":          {[]string{"--datapath", "10.1.2.3", "--datapath-token-file", "/t"}, `--datapath: datapath servers "10.1.2.3": item 1: "10.1.2.3" is not host:port`},
+		"datapath list with an empty item": {[]string{"--datapath", "127.0.0.1:1,,127.0.0.1:2", "--datapath-token-file", "/t"}, "item 2: empty"},
+		"datapath list with a bad port": {[]string{"--datapath", "127.0.0.1:1,127.0.0.1:http", "--datapath-token-file", "/t"},
+			`item 2: "127.0.0.1:http": port "http" is not a number from 1 to 65535`},
+		"datapath list with a duplicate": {[]string{"--datapath", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:1", "--datapath-token-file", "/t"},
+			"127.0.0.1:1 is given twice (items 1 and 3)"},
+		"datapath list off loopback in plaintext": {[]string{"--datapath", "127.0.0.1:1,10.1.2.3:9600", "--datapath-token-file", "/t"},
+			"datapath 10.1.2.3:9600 is not on loopback"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

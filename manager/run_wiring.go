@@ -17,6 +17,7 @@ import (
 	vigil "github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/controller"
+	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/fencebackend"
 )
@@ -36,7 +37,7 @@ const (
 func loopFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: flagDatapath, EnvVars: []string{"VIGIL_DATAPATH_ADDR"},
-			Usage: "address (host:port) of the datapath, the fencing back end: with it the manager fences down nodes " +
+			Usage: datapath.ServerListUsage + ". The datapath is the fencing back end: with it the manager fences down nodes " +
 				"(fast-fenced-trigger), judges storage isolation from engine heartbeats and frees proven-fenced volumes; " +
 				"without it nothing is fenced by Vigil and only Kubernetes' own proofs count"},
 		&cli.StringFlag{Name: flagDatapathTokenFile, EnvVars: []string{"VIGIL_DATAPATH_TOKEN_FILE"}, TakesFile: true,
@@ -64,14 +65,14 @@ func parseLoopOptions(c *cli.Context) (loopOptions, error) {
 	case o.datapath != "" && o.tokenFile == "":
 		return o, fmt.Errorf("--%s %s needs --%s (the file holding the datapath token)", flagDatapath, o.datapath, flagDatapathTokenFile)
 	case o.datapath == "" && o.tokenFile != "":
-		return o, fmt.Errorf("--%s given without --%s: name the datapath's address (host:port)", flagDatapathTokenFile, flagDatapath)
+		return o, fmt.Errorf("--%s given without --%s: name the datapath's servers (host:port,host:port,...)", flagDatapathTokenFile, flagDatapath)
 	case o.timeout <= 0:
 		return o, fmt.Errorf("--%s %s: must be positive", flagDatapathTimeout, o.timeout)
 	}
 	if o.datapath != "" {
 		var err error
 		if o.dial, err = parseDatapathDial(c, "datapath-", o.datapath); err != nil {
-			return o, fmt.Errorf("--%s: %w", flagDatapath, err)
+			return o, err
 		}
 	}
 	return o, nil

@@ -18,9 +18,9 @@ func dial(ctx context.Context, cfg enginenode.DialConfig) (enginenode.DatapathCl
 }
 
 // clientOptions turns the engine's datapath flags into client options: the
-// token file (read again when it rotates), TLS with the CA, or plaintext.
+// token file (read again when it rotates), the other servers, TLS with the CA, or plaintext.
 func clientOptions(cfg enginenode.DialConfig) []client.Option {
-	opts := []client.Option{client.WithTokenFile(cfg.TokenFile)}
+	opts := []client.Option{client.WithTokenFile(cfg.TokenFile), client.WithServers(cfg.Servers...)}
 	switch {
 	case cfg.CAFile != "":
 		opts = append(opts, client.WithCAFile(cfg.CAFile))
