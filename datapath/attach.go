@@ -159,7 +159,7 @@ func (s *Store) Release(volumeID, node string) error {
 
 // Attachments returns the volume's attachment table sorted by node.
 func (s *Store) Attachments(volumeID string) ([]Attachment, error) {
-	v, err := s.lookup(volumeID)
+	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -56,7 +57,11 @@ func BulkError(code uint8, msg string) error {
 		return nil
 	}
 	if i := int(code) - 1; i >= 0 && i < len(wireErrors) {
-		return &RemoteError{Code: wireErrors[i].code, Message: msg, Sentinel: wireErrors[i].err}
+		re := &RemoteError{Code: wireErrors[i].code, Message: msg, Sentinel: wireErrors[i].err}
+		if re.Sentinel == ErrNotHolder {
+			re.HolderAddress, re.Message, _ = strings.Cut(msg, "\n")
+		}
+		return re
 	}
 	return &RemoteError{Code: codes.Internal, Message: msg}
 }
@@ -192,12 +197,22 @@ func (s *Server) serveBulk(c net.Conn, br *bufio.Reader) {
 	}
 }
 
+// bulkMessage is the message of a bulk response refusing with err: its
+// text, after the holder's address and a newline for NOT_HOLDER (the bulk
+// frame has no other place for it; BulkError takes it apart).
+func bulkMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	if nh := (*NotHolderError)(nil); errors.As(err, &nh) {
+		return nh.HolderAddress + "\n" + err.Error()
+	}
+	return err.Error()
+}
+
 // reply answers request id; gen is the generation a session request opened.
 func (b *bulkSession) reply(id, gen uint64, err error) error {
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	}
+	msg := bulkMessage(err)
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	b.out = wire.AppendBulkResponse(b.out[:0], id, bulkCode(err), gen, msg)

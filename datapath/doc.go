@@ -60,6 +60,14 @@
 // imported at the first Open with a Control, epochs unchanged, then its
 // datapath.db migrated to version 2, which that release refuses
 // (TestStoreControl_UpgradeFromTheBboltRelease, on testdata/release-bbolt).
+// Each volume's data is on one server of the group, its holder, which alone
+// serves its reads, writes, flushes and write sessions (on both channels)
+// and the reads of the volume (GetVolume, Attachments, Connectivity of a
+// volume, ClearFailure): another server refuses them with ErrNotHolder
+// (gRPC FailedPrecondition, reason NOT_HOLDER) before reading or writing
+// anything, naming the holder's datapath address in the ErrorInfo's
+// metadata (HolderAddressKey) and, on the bulk channel, as the first line of
+// the message (holder.go; TestClient_Group_IOGoesToTheHolder).
 // Data files no volume of the group names are logged and kept, not removed:
 // a server behind the group may not know a volume yet. A Store without a
 // Control keeps all of it in datapath.db as described below; the package's

@@ -70,6 +70,13 @@ var (
 	// returns, and this one cannot make it wait for that yet. Nothing was
 	// changed; the message names the server.
 	ErrHeldElsewhere = errors.New("datapath: volume's data is held by another datapath server")
+	// ErrNotHolder: I/O (a read, write, flush or write session) or a read of
+	// one volume (GetVolume, Attachments, Connectivity, ClearFailure) reached
+	// a server of the control group that does not hold the volume's data.
+	// Nothing was read or written; the message names the server that holds
+	// it, and a NotHolderError its datapath address, where the call may be
+	// sent.
+	ErrNotHolder = errors.New("datapath: this datapath server does not hold the volume's data")
 )
 
 // NotLeaderError is ErrNotLeader naming the leader the server knows: its id
@@ -90,3 +97,25 @@ func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 // LeaderAddressKey is the ErrorInfo metadata key of a NOT_LEADER refusal
 // that holds the leader's datapath address.
 const LeaderAddressKey = "leaderAddress"
+
+// NotHolderError is ErrNotHolder naming the server that holds the volume's
+// data: its id and the address its datapath serves clients at (empty when
+// the group recorded none). On the wire the address travels in the
+// ErrorInfo's metadata (HolderAddressKey), and on the bulk channel as the
+// first line of the message (BulkError), so a client can send the volume's
+// I/O there.
+type NotHolderError struct {
+	Msg           string
+	VolumeID      string
+	HolderID      string
+	HolderAddress string
+}
+
+func (e *NotHolderError) Error() string { return e.Msg }
+
+// Is makes errors.Is(err, ErrNotHolder) hold.
+func (e *NotHolderError) Is(target error) bool { return target == ErrNotHolder }
+
+// HolderAddressKey is the ErrorInfo metadata key of a NOT_HOLDER refusal
+// that holds the datapath address of the server holding the volume.
+const HolderAddressKey = "holderAddress"

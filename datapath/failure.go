@@ -183,7 +183,7 @@ func (s *Store) FailedVolumes() ([]FailedVolume, error) {
 // change is durable. A volume that is not failed is refused with
 // ErrInvalidArgument, and nothing changes.
 func (s *Store) ClearFailure(volumeID string) error {
-	v, err := s.lookup(volumeID)
+	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return err
 	}

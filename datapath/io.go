@@ -35,7 +35,7 @@ func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func
 	if err := validNode(node); err != nil {
 		return err
 	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (s *Store) ReadAt(volumeID, node string, epoch uint64, off int64, n int) ([
 	if err := validNode(node); err != nil {
 		return nil, err
 	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Store) Flush(volumeID, node string, epoch uint64) error {
 	if err := validNode(node); err != nil {
 		return err
 	}
-	v, err := s.lookup(volumeID)
+	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (s *Store) Connectivity(node, volumeID string, within time.Duration) (Conne
 		return Connectivity{}, fmt.Errorf("%w: connectivity window %s; allowed are more than 0 up to %s", ErrInvalidArgument, within, MaxConnectivityWindow)
 	}
 	if volumeID != "" {
-		if _, err := s.lookup(volumeID); err != nil {
+		if _, err := s.lookupHeld(volumeID); err != nil {
 			return Connectivity{}, err
 		}
 	}

@@ -37,6 +37,7 @@ var wireErrors = []struct {
 	{ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 	{ErrNotCommitted, codes.Unavailable, "NOT_COMMITTED"},
 	{ErrHeldElsewhere, codes.FailedPrecondition, "HELD_ELSEWHERE"},
+	{ErrNotHolder, codes.FailedPrecondition, "NOT_HOLDER"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's
@@ -55,6 +56,9 @@ func ToStatus(err error) error {
 			info := &errdetails.ErrorInfo{Reason: w.reason, Domain: ErrorDomain}
 			if nl := (*NotLeaderError)(nil); errors.As(err, &nl) && nl.LeaderAddress != "" {
 				info.Metadata = map[string]string{LeaderAddressKey: nl.LeaderAddress}
+			}
+			if nh := (*NotHolderError)(nil); errors.As(err, &nh) && nh.HolderAddress != "" {
+				info.Metadata = map[string]string{HolderAddressKey: nh.HolderAddress}
 			}
 			if d, derr := st.WithDetails(info); derr == nil {
 				st = d
@@ -89,6 +93,9 @@ type RemoteError struct {
 	// LeaderAddress: with ErrNotLeader, the leader's datapath address when
 	// the server knew it.
 	LeaderAddress string
+	// HolderAddress: with ErrNotHolder, the datapath address of the server
+	// that holds the volume's data, when the group recorded it.
+	HolderAddress string
 }
 
 func (e *RemoteError) Error() string { return e.Message }
@@ -122,6 +129,7 @@ func FromStatus(err error) error {
 			}
 		}
 		re.LeaderAddress = info.GetMetadata()[LeaderAddressKey]
+		re.HolderAddress = info.GetMetadata()[HolderAddressKey]
 	}
 	if re.Sentinel == nil && st.Code() == codes.Unauthenticated {
 		// Rejected by the auth interceptor or by gRPC itself.

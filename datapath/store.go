@@ -295,7 +295,7 @@ func (s *Store) lookup(id string) (*volume, error) {
 
 // GetVolume returns one volume.
 func (s *Store) GetVolume(id string) (Volume, error) {
-	v, err := s.lookup(id)
+	v, err := s.lookupHeld(id)
 	if err != nil {
 		return Volume{}, err
 	}

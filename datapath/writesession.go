@@ -95,6 +95,9 @@ func (s *Store) OpenWriteSession(volumeID, node string, epoch uint64) (uint64, e
 	if err := validNode(node); err != nil {
 		return 0, err
 	}
+	if err := s.heldElsewhere(volumeID); err != nil {
+		return 0, err // its writes go to its holder, which keeps its sessions
+	}
 	return s.sessions.open(volumeID, node, epoch, s.now()), nil
 }
 

@@ -300,31 +300,54 @@ const bulkConns = 2
 // answer the bulk hello, before it tries the bulk channel again.
 const bulkRetryAfter = time.Minute
 
-// bulkConn returns one of the client's live bulk connections (round robin),
-// dialing it if needed. It gives errBulkUnsupported for a minute after a
-// server did not answer the hello.
-func (c *Client) bulkConn(ctx context.Context) (*bulkConn, error) {
+// bulkPool is the client's bulk connections to one server.
+type bulkPool struct {
+	conns [bulkConns]*bulkConn
+	next  int
+	// retryAt: the server did not answer the bulk hello; gRPC until then.
+	retryAt time.Time
+}
+
+// poolLocked returns the bulk pool of the server at addr. The caller holds
+// c.bulkMu.
+func (c *Client) poolLocked(addr string) *bulkPool {
+	if c.bulkPools == nil {
+		c.bulkPools = map[string]*bulkPool{}
+	}
+	p := c.bulkPools[addr]
+	if p == nil {
+		p = &bulkPool{}
+		c.bulkPools[addr] = p
+	}
+	return p
+}
+
+// bulkConn returns one of the client's live bulk connections to the server
+// at addr (round robin), dialing it if needed. It gives errBulkUnsupported
+// for a minute after that server did not answer the hello.
+func (c *Client) bulkConn(ctx context.Context, addr string) (*bulkConn, error) {
 	c.bulkMu.Lock()
 	defer c.bulkMu.Unlock()
-	if c.bulkOff || time.Now().Before(c.bulkRetryAt) {
+	p := c.poolLocked(addr)
+	if c.bulkOff || time.Now().Before(p.retryAt) {
 		return nil, errBulkUnsupported
 	}
-	c.bulkNext = (c.bulkNext + 1) % bulkConns
+	p.next = (p.next + 1) % bulkConns
 	token := c.token.get()
-	if b := c.bulk[c.bulkNext]; b != nil && !b.dead() {
+	if b := p.conns[p.next]; b != nil && !b.dead() {
 		if b.token == token {
 			return b, nil
 		}
 		b.retire()
 	}
-	b, err := dialBulk(ctx, c.addr, token, c.bulkTLS)
+	b, err := dialBulk(ctx, addr, token, c.tlsFor(addr, true))
 	if errors.Is(err, errBulkUnsupported) {
-		c.bulkRetryAt = time.Now().Add(bulkRetryAfter)
+		p.retryAt = time.Now().Add(bulkRetryAfter)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c.bulk[c.bulkNext] = b
+	p.conns[p.next] = b
 	return b, nil
 }
 
@@ -332,9 +355,11 @@ func (c *Client) closeBulk() {
 	c.bulkMu.Lock()
 	defer c.bulkMu.Unlock()
 	c.bulkOff = true
-	for _, b := range c.bulk {
-		if b != nil {
-			b.fail(net.ErrClosed)
+	for _, p := range c.bulkPools {
+		for _, b := range p.conns {
+			if b != nil {
+				b.fail(net.ErrClosed)
+			}
 		}
 	}
 }
@@ -356,12 +381,18 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 		return errBulkUnsupported
 	}
 	backoff := c.opts.minBackoff
-	for attempt, stale := 0, 0; ; attempt++ {
+	for attempt, stale, moves := 0, 0, 0; ; attempt++ {
+		addr := c.holderOf(volumeID)
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.writeBulkOnce(actx, volumeID, node, epoch, off, p)
+		err := c.writeBulkOnce(actx, addr, volumeID, node, epoch, off, p)
 		cancel()
 		if errors.Is(err, datapath.ErrStaleSession) && stale < maxStaleResends && ctx.Err() == nil {
 			stale++
+			attempt--
+			continue
+		}
+		if moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err) {
+			moves++ // nothing was written: the same write goes to the holder at once
 			attempt--
 			continue
 		}
@@ -369,7 +400,7 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 			return err
 		}
 		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
-			return c.bulkError(attempt, err)
+			return c.holderError(volumeID, addr, c.bulkError(addr, attempt, err))
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -386,8 +417,8 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 // session's generation, opened first if none is. A write left without the
 // server's answer abandons the generation, so the next write of the volume
 // opens a new one and this write can never land after it.
-func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
-	b, err := c.bulkConn(ctx)
+func (c *Client) writeBulkOnce(ctx context.Context, addr, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	b, err := c.bulkConn(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -408,12 +439,12 @@ func (c *Client) writeBulkOnce(ctx context.Context, volumeID, node string, epoch
 	return err
 }
 
-func (c *Client) bulkError(attempt int, err error) error {
+func (c *Client) bulkError(addr string, attempt int, err error) error {
 	var re *datapath.RemoteError
 	if errors.As(err, &re) && re.Sentinel != nil {
 		return err
 	}
-	return fmt.Errorf("datapath %s (bulk) at %s (%d attempts): %w", wire.MethodWrite, c.addr, attempt+1, err)
+	return fmt.Errorf("datapath %s (bulk) at %s (%d attempts): %w", wire.MethodWrite, addr, attempt+1, err)
 }
 
 // bulkName reports whether a volume id or node name fits a bulk frame.

@@ -32,7 +32,7 @@ func (c *Client) DeleteVolume(ctx context.Context, id string) error {
 // GetVolume returns one volume; ErrNotFound for an unknown id.
 func (c *Client) GetVolume(ctx context.Context, id string) (datapath.Volume, error) {
 	var resp wire.Volume
-	if err := c.invoke(ctx, wire.MethodGetVolume, &wire.VolumeRef{ID: id}, &resp, retrySafe); err != nil {
+	if err := c.call(ctx, id, wire.MethodGetVolume, &wire.VolumeRef{ID: id}, &resp, retrySafe); err != nil {
 		return datapath.Volume{}, err
 	}
 	return volumeFromWire(&resp), nil
@@ -111,7 +111,7 @@ func (c *Client) Release(ctx context.Context, volumeID, node string) error {
 // ever granted or fenced, sorted by node.
 func (c *Client) Attachments(ctx context.Context, volumeID string) ([]datapath.Attachment, error) {
 	var resp wire.AttachmentList
-	if err := c.invoke(ctx, wire.MethodAttachments, &wire.VolumeRef{ID: volumeID}, &resp, retrySafe); err != nil {
+	if err := c.call(ctx, volumeID, wire.MethodAttachments, &wire.VolumeRef{ID: volumeID}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.Attachment, len(resp.Items))
@@ -131,7 +131,7 @@ func (c *Client) ReadAt(ctx context.Context, volumeID, node string, epoch uint64
 	}
 	var resp wire.Data
 	req := &wire.ReadRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Length: int64(n)}
-	if err := c.invoke(ctx, wire.MethodRead, req, &resp, retrySafe); err != nil {
+	if err := c.call(ctx, volumeID, wire.MethodRead, req, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	return resp.Data, nil
@@ -141,7 +141,7 @@ func (c *Client) ReadAt(ctx context.Context, volumeID, node string, epoch uint64
 // It carries (node, epoch) like any I/O and is refused with ErrFenced likewise.
 func (c *Client) Flush(ctx context.Context, volumeID, node string, epoch uint64) error {
 	req := &wire.FlushRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}}
-	return c.invoke(ctx, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
+	return c.call(ctx, volumeID, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
 }
 
 // Heartbeat records that node is alive and can reach the server.
@@ -157,7 +157,7 @@ func (c *Client) Heartbeat(ctx context.Context, node string) error {
 func (c *Client) Connectivity(ctx context.Context, node, volumeID string, within time.Duration) (datapath.Connectivity, error) {
 	var resp wire.Connectivity
 	req := &wire.ConnectivityRequest{Node: node, VolumeID: volumeID, WithinNanos: int64(within)}
-	if err := c.invoke(ctx, wire.MethodConnectivity, req, &resp, retrySafe); err != nil {
+	if err := c.call(ctx, volumeID, wire.MethodConnectivity, req, &resp, retrySafe); err != nil {
 		return datapath.Connectivity{}, err
 	}
 	return datapath.Connectivity{
@@ -254,7 +254,7 @@ func (c *Client) FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, er
 // disk and the volume's data: its I/O is accepted again. ErrNotFound for an
 // unknown volume, ErrInvalidArgument for one that is not failed.
 func (c *Client) ClearFailure(ctx context.Context, volumeID string) error {
-	return c.invoke(ctx, wire.MethodClearFailure, &wire.VolumeRef{ID: volumeID}, &wire.Empty{}, retryTransport)
+	return c.call(ctx, volumeID, wire.MethodClearFailure, &wire.VolumeRef{ID: volumeID}, &wire.Empty{}, retryTransport)
 }
 
 // Servers reports the datapath's control group as the server asked sees it

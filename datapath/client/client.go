@@ -65,13 +65,16 @@ type Client struct {
 	bulkTLS *tls.Config // the bulk channel's (ALPN vigil-bulk/1); nil: plaintext
 	opts    options
 
-	bulkMu   sync.Mutex
-	bulk     [bulkConns]*bulkConn
-	bulkNext int
-	bulkOff  bool          // WithBulk(false), or closed
-	sessions writeSessions // the bulk channel's write sessions
-	// bulkRetryAt: the server did not answer the bulk hello; gRPC until then.
-	bulkRetryAt time.Time
+	tlsCfg *tls.Config // gRPC's for addr; nil: plaintext
+
+	bulkMu    sync.Mutex
+	bulkPools map[string]*bulkPool // by server address
+	bulkOff   bool                 // WithBulk(false), or closed
+	sessions  writeSessions        // the write sessions, both channels
+
+	// holders: the server holding each volume's data, when not addr
+	// (holder.go).
+	holders holders
 
 	// group finds the control group's leader (leader.go); dialOpts dial
 	// its servers.
@@ -138,7 +141,7 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 		}
 	}
 	servers := append([]string{addr}, o.servers...)
-	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), opts: o, bulkOff: o.noBulk,
+	return &Client{conn: conn, addr: addr, token: ts, bulkTLS: bulkTLS(tlsCfg), tlsCfg: tlsCfg, opts: o, bulkOff: o.noBulk,
 		group: leaders{servers: servers, leader: addr, conns: map[string]*grpc.ClientConn{}}, dialOpts: dialOpts}, nil
 }
 
@@ -164,15 +167,26 @@ const (
 )
 
 func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Message, class retryClass) error {
+	return c.call(ctx, "", method, req, resp, class)
+}
+
+// call is invoke for a call about volume vol ("": none): a call only the
+// volume's holder serves goes to the holder the client knows (holder.go)
+// and follows a NOT_HOLDER refusal there at once.
+func (c *Client) call(ctx context.Context, vol, method string, req, resp wire.Message, class retryClass) error {
 	backoff := c.opts.minBackoff
 	var callOpts []grpc.CallOption
 	var header metadata.MD
 	if datapath.WantsBoot(ctx) {
 		callOpts = []grpc.CallOption{grpc.Header(&header)}
 	}
-	redirects := 0
+	redirects, moves := 0, 0
 	for attempt := 0; ; attempt++ {
 		conn, addr, err := c.connFor(method)
+		if vol != "" {
+			addr = c.holderOf(vol)
+			conn, err = c.connAt(addr)
+		}
 		if err != nil {
 			return err
 		}
@@ -185,11 +199,16 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 			}
 			return nil
 		}
+		if vol != "" && ctx.Err() == nil && moves < maxHolderMoves && c.toHolder(vol, addr, err) {
+			moves++
+			attempt-- // nothing was done: the call goes to the holder at once
+			continue
+		}
 		if ctx.Err() == nil && redirects < c.maxRedirects() && c.follow(method, addr, err) {
 			redirects++
 			attempt-- // finding the leader is not a retry of the call
 		} else if attempt >= c.opts.retries || !retryable(ctx, err, class) {
-			return c.callError(method, attempt, err)
+			return c.holderError(vol, addr, c.callError(method, addr, attempt, err))
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -215,13 +234,13 @@ func recordBoot(ctx context.Context, header metadata.MD) {
 // callError maps a failed call's error to the datapath sentinels; errors that
 // are not the server's word (transport failures, timeouts) also name the call,
 // the server and the attempts made.
-func (c *Client) callError(method string, attempt int, err error) error {
+func (c *Client) callError(method, addr string, attempt int, err error) error {
 	err = datapath.FromStatus(err)
 	var re *datapath.RemoteError
 	if errors.As(err, &re) && re.Sentinel != nil {
 		return err
 	}
-	return fmt.Errorf("datapath %s at %s (%d attempts): %w", method, c.addr, attempt+1, err)
+	return fmt.Errorf("datapath %s at %s (%d attempts): %w", method, addr, attempt+1, err)
 }
 
 func retryable(ctx context.Context, err error, class retryClass) bool {

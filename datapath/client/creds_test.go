@@ -146,7 +146,7 @@ func TestClient_BulkConn_NewTokenNewConnection(t *testing.T) {
 	ctx := context.Background()
 	var first [bulkConns]*bulkConn
 	for i := range first {
-		if first[i], err = c.bulkConn(ctx); err != nil {
+		if first[i], err = c.bulkConn(ctx, c.addr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestClient_BulkConn_NewTokenNewConnection(t *testing.T) {
 	c.token.recheck = 0
 	c.token.mu.Unlock()
 	for range first {
-		b, err := c.bulkConn(ctx)
+		b, err := c.bulkConn(ctx, c.addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,5 +54,14 @@
 // named, or the next server after a pause, at most twice per server and a
 // couple of times more per call (leader.go;
 // TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt, which
-// also stops the leader). Everything else stays with Dial's address.
+// also stops the leader). Each volume's data is on one server, its holder:
+// a volume's reads, writes (both channels), flushes, write sessions and
+// reads of the volume (GetVolume, Attachments, Connectivity of a volume,
+// ClearFailure) go to the holder the client knows, and when a server refuses
+// as not the holder (ErrNotHolder, naming the holder's address) the client
+// sends that volume's calls to the holder from then on, at once, at most
+// twice per call, and opens the volume's write sessions afresh there
+// (holder.go; TestClient_Group_IOGoesToTheHolder, which also stops the
+// holder: its volumes' I/O fails within the retries, naming it, and the
+// other volumes' goes on). Everything else stays with Dial's address.
 package client

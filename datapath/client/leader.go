@@ -2,7 +2,6 @@ package client
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 
@@ -21,9 +20,9 @@ import (
 // leader it knows, follows such a refusal to the leader it names (or, when
 // it names none, or the server does not answer, tries the next server after
 // a pause), a bounded number of times. Nothing was proposed when a server
-// refuses as not the leader, so sending the call again is safe. Reads, I/O,
-// heartbeats and write sessions stay with the address given to Dial: they
-// are served by the server holding the volume's data, from its own state.
+// refuses as not the leader, so sending the call again is safe. Reads, I/O
+// and write sessions go to the server holding the volume's data (holder.go),
+// heartbeats to the address given to Dial.
 
 // WithServers names the other servers of the datapath's control group
 // (host:port each), besides the address given to Dial, among which the
@@ -62,9 +61,9 @@ func (c *Client) connFor(method string) (*grpc.ClientConn, string, error) {
 	if conn := g.conns[g.leader]; conn != nil {
 		return conn, g.leader, nil
 	}
-	conn, err := grpc.NewClient("passthrough:///"+g.leader, c.dialOpts...)
+	conn, err := c.dialAt(g.leader)
 	if err != nil {
-		return nil, "", fmt.Errorf("dial datapath %s: %w", g.leader, err)
+		return nil, "", err
 	}
 	g.conns[g.leader] = conn
 	return conn, g.leader, nil

@@ -88,3 +88,18 @@ func (s *writeSessions) end(volumeID, node string, epoch, gen uint64) {
 		ws.gen = 0
 	}
 }
+
+// forget drops every session of volumeID (its calls move to another
+// server, where none of its generations is open): the next write of each
+// (volume, node) opens a new generation there. An open under way finishes
+// and records its generation; the write that asked for it goes to the
+// server it opened it at.
+func (s *writeSessions) forget(volumeID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, ws := range s.m {
+		if k.volumeID == volumeID {
+			ws.gen = 0
+		}
+	}
+}

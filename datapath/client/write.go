@@ -48,9 +48,10 @@ func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint6
 // generation, so the retry goes out under a new one.
 func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
 	backoff := c.opts.minBackoff
-	for attempt, stale := 0, 0; ; attempt++ {
+	for attempt, stale, moves := 0, 0, 0; ; attempt++ {
+		addr := c.holderOf(volumeID)
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.writeGRPCOnce(actx, volumeID, node, epoch, off, p)
+		err := c.writeGRPCOnce(actx, addr, volumeID, node, epoch, off, p)
 		cancel()
 		switch {
 		case err == nil:
@@ -59,18 +60,22 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 			stale++
 			attempt--
 			continue
+		case moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err):
+			moves++ // nothing was written: the same write goes to the holder at once
+			attempt--
+			continue
 		case status.Code(err) == codes.Unimplemented:
 			// A server of the release before this one speaks the bulk
 			// channel: if its hello went unanswered only because it was
 			// restarting, the next write tries the bulk channel again at
 			// once instead of a minute later.
 			c.bulkMu.Lock()
-			c.bulkRetryAt = time.Time{}
+			c.poolLocked(addr).retryAt = time.Time{}
 			c.bulkMu.Unlock()
 			return fmt.Errorf("%w: datapath %s does not serve %s over gRPC (%v), so it cannot order writes there, and the bulk channel is off or unanswered; "+
-				"nothing was written. Upgrade vigil-datapath to this client's release", ErrServerTooOld, c.addr, wire.MethodOpenWriteSession, datapath.FromStatus(err))
+				"nothing was written. Upgrade vigil-datapath to this client's release", ErrServerTooOld, addr, wire.MethodOpenWriteSession, datapath.FromStatus(err))
 		case attempt >= c.opts.retries || !retryable(ctx, err, retryTransport):
-			return c.callError(wire.MethodWrite, attempt, err)
+			return c.holderError(volumeID, addr, c.callError(wire.MethodWrite, addr, attempt, err))
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -89,8 +94,14 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 // connection) the transport may still be reading p after Invoke returns, so
 // it waits until the transport lets go: the caller may reuse p at once, and a
 // failed write can never carry bytes the caller wrote into p afterwards.
-func (c *Client) writeGRPCOnce(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
-	gen, err := c.sessions.gen(ctx, volumeID, node, epoch, c.openSessionGRPC)
+func (c *Client) writeGRPCOnce(ctx context.Context, addr, volumeID, node string, epoch uint64, off int64, p []byte) error {
+	conn, err := c.connAt(addr)
+	if err != nil {
+		return err
+	}
+	gen, err := c.sessions.gen(ctx, volumeID, node, epoch, func(ctx context.Context, volumeID, node string, epoch uint64) (uint64, error) {
+		return openSessionGRPC(ctx, conn, addr, volumeID, node, epoch)
+	})
 	if err != nil {
 		return err
 	}
@@ -100,7 +111,7 @@ func (c *Client) writeGRPCOnce(ctx context.Context, volumeID, node string, epoch
 	if datapath.WantsBoot(ctx) {
 		callOpts = []grpc.CallOption{grpc.Header(&header)}
 	}
-	err = c.conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, callOpts...)
+	err = conn.Invoke(ctx, wire.FullMethod(wire.MethodWrite), req, &wire.Empty{}, callOpts...)
 	if !req.WaitReleased(c.opts.timeout) && err == nil {
 		err = fmt.Errorf("write volume %s: the transport did not release the buffer within %s", volumeID, c.opts.timeout)
 	}
@@ -121,13 +132,14 @@ func (c *Client) writeGRPCOnce(ctx context.Context, volumeID, node string, epoch
 }
 
 // openSessionGRPC opens a new write session generation for (volumeID, node,
-// epoch) over gRPC, in one attempt (writeGRPC retries).
-func (c *Client) openSessionGRPC(ctx context.Context, volumeID, node string, epoch uint64) (uint64, error) {
+// epoch) over gRPC on conn, the server at addr, in one attempt (writeGRPC
+// retries).
+func openSessionGRPC(ctx context.Context, conn *grpc.ClientConn, addr, volumeID, node string, epoch uint64) (uint64, error) {
 	var resp wire.Generation
-	err := c.conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession),
+	err := conn.Invoke(ctx, wire.FullMethod(wire.MethodOpenWriteSession),
 		&wire.OpenSessionRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}}, &resp)
 	if err == nil && resp.Gen == 0 {
-		err = status.Errorf(codes.Unavailable, "datapath %s opened a write session without a generation", c.addr)
+		err = status.Errorf(codes.Unavailable, "datapath %s opened a write session without a generation", addr)
 	}
 	return resp.Gen, err
 }

@@ -35,7 +35,7 @@ func TestClient_WriteAt_TooOldServerRetriesTheBulkChannelAtOnce(t *testing.T) {
 		t.Fatalf("write to a server without write sessions: %v; want ErrServerTooOld", err)
 	}
 	c.bulkMu.Lock()
-	retryAt := c.bulkRetryAt
+	retryAt := c.poolLocked(c.addr).retryAt
 	c.bulkMu.Unlock()
 	if !retryAt.IsZero() {
 		t.Fatalf("the bulk channel is next tried at %s; want at once", retryAt)

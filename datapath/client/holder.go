@@ -1,0 +1,150 @@
+package client
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// Each volume's data is on one server of the datapath's group, its holder,
+// and only the holder serves the volume's I/O: reads, writes (both
+// channels), flushes and write sessions, and the reads of one volume
+// (GetVolume, Attachments, Connectivity of a volume, ClearFailure). Another
+// server refuses them with datapath.ErrNotHolder, naming the holder's
+// address, before anything is read or written. The client then sends that
+// volume's calls to the holder from then on (cached per volume), at once and
+// at most maxHolderMoves times per call; the retries of a call that does not
+// get an answer stay with the server it went to, so a holder that is down
+// gets an error naming it within the call's bounded retries, and the other
+// volumes are not held up.
+//
+// Write sessions are unchanged across a move: the session of a (volume,
+// node) is forgotten when its volume moves, so the next write opens a new
+// generation at the holder, and a write is sent again only with the epoch
+// its caller gave. A write refused as not held wrote nothing anywhere, so
+// sending it to the holder cannot land it twice; a write that went
+// unanswered still ends its generation (at whichever server it went to)
+// before anything else of the volume is sent.
+
+// maxHolderMoves bounds how often one call follows a NOT_HOLDER refusal.
+const maxHolderMoves = 2
+
+// holders is the client's map of volume -> the address of its holder, for
+// volumes whose holder is not the Dial address.
+type holders struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// holderOf returns the address vol's calls go to: its holder when a server
+// named one, else the Dial address.
+func (c *Client) holderOf(vol string) string {
+	c.holders.mu.Lock()
+	defer c.holders.mu.Unlock()
+	if a, ok := c.holders.m[vol]; ok {
+		return a
+	}
+	return c.addr
+}
+
+// toHolder reports whether err, the answer of the server at addr to a call
+// about vol, is a NOT_HOLDER refusal naming another server; it then records
+// that server as vol's holder and forgets vol's write sessions (any
+// generation was opened elsewhere), so the call may go there at once.
+func (c *Client) toHolder(vol, addr string, err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *datapath.RemoteError
+	if !errors.As(err, &re) { // a gRPC status; the bulk channel's answers are RemoteErrors already
+		_ = errors.As(datapath.FromStatus(err), &re)
+	}
+	if re == nil || !errors.Is(re, datapath.ErrNotHolder) || re.HolderAddress == "" || re.HolderAddress == addr {
+		return false
+	}
+	c.holders.mu.Lock()
+	if c.holders.m == nil {
+		c.holders.m = map[string]string{}
+	}
+	if re.HolderAddress == c.addr {
+		delete(c.holders.m, vol)
+	} else {
+		c.holders.m[vol] = re.HolderAddress
+	}
+	c.holders.mu.Unlock()
+	c.sessions.forget(vol)
+	return true
+}
+
+// connAt returns the gRPC connection to the server at addr: Dial's, or one
+// of the group's, dialed at first use.
+func (c *Client) connAt(addr string) (*grpc.ClientConn, error) {
+	if addr == c.addr {
+		return c.conn, nil
+	}
+	g := &c.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if conn := g.conns[addr]; conn != nil {
+		return conn, nil
+	}
+	conn, err := c.dialAt(addr)
+	if err != nil {
+		return nil, err
+	}
+	g.conns[addr] = conn
+	return conn, nil
+}
+
+// dialAt prepares a gRPC connection to another server of the group, with
+// Dial's options and, over TLS, that server's name to verify.
+func (c *Client) dialAt(addr string) (*grpc.ClientConn, error) {
+	if _, err := c.opts.transport(addr); err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
+	}
+	opts := c.dialOpts
+	if cfg := c.tlsFor(addr, false); cfg != nil {
+		opts = append(opts[:len(opts):len(opts)], grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// tlsFor is the client's TLS configuration for the server at addr (its host
+// verified), for the bulk channel or gRPC; nil in plaintext.
+func (c *Client) tlsFor(addr string, bulk bool) *tls.Config {
+	base := c.tlsCfg
+	if bulk {
+		base = c.bulkTLS
+	}
+	if base == nil || addr == c.addr {
+		return base
+	}
+	cfg := base.Clone()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		cfg.ServerName = host
+	}
+	return cfg
+}
+
+// holderError names the volume's holder in err, a call's final error at
+// addr, when the call went to a holder other than the Dial address and the
+// holder did not answer (a refusal of the server's own is returned as it
+// is).
+func (c *Client) holderError(vol, addr string, err error) error {
+	var re *datapath.RemoteError
+	if vol == "" || addr == c.addr || (errors.As(err, &re) && re.Sentinel != nil) {
+		return err
+	}
+	return fmt.Errorf("volume %s: its data is on datapath server %s, which did not answer: %w", vol, addr, err)
+}
