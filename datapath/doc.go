@@ -191,6 +191,12 @@
 // announces nothing, and its silence becomes a failover: its FUSE disks died
 // with it.
 //
+// In a group each server keeps its own connectivity: a client given the
+// group's servers heartbeats to every one of them, and the manager merges
+// the Nodes reports of every server that answers (datapath/fencebackend), so
+// a node is heard when any server heard it and one server down isolates no
+// node.
+//
 // # Protocol
 //
 // gRPC over HTTP/2 (google.golang.org/grpc), service vigil.datapath.v1.Datapath,

@@ -144,8 +144,12 @@ func (c *Client) Flush(ctx context.Context, volumeID, node string, epoch uint64)
 	return c.call(ctx, volumeID, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
 }
 
-// Heartbeat records that node is alive and can reach the server.
+// Heartbeat records that node is alive and can reach the server; given the
+// group's servers (WithServers), every server (heartbeatAll).
 func (c *Client) Heartbeat(ctx context.Context, node string) error {
+	if len(c.group.servers) > 1 {
+		return c.heartbeatAll(ctx, node)
+	}
 	return c.invoke(ctx, wire.MethodHeartbeat, &wire.NodeRef{Node: node}, &wire.Empty{}, retrySafe)
 }
 
@@ -221,8 +225,13 @@ func (c *Client) Leave(ctx context.Context, node string, d time.Duration) (until
 // I/O since it started, those that hold a live grant (even if silent since
 // the start), and those with an announced stop no heartbeat has cleared yet.
 func (c *Client) Nodes(ctx context.Context) (datapath.NodesReport, error) {
+	return c.nodesAt(ctx, "")
+}
+
+// nodesAt is Nodes asked of the server at addr ("": Dial's).
+func (c *Client) nodesAt(ctx context.Context, addr string) (datapath.NodesReport, error) {
 	var resp wire.NodeList
-	if err := c.invoke(ctx, wire.MethodNodes, &wire.Empty{}, &resp, retrySafe); err != nil {
+	if err := c.callTo(ctx, "", addr, wire.MethodNodes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return datapath.NodesReport{}, err
 	}
 	r := datapath.NodesReport{Now: unixTime(resp.NowUnix), Started: unixTime(resp.StartedUnix), Nodes: make([]datapath.NodeStatus, len(resp.Items))}

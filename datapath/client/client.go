@@ -174,6 +174,12 @@ func (c *Client) invoke(ctx context.Context, method string, req, resp wire.Messa
 // volume's holder serves goes to the holder the client knows (holder.go)
 // and follows a NOT_HOLDER refusal there at once.
 func (c *Client) call(ctx context.Context, vol, method string, req, resp wire.Message, class retryClass) error {
+	return c.callTo(ctx, vol, "", method, req, resp, class)
+}
+
+// callTo is call, sent to the server at pinned when it is not empty (and
+// then to no other).
+func (c *Client) callTo(ctx context.Context, vol, pinned, method string, req, resp wire.Message, class retryClass) error {
 	backoff := c.opts.minBackoff
 	var callOpts []grpc.CallOption
 	var header metadata.MD
@@ -183,8 +189,11 @@ func (c *Client) call(ctx context.Context, vol, method string, req, resp wire.Me
 	redirects, moves := 0, 0
 	for attempt := 0; ; attempt++ {
 		conn, addr, err := c.connFor(method)
-		if vol != "" {
-			addr = c.holderOf(vol)
+		if vol != "" || pinned != "" {
+			addr = pinned
+			if addr == "" {
+				addr = c.holderOf(vol)
+			}
 			conn, err = c.connAt(addr)
 		}
 		if err != nil {
@@ -199,12 +208,12 @@ func (c *Client) call(ctx context.Context, vol, method string, req, resp wire.Me
 			}
 			return nil
 		}
-		if vol != "" && ctx.Err() == nil && moves < maxHolderMoves && c.toHolder(vol, addr, err) {
+		if vol != "" && pinned == "" && ctx.Err() == nil && moves < maxHolderMoves && c.toHolder(vol, addr, err) {
 			moves++
 			attempt-- // nothing was done: the call goes to the holder at once
 			continue
 		}
-		if ctx.Err() == nil && redirects < c.maxRedirects() && c.follow(method, addr, err) {
+		if pinned == "" && ctx.Err() == nil && redirects < c.maxRedirects() && c.follow(method, addr, err) {
 			redirects++
 			attempt-- // finding the leader is not a retry of the call
 		} else if attempt >= c.opts.retries || !retryable(ctx, err, class) {

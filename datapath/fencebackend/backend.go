@@ -124,17 +124,29 @@ func (b *Backend) Grants(ctx context.Context, node string) ([]fenceapi.Grant, er
 // Connectivity reports, on the datapath's clock, when each node last
 // heartbeated or did I/O since the datapath started, and which nodes announced
 // a graceful stop. A node with a live grant is listed even if it has been
-// silent since the start.
+// silent since the start. With several servers (ServerNodes) it merges the
+// reports of those that answer (mergeReports): a node heard by any server
+// recently is not silent.
 func (b *Backend) Connectivity(ctx context.Context) (fenceapi.Report, error) {
+	if sn, ok := b.dp.(ServerNodes); ok {
+		rs, err := sn.ServerNodes(ctx)
+		if err == nil && len(rs) == 0 {
+			err = errors.New("no datapath server answered")
+		}
+		if err != nil {
+			return fenceapi.Report{}, wrap("nodes", err)
+		}
+		reps := make([]fenceapi.Report, len(rs))
+		for i, r := range rs {
+			reps[i] = report(r)
+		}
+		return mergeReports(reps), nil
+	}
 	r, err := b.dp.Nodes(ctx)
 	if err != nil {
 		return fenceapi.Report{}, wrap("nodes", err)
 	}
-	out := fenceapi.Report{Now: r.Now, Since: r.Started, Nodes: make([]fenceapi.NodeConnectivity, len(r.Nodes))}
-	for i, n := range r.Nodes {
-		out.Nodes[i] = fenceapi.NodeConnectivity{Node: n.Node, LastHeartbeat: n.LastSeen(), LeavingUntil: n.LeavingUntil}
-	}
-	return out, nil
+	return report(r), nil
 }
 
 // FailedVolumes lists the volumes whose data failed to flush to disk: the

@@ -10,6 +10,14 @@
 // spec.csi.volumeHandle) is its datapath volume id, as datapath/csi's
 // CreateVolume hands it out, so no mapping is stored.
 //
+// Connectivity is soft state each datapath server keeps for itself. Given a
+// client of several servers (ServerNodes), Connectivity asks each and merges
+// the reports of those that answer (mergeReports; TestMergeReports is its
+// specification): a node heard recently by any server is not silent, and a
+// server that does not answer adds nothing, so one dead server isolates no
+// node (TestClient_Group_HeartbeatsReachEveryServerAndOneDownIsolatesNobody
+// in datapath/client).
+//
 // Every error from the datapath that is not a refusal of the caller's input
 // (a bad node name) wraps fenceapi.ErrUnavailable: the server could not be
 // reached, timed out, refused the token or failed, and nothing is proven. A

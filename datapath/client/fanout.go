@@ -1,0 +1,78 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// Connectivity is soft state each server of the group keeps for itself (the
+// heartbeats and I/O it received), so a client given the group's servers
+// heartbeats to every one of them, and the manager reads every one's Nodes
+// report (ServerNodes) and takes a node as heard if any server heard it: one
+// server that is down or cut off then neither silences every node nor speaks
+// for them.
+
+// heartbeatAll heartbeats node to every server of the group at once, each
+// with the client's retries within ctx; it succeeds when at least one server
+// took the heartbeat, and otherwise returns every server's error.
+func (c *Client) heartbeatAll(ctx context.Context, node string) error {
+	errs := c.each(func(_ int, addr string) error {
+		return c.callTo(ctx, "", addr, wire.MethodHeartbeat, &wire.NodeRef{Node: node}, &wire.Empty{}, retrySafe)
+	})
+	var failed []error
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+		failed = append(failed, err)
+	}
+	return fmt.Errorf("heartbeat of node %s: no datapath server took it: %w", node, errors.Join(failed...))
+}
+
+// ServerNodes asks every server of the group (the Dial address and
+// WithServers) for its Nodes report at once and returns the reports of the
+// servers that answered, in the order of the servers; a server that does not
+// answer contributes nothing. It fails only when none answered, with every
+// server's error. Without WithServers it is Nodes.
+func (c *Client) ServerNodes(ctx context.Context) ([]datapath.NodesReport, error) {
+	reports := make([]datapath.NodesReport, len(c.group.servers))
+	errs := c.each(func(i int, addr string) error {
+		var err error
+		reports[i], err = c.nodesAt(ctx, addr)
+		return err
+	})
+	var out []datapath.NodesReport
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("datapath %s: %w", c.group.servers[i], err))
+			continue
+		}
+		out = append(out, reports[i])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("nodes: no datapath server answered: %w", errors.Join(failed...))
+	}
+	return out, nil
+}
+
+// each runs fn for every server of the group at once and returns their
+// errors in the order of the servers.
+func (c *Client) each(fn func(i int, addr string) error) []error {
+	errs := make([]error, len(c.group.servers))
+	var wg sync.WaitGroup
+	for i, addr := range c.group.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i, addr)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
