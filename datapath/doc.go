@@ -394,7 +394,9 @@
 // I/O, announced stops, live grants), and its control group's servers
 // (Servers: each member as it reports itself at its own address: role, last
 // contact with the leader, applied index; one that does not answer is
-// unreachable); `vigil-datapath clear-failure
+// unreachable), and the group's volumes with the server holding each
+// (GroupVolumes) as replicas, in-sync or unreachable (-o json: .servers[]
+// and .volumes[]); `vigil-datapath clear-failure
 // VOLUME` clears a failed volume.
 //
 // # Performance

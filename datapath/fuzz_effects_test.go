@@ -275,6 +275,19 @@ var effects = map[string]effect{
 		}
 		return nil
 	}),
+	// The fuzzer's store has no control group: its own volumes, no server.
+	wire.MethodGroupVolumes: readOnly(func(_ fuzzStore, _ []byte, resp wire.Message, b world) error {
+		l := resp.(*wire.GroupVolumeList)
+		if len(l.Items) != len(b.vols) {
+			return fmt.Errorf("%d volumes listed, %d exist", len(l.Items), len(b.vols))
+		}
+		for _, v := range l.Items {
+			if st, ok := b.vols[v.ID]; !ok || v.Name != st.vol.Name || v.Epoch != st.epoch || v.Server != "" {
+				return fmt.Errorf("listed %+v, volume is %+v at epoch %d", v, st.vol, st.epoch)
+			}
+		}
+		return nil
+	}),
 	wire.MethodClearFailure: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("cleared a failure though no volume is failed")
 	},

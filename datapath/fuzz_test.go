@@ -115,6 +115,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodNodes:            func() wire.Message { return &wire.Empty{} },
 	wire.MethodFailedVolumes:    func() wire.Message { return &wire.Empty{} },
 	wire.MethodServers:          func() wire.Message { return &wire.Empty{} },
+	wire.MethodGroupVolumes:     func() wire.Message { return &wire.Empty{} },
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 }
 
@@ -404,6 +405,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodNodes, &wire.Empty{}},
 		{wire.MethodFailedVolumes, &wire.Empty{}},
 		{wire.MethodServers, &wire.Empty{}},
+		{wire.MethodGroupVolumes, &wire.Empty{}},
 		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for

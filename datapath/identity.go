@@ -128,6 +128,7 @@ var methodAccess = map[string]access{
 	wire.MethodNodes:            controllerOnly,
 	wire.MethodFailedVolumes:    controllerOnly,
 	wire.MethodServers:          controllerOnly,
+	wire.MethodGroupVolumes:     controllerOnly,
 	wire.MethodClearFailure:     controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,

@@ -32,6 +32,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodNodes, true, false, false},
 		{wire.MethodFailedVolumes, true, false, false},
 		{wire.MethodServers, true, false, false},
+		{wire.MethodGroupVolumes, true, false, false},
 		{wire.MethodClearFailure, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},

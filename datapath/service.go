@@ -125,6 +125,14 @@ var serviceDesc = grpc.ServiceDesc{
 			gen, err := s.OpenWriteSession(r.VolumeID, r.Node, r.Epoch)
 			return &wire.Generation{Gen: gen}, err
 		}),
+		method(wire.MethodGroupVolumes, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+			vs, err := s.GroupVolumes()
+			out := &wire.GroupVolumeList{Items: make([]wire.GroupVolume, len(vs))}
+			for i, v := range vs {
+				out.Items[i] = wire.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch}
+			}
+			return out, err
+		}),
 		method(wire.MethodServers, func(s *Store, _ *wire.Empty) (wire.Message, error) {
 			rep, err := s.Servers()
 			out := &wire.ServerList{NowUnix: unixNano(rep.Now), Items: make([]wire.ServerStatus, len(rep.Servers))}

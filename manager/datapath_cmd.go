@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
@@ -60,8 +62,8 @@ func datapathCommands() []*cli.Command {
 		Action: datapathServe,
 	}, {
 		Name:   "status",
-		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, its nodes (last heartbeat and I/O, announced stops, live grants), and the servers of its control group (role, last contact with the leader, applied index; each asked at its own address)",
-		Flags:  datapathClientFlags(),
+		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, its nodes (last heartbeat and I/O, announced stops, live grants), the servers of its control group (role, last contact with the leader, applied index; each asked at its own address), and the group's volumes with their replicas (the server holding each, in-sync or unreachable); -o json gives .servers[] and .volumes[]",
+		Flags:  append(datapathClientFlags(), outputFlag("table (every report) or json (.servers[] and .volumes[] with their replicas)")),
 		Action: datapathStatus,
 	}, datapathClearFailureCommand()}
 }
@@ -79,6 +81,10 @@ func datapathClientFlags() []cli.Flag {
 }
 
 func datapathStatus(c *cli.Context) error {
+	format := c.String(flagOutput)
+	if format != "table" && format != "json" {
+		return cliflags.Usagef("invalid output format %q for -o; allowed: table, json", format)
+	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
 	d, err := parseDatapathDial(c, "", c.String("addr"))
@@ -90,7 +96,56 @@ func datapathStatus(c *cli.Context) error {
 		return err
 	}
 	defer dp.Close()
-	addr := d.addr
+	if format == "json" {
+		_, view, err := groupStatus(ctx, c, dp, d.addr)
+		if err != nil {
+			return err
+		}
+		return writeStatusJSON(c.App.Writer, view)
+	}
+	if err := printVolumes(ctx, c.App.Writer, dp, d.addr); err != nil {
+		return err
+	}
+	nodes, err := dp.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("datapath at %s: nodes: %w", d.addr, err)
+	}
+	fmt.Fprintln(c.App.Writer)
+	if err := printNodes(c.App.Writer, nodes); err != nil {
+		return err
+	}
+	rows, view, err := groupStatus(ctx, c, dp, d.addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.App.Writer)
+	if err := printServers(c.App.Writer, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.App.Writer)
+	return printReplicas(c.App.Writer, view)
+}
+
+// groupStatus asks the server at addr for the group's servers (each asked
+// at its own address) and volumes.
+func groupStatus(ctx context.Context, c *cli.Context, dp *client.Client, addr string) ([]datapath.ServerStatus, statusView, error) {
+	rows, err := groupRows(ctx, c, dp, addr)
+	if err != nil {
+		return nil, statusView{}, fmt.Errorf("datapath at %s: servers: %w", addr, err)
+	}
+	vols, err := dp.GroupVolumes(ctx)
+	if status.Code(err) == codes.Unimplemented {
+		return nil, statusView{}, fmt.Errorf("datapath at %s does not report its group's volumes (a release before this one): upgrade vigil-datapath", addr)
+	}
+	if err != nil {
+		return nil, statusView{}, fmt.Errorf("datapath at %s: volumes of the group: %w", addr, err)
+	}
+	return rows, statusOf(rows, vols), nil
+}
+
+// printVolumes prints the volumes the server at addr holds, with their
+// attachment tables, its capacity and its failed volumes.
+func printVolumes(ctx context.Context, out io.Writer, dp *client.Client, addr string) error {
 	vols, err := dp.ListVolumes(ctx)
 	if err != nil {
 		return fmt.Errorf("datapath at %s: %w", addr, err)
@@ -99,7 +154,7 @@ func datapathStatus(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("datapath at %s: %w", addr, err)
 	}
-	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "VOLUME\tNAME\tSIZE\tMODE\tNODE\tEPOCH\tSTATE\n")
 	for _, v := range vols {
 		as, err := dp.Attachments(ctx, v.ID)
@@ -116,24 +171,11 @@ func datapathStatus(c *cli.Context) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "%d volumes; %d bytes available\n", len(vols), avail)
-	if err := printFailed(ctx, c.App.Writer, dp); err != nil {
+	fmt.Fprintf(out, "%d volumes; %d bytes available\n", len(vols), avail)
+	if err := printFailed(ctx, out, dp); err != nil {
 		return fmt.Errorf("datapath at %s: %w", addr, err)
 	}
-	nodes, err := dp.Nodes(ctx)
-	if err != nil {
-		return fmt.Errorf("datapath at %s: nodes: %w", addr, err)
-	}
-	fmt.Fprintln(c.App.Writer)
-	if err := printNodes(c.App.Writer, nodes); err != nil {
-		return err
-	}
-	rows, err := groupRows(ctx, c, dp, addr)
-	if err != nil {
-		return fmt.Errorf("datapath at %s: servers: %w", addr, err)
-	}
-	fmt.Fprintln(c.App.Writer)
-	return printServers(c.App.Writer, rows)
+	return nil
 }
 
 // printNodes prints the node table of `datapath status`; ages are measured on

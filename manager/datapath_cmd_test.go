@@ -271,6 +271,7 @@ func TestDatapathStatus_BadFlags(t *testing.T) {
 	}{
 		{"plaintext off loopback", []string{"--addr", "10.1.2.3:9600", "--token-file", tok}, "--ca-file"},
 		{"missing CA file", []string{"--token-file", tok, "--ca-file", "/nonexistent/ca.crt"}, "/nonexistent/ca.crt"},
+		{"bad output format", []string{"-o", "yaml", "--token-file", tok}, `invalid output format "yaml" for -o; allowed: table, json`},
 		{"empty server in the list", []string{"--addr", "127.0.0.1:9600,", "--token-file", tok}, "--addr: datapath servers \"127.0.0.1:9600,\": item 2: empty"},
 		{"CA and insecure", []string{"--token-file", tok, "--ca-file", tok, "--insecure"}, "contradict"},
 		{"empty token file", []string{"--token-file", writeFile(t, "empty", "\n")}, "is empty"},

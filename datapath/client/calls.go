@@ -282,3 +282,19 @@ func (c *Client) Servers(ctx context.Context) (datapath.ServersReport, error) {
 	}
 	return r, nil
 }
+
+// GroupVolumes reports every volume of the datapath's control group as the
+// server asked applied it, sorted by name: its id, name, the id of the
+// server holding its data (datapath.ServerStatus.ID) and its epoch. A
+// server without a group reports its own volumes, with no server.
+func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, error) {
+	var resp wire.GroupVolumeList
+	if err := c.invoke(ctx, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
+		return nil, err
+	}
+	out := make([]datapath.GroupVolume, len(resp.Items))
+	for i, v := range resp.Items {
+		out[i] = datapath.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch}
+	}
+	return out, nil
+}

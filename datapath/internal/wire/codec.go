@@ -50,6 +50,10 @@ const (
 	// MethodServers reports the control group's servers as the server
 	// asked sees them.
 	MethodServers = "Servers"
+	// MethodGroupVolumes reports every volume of the control group with
+	// the server holding its data and its epoch, as the server asked
+	// applied them.
+	MethodGroupVolumes = "GroupVolumes"
 )
 
 // FullMethod returns "/service/method" as gRPC invokes it.

@@ -1,0 +1,53 @@
+package datapath
+
+import "sort"
+
+// States of a volume's replica (a copy of its data) as `datapath status`
+// shows them. This release keeps one copy, on the server holding the
+// volume: in sync, or unreachable when that server does not answer.
+const (
+	ReplicaInSync      = "in-sync"
+	ReplicaRebuilding  = "rebuilding"
+	ReplicaFaulted     = "faulted"
+	ReplicaUnreachable = "unreachable"
+)
+
+// GroupVolume is a volume as the control group holds it, for a report of
+// the whole group (GroupVolumes): its id and name, the server holding its
+// data and the highest epoch issued for it.
+type GroupVolume struct {
+	ID, Name string
+	// Server is the id of the group member holding the volume's data
+	// (ServerStatus.ID); empty for a Store without a Control.
+	Server string
+	Epoch  uint64
+}
+
+// GroupVolumes reports every volume of the control group as this server
+// applied it, sorted by name, with the server holding each one's data; a
+// Store without a Control reports its own volumes, with no server.
+func (s *Store) GroupVolumes() ([]GroupVolume, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	var out []GroupVolume
+	if s.ctl != nil {
+		for _, cv := range s.ctl.AppliedVolumes() {
+			out = append(out, GroupVolume{ID: cv.ID, Name: cv.Name, Server: cv.Server, Epoch: cv.Epoch})
+		}
+	} else {
+		vs, err := s.ListVolumes()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			e, err := s.Epoch(v.ID)
+			if err != nil {
+				continue // deleted meanwhile
+			}
+			out = append(out, GroupVolume{ID: v.ID, Name: v.Name, Epoch: e})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,110 @@
+package manager
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
+)
+
+// TestStatusOf is the specification of `datapath status`'s volumes: one
+// replica each, on the server holding the volume, in sync while that server
+// answers and unreachable when it does not or is no known member; without
+// a group the one server holds every volume.
+func TestStatusOf(t *testing.T) {
+	contact := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	rows := []datapath.ServerStatus{
+		{ID: "datapath-0", Node: "n0", Address: "10.0.0.1:9600", Role: datapath.RoleLeader, AppliedIndex: 9},
+		{ID: "datapath-1", Node: "n1", Address: "10.0.0.2:9600", Role: datapath.RoleFollower, LastContact: contact, AppliedIndex: 8},
+		{ID: "datapath-2", Node: "n2", Address: "10.0.0.3:9600", Role: datapath.RoleUnreachable},
+	}
+	vols := []datapath.GroupVolume{
+		{ID: "vol-a", Name: "pvc-a", Server: "datapath-0", Epoch: 3},
+		{ID: "vol-b", Name: "pvc-b", Server: "datapath-2", Epoch: 1},
+		{ID: "vol-c", Name: "pvc-c", Server: "datapath-9", Epoch: 2},
+	}
+	nine, eight := uint64(9), uint64(8)
+	for _, tc := range []struct {
+		name string
+		rows []datapath.ServerStatus
+		vols []datapath.GroupVolume
+		want statusView
+	}{
+		{"three servers, one unreachable", rows, vols, statusView{
+			Servers: []serverView{
+				{ID: "datapath-0", Node: "n0", Address: "10.0.0.1:9600", Role: "leader", AppliedIndex: &nine},
+				{ID: "datapath-1", Node: "n1", Address: "10.0.0.2:9600", Role: "follower", LastContact: &contact, AppliedIndex: &eight},
+				{ID: "datapath-2", Node: "n2", Address: "10.0.0.3:9600", Role: "unreachable"},
+			},
+			Volumes: []volumeView{
+				{ID: "vol-a", Name: "pvc-a", Epoch: 3, Replicas: []replicaView{{Node: "n0", Server: "datapath-0", State: "in-sync"}}},
+				{ID: "vol-b", Name: "pvc-b", Epoch: 1, Replicas: []replicaView{{Node: "n2", Server: "datapath-2", State: "unreachable"}}},
+				{ID: "vol-c", Name: "pvc-c", Epoch: 2, Replicas: []replicaView{{Server: "datapath-9", State: "unreachable"}}},
+			},
+		}},
+		{"no group: the one server holds every volume", nil, []datapath.GroupVolume{{ID: "vol-a", Name: "pvc-a", Epoch: 4}}, statusView{
+			Servers: []serverView{},
+			Volumes: []volumeView{{ID: "vol-a", Name: "pvc-a", Epoch: 4, Replicas: []replicaView{{State: "in-sync"}}}},
+		}},
+		{"nothing", []datapath.ServerStatus{}, nil, statusView{Servers: []serverView{}, Volumes: []volumeView{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statusOf(tc.rows, tc.vols); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("statusOf:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDatapathStatus_JSON_ServersAndVolumes: `datapath status -o json` at a
+// follower of three servers lists .servers[] (each as it reports itself)
+// and .volumes[] with their one replica on the leader that created them;
+// once that server stops, it is unreachable and so is the volume's replica.
+func TestDatapathStatus_JSON_ServersAndVolumes(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	v, err := srvs[0].Store.CreateVolume("pvc-a", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srvs[0].Store.Grant(v.ID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	token := writeFile(t, "ctl", srvs[0].Token+"\n")
+	status := func() statusView {
+		t.Helper()
+		var out strings.Builder
+		app := DatapathApp()
+		app.Writer = &out
+		if err := app.Run([]string{DatapathBinary, "status", "-o", "json", "--addr", srvs[1].Addr, "--token-file", token, "--timeout", "5s"}); err != nil {
+			t.Fatalf("datapath status -o json: %v\n%s", err, out.String())
+		}
+		var view statusView
+		if err := json.Unmarshal([]byte(out.String()), &view); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out.String())
+		}
+		return view
+	}
+	var view statusView
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		view = status()
+		if (len(view.Volumes) == 1 && view.Volumes[0].Epoch == 1) || time.Now().After(deadline) { // the follower applies the grant
+			break
+		}
+	}
+	if len(view.Servers) != 3 || view.Servers[0].Role != "leader" || view.Servers[1].Role != "follower" || view.Servers[0].Address != srvs[0].Addr {
+		t.Fatalf("servers: %+v", view.Servers)
+	}
+	want := []volumeView{{ID: v.ID, Name: "pvc-a", Epoch: 1, Replicas: []replicaView{{Server: "datapath-0", State: "in-sync"}}}}
+	if !reflect.DeepEqual(view.Volumes, want) {
+		t.Fatalf("volumes: %+v; want %+v", view.Volumes, want)
+	}
+	srvs[0].Stop()
+	view = status()
+	if view.Servers[0].Role != "unreachable" || view.Servers[0].AppliedIndex != nil || len(view.Volumes) != 1 || view.Volumes[0].Replicas[0].State != "unreachable" {
+		t.Fatalf("with the holder stopped: %+v", view)
+	}
+}
