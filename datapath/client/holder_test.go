@@ -124,7 +124,7 @@ func TestClient_Group_IOGoesToTheHolder(t *testing.T) {
 }
 
 // waitApplied waits until srv's control state knows volume id.
-func waitApplied(t *testing.T, srv *datapathtest.Server, id string) {
+func waitApplied(t testing.TB, srv *datapathtest.Server, id string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if _, _, ok := srv.Group.AppliedVolume(id); ok {
