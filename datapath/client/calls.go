@@ -173,10 +173,21 @@ func (c *Client) Connectivity(ctx context.Context, node, volumeID string, within
 
 // NodeGrants returns node's row on every volume that has one (live, fenced or
 // released), sorted by volume id. A node the server never granted anything
-// gets an empty list.
+// gets an empty list. Each server reports the rows of the volumes whose data
+// it holds, so given the group's servers (WithServers) it asks every one and
+// fails unless all answer (nodeGrantsAll): a missing row is taken as proof
+// that the node cannot write the volume.
 func (c *Client) NodeGrants(ctx context.Context, node string) ([]datapath.Attachment, error) {
+	if len(c.group.servers) > 1 {
+		return c.nodeGrantsAll(ctx, node)
+	}
+	return c.nodeGrantsAt(ctx, "", node)
+}
+
+// nodeGrantsAt is NodeGrants asked of the server at addr ("": Dial's).
+func (c *Client) nodeGrantsAt(ctx context.Context, addr, node string) ([]datapath.Attachment, error) {
 	var resp wire.NodeGrantList
-	if err := c.invoke(ctx, wire.MethodNodeGrants, &wire.NodeRef{Node: node}, &resp, retrySafe); err != nil {
+	if err := c.callTo(ctx, "", addr, wire.MethodNodeGrants, &wire.NodeRef{Node: node}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.Attachment, len(resp.Items))
@@ -246,10 +257,20 @@ func (c *Client) nodesAt(ctx context.Context, addr string) (datapath.NodesReport
 
 // FailedVolumes lists the volumes whose data failed to flush to disk: each
 // refuses every read, write and flush with datapath.ErrVolumeFailed until
-// ClearFailure.
+// ClearFailure. Each server records the failures of the volumes it holds, so
+// given the group's servers it asks every one and lists them all, or fails
+// naming a server that did not answer (its failures are not known).
 func (c *Client) FailedVolumes(ctx context.Context) ([]datapath.FailedVolume, error) {
+	if len(c.group.servers) > 1 {
+		return c.failedVolumesAll(ctx)
+	}
+	return c.failedVolumesAt(ctx, "")
+}
+
+// failedVolumesAt is FailedVolumes asked of the server at addr ("": Dial's).
+func (c *Client) failedVolumesAt(ctx context.Context, addr string) ([]datapath.FailedVolume, error) {
 	var resp wire.FailedList
-	if err := c.invoke(ctx, wire.MethodFailedVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
+	if err := c.callTo(ctx, "", addr, wire.MethodFailedVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.FailedVolume, len(resp.Items))

@@ -63,5 +63,10 @@
 // twice per call, and opens the volume's write sessions afresh there
 // (holder.go; TestClient_Group_IOGoesToTheHolder, which also stops the
 // holder: its volumes' I/O fails within the retries, naming it, and the
-// other volumes' goes on). Everything else stays with Dial's address.
+// other volumes' goes on). Heartbeat goes to every server (one that takes
+// it is enough); NodeGrants and FailedVolumes ask every server, each of
+// which reports the volumes it holds, and fail unless all answer, so a
+// server that does not answer never makes a node's live grant look absent;
+// ServerNodes returns the Nodes report of each server that answers
+// (fanout.go). Everything else stays with Dial's address.
 package client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -58,6 +59,52 @@ func (c *Client) ServerNodes(ctx context.Context) ([]datapath.NodesReport, error
 	if len(out) == 0 {
 		return nil, fmt.Errorf("nodes: no datapath server answered: %w", errors.Join(failed...))
 	}
+	return out, nil
+}
+
+// nodeGrantsAll is NodeGrants of a group: every server reports the node's
+// rows on the volumes whose data it holds, which are the rows that decide
+// whether the node's I/O is accepted there, and the answer is their union,
+// sorted by volume id. A server that does not answer may hold a live grant
+// of the node, so then there is no answer: the error names it, and nothing
+// may be taken as proof that the node cannot write.
+func (c *Client) nodeGrantsAll(ctx context.Context, node string) ([]datapath.Attachment, error) {
+	rows := make([][]datapath.Attachment, len(c.group.servers))
+	errs := c.each(func(i int, addr string) error {
+		var err error
+		rows[i], err = c.nodeGrantsAt(ctx, addr, node)
+		return err
+	})
+	var out []datapath.Attachment
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("grants of node %s at datapath server %s, which may hold some of them (every server must answer for its own volumes): %w",
+				node, c.group.servers[i], err)
+		}
+		out = append(out, rows[i]...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
+	return out, nil
+}
+
+// failedVolumesAll is FailedVolumes of a group: the union of every
+// server's failed volumes, sorted by volume id, or an error naming a server
+// that did not answer.
+func (c *Client) failedVolumesAll(ctx context.Context) ([]datapath.FailedVolume, error) {
+	lists := make([][]datapath.FailedVolume, len(c.group.servers))
+	errs := c.each(func(i int, addr string) error {
+		var err error
+		lists[i], err = c.failedVolumesAt(ctx, addr)
+		return err
+	})
+	out := []datapath.FailedVolume{}
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("failed volumes at datapath server %s: %w", c.group.servers[i], err)
+		}
+		out = append(out, lists[i]...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
 	return out, nil
 }
 

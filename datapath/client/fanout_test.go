@@ -2,12 +2,16 @@ package client_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 	"github.com/vigil-storage/vigil/datapath/fencebackend"
+	"github.com/vigil-storage/vigil/fenceapi"
 )
 
 // TestClient_Group_HeartbeatsReachEveryServerAndOneDownIsolatesNobody: an
@@ -56,5 +60,49 @@ func TestClient_Group_HeartbeatsReachEveryServerAndOneDownIsolatesNobody(t *test
 	}
 	if d, ok := rep.Silence("n1"); !ok || d > 5*time.Second {
 		t.Fatalf("n1 in the merged report: silent %s (judged %v); want heard within the last seconds", d, ok)
+	}
+}
+
+// TestClient_Group_NodeGrantsComeFromEveryHolder: each server reports the
+// rows of the volumes it holds, so a client dialed to a server that holds
+// none of a node's volumes still lists the node's live grant (a missing row
+// would be taken as proof that the node cannot write), and once a server
+// that may hold some of them stops, NodeGrants fails naming it, and the
+// fence back end's Grants is unavailable rather than an empty list.
+// FailedVolumes likewise lists every server's failures or fails.
+func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctl, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token, client.WithServers(srvs[0].Addr, srvs[2].Addr),
+		client.WithTimeout(time.Second), client.WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	v, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the leader, srvs[0]
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.Grant(ctx, v.ID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ctl.NodeGrants(ctx, "n1")
+	if err != nil || len(rows) != 1 || rows[0].VolumeID != v.ID || !rows[0].Live() {
+		t.Fatalf("grants of n1 through a server that does not hold its volume: %+v, %v; want its live grant on %s", rows, err, v.ID)
+	}
+	if fs, err := ctl.FailedVolumes(ctx); err != nil || len(fs) != 0 {
+		t.Fatalf("failed volumes of the group: %+v, %v; want none", fs, err)
+	}
+	srvs[0].Stop()
+	if fs, err := ctl.FailedVolumes(ctx); err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
+		t.Fatalf("failed volumes with a server down: %+v, %v; want an error naming %s (its failures are not known)", fs, err, srvs[0].Addr)
+	}
+	rows, err = ctl.NodeGrants(ctx, "n1")
+	if err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
+		t.Fatalf("grants of n1 with the holder of its volume stopped: %+v, %v; want an error naming %s", rows, err, srvs[0].Addr)
+	}
+	if gs, err := fencebackend.New(ctl).Grants(ctx, "n1"); !errors.Is(err, fenceapi.ErrUnavailable) {
+		t.Fatalf("the fence back end's grants of n1 with a server down: %+v, %v; want ErrUnavailable (nothing proven)", gs, err)
 	}
 }
