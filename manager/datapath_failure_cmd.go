@@ -64,14 +64,18 @@ type failedLister interface {
 }
 
 // printFailed prints the failed volumes of `datapath status`, nothing when
-// there are none or the server is older than the failure latch.
+// there are none or the server is older than the failure latch, and a line
+// saying why when they are not known.
 func printFailed(ctx context.Context, out io.Writer, dp failedLister) error {
 	failed, err := dp.FailedVolumes(ctx)
 	if status.Code(err) == codes.Unimplemented {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("failed volumes: %w", err)
+		// A server of the group that does not answer keeps its failures to
+		// itself; the rest of the status is still worth printing.
+		_, err = fmt.Fprintf(out, "\nfailed volumes not known: %v\n", err)
+		return err
 	}
 	if len(failed) == 0 {
 		return nil

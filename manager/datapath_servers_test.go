@@ -42,7 +42,7 @@ func TestDatapathStatus_ServersOfTheGroup(t *testing.T) {
 		t.Fatalf("status of three servers:\n%s", out)
 	}
 	srvs[2].Stop()
-	stopped := regexp.MustCompile(`(?m)^` + row(2, "unreachable", "-", "-"))
+	stopped := regexp.MustCompile(`(?m)^failed volumes not known: .*` + regexp.QuoteMeta(srvs[2].Addr) + `(.|\n)*^` + row(2, "unreachable", "-", "-"))
 	if out := status(); !stopped.MatchString(out) {
 		t.Fatalf("status with datapath-2 stopped:\n%s", out)
 	}
