@@ -19,11 +19,17 @@ func (s *Store) Grant(volumeID, node string) (uint64, error) {
 // that already holds a live grant keeps its epoch; a different use is
 // recorded in place, after the same check.
 func (s *Store) GrantAs(volumeID, node string, use GrantUse) (uint64, error) {
+	return s.grantAs(volumeID, node, use, nil)
+}
+
+// grantAs is GrantAs; pend, when set, takes the servers that must apply a
+// grant of a volume another server holds (holders.go).
+func (s *Store) grantAs(volumeID, node string, use GrantUse, pend *pendingApply) (uint64, error) {
 	if err := use.Validate(); err != nil {
 		return 0, err
 	}
 	if s.ctl != nil {
-		return s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return s.ctl.Grant(ctx, volumeID, node, use) })
+		return s.ctlChange(volumeID, node, pend, func(ctx context.Context) (uint64, error) { return s.ctl.Grant(ctx, volumeID, node, use) })
 	}
 	v, err := s.lockLive(volumeID, node)
 	if err != nil {
@@ -62,9 +68,12 @@ func (v *volume) table() AttachTable {
 // Fence revokes node on the volume and returns the volume's new epoch. It holds
 // the volume's write lock, so it waits for writes in flight and no later write
 // passes the epoch check; the fence is committed to bbolt before it returns.
-func (s *Store) Fence(volumeID, node string) (uint64, error) {
+func (s *Store) Fence(volumeID, node string) (uint64, error) { return s.fence(volumeID, node, nil) }
+
+// fence is Fence; pend as for grantAs.
+func (s *Store) fence(volumeID, node string, pend *pendingApply) (uint64, error) {
 	if s.ctl != nil {
-		return s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return s.ctl.Fence(ctx, volumeID, node) })
+		return s.ctlChange(volumeID, node, pend, func(ctx context.Context) (uint64, error) { return s.ctl.Fence(ctx, volumeID, node) })
 	}
 	v, err := s.lockLive(volumeID, node)
 	if err != nil {
@@ -101,14 +110,18 @@ func (s *Store) lockLive(volumeID, node string) (*volume, error) {
 	return v, nil
 }
 
-// ctlChange makes a change of a volume of this server through the control
-// group (control.go). It holds no lock of the volume: the change takes its
-// write lock when this server applies it, before change returns.
-func (s *Store) ctlChange(volumeID, node string, change func(context.Context) (uint64, error)) (uint64, error) {
+// ctlChange makes a change of a volume through the control group
+// (control.go). It holds no lock of the volume: the change takes its write
+// lock when this server applies it, before change returns. A volume another
+// server holds is changed only for a client that confirms (pend).
+func (s *Store) ctlChange(volumeID, node string, pend *pendingApply, change func(context.Context) (uint64, error)) (uint64, error) {
 	if err := validNode(node); err != nil {
 		return 0, err
 	}
 	if _, err := s.GetVolume(volumeID); err != nil {
+		if pend != nil {
+			return s.ctlChangeElsewhere(volumeID, pend, change)
+		}
 		if herr := s.ctlCheckHere(volumeID); herr != nil {
 			return 0, herr
 		}
@@ -137,9 +150,12 @@ func (s *Store) record(v *volume, step AttachStep) error {
 
 // Release ends node's live grant on the volume, under the volume's write lock
 // like Fence. A node without a live grant is left as it is.
-func (s *Store) Release(volumeID, node string) error {
+func (s *Store) Release(volumeID, node string) error { return s.release(volumeID, node, nil) }
+
+// release is Release; pend as for grantAs.
+func (s *Store) release(volumeID, node string, pend *pendingApply) error {
 	if s.ctl != nil {
-		_, err := s.ctlChange(volumeID, node, func(ctx context.Context) (uint64, error) { return 0, s.ctl.Release(ctx, volumeID, node) })
+		_, err := s.ctlChange(volumeID, node, pend, func(ctx context.Context) (uint64, error) { return 0, s.ctl.Release(ctx, volumeID, node) })
 		return err
 	}
 	v, err := s.lockLive(volumeID, node)

@@ -26,8 +26,10 @@ import (
 // the data path checks under the volume's lock as before; the copy is
 // refreshed from the state machine, under the volume's write lock, each time
 // this server applies a change of the volume (applied). That refresh runs
-// inside the state machine's apply, and a call returns only once this server
-// applied its change, so when a fence returns:
+// inside the state machine's apply, before the entry counts as applied
+// here (LastApplied, WaitApplied). A change is reported done only once
+// the server that holds the volume's data applied it, so when a fence
+// returns:
 //
 //   - the fence is committed by a majority (it survives any single loss);
 //   - the server that holds the volume's data applied it, and in doing so
@@ -37,13 +39,39 @@ import (
 // With one copy of the data, returning on commit alone would not do: a
 // zombie write reaching the data server after the fence returned, but
 // before that server applied it, would pass the old table and be accepted
-// (TestStoreControl_FenceReturnsOnlyOnceApplied breaks it that way and
-// fails). So a server changes only the volumes it holds: a change of a
-// volume another server holds, or the fence of a node with a live grant on
-// one, is refused with ErrHeldElsewhere before anything is proposed
-// (ctlCheckHere, ctlCheckHeldHere;
-// TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt), until
-// a leader can wait for the data server's apply.
+// (TestStoreControl_FenceReturnsOnlyOnceApplied and
+// TestClient_Group_FenceOfAFollowersVolume_NoWriteLandsAfter break it that
+// way and fail).
+//
+// When the leader holds the volume, its own apply is that confirmation: the
+// call returns after it. When another server holds it (a follower: the
+// volume was created under an earlier leader), the leader commits the
+// change and answers with the log entry it reached (its LastApplied, at or
+// after the change) and, per touched volume, its server's id and datapath
+// address (holders.go); the client then asks each of those servers
+// WaitApplied(index, term), which answers once that server applied the
+// entry, and reports the change done only after every one did. The servers
+// need no credentials for each other: the client, which holds the
+// controller's, makes both calls. A request that does not say its client
+// will confirm (a client from before WaitApplied) is refused with
+// ErrHeldElsewhere before anything is proposed, as it was before (ctlCheckHere,
+// ctlCheckHeldHere), so no client reports such a change done on commit
+// alone. A server that does not confirm within the client's bound (it is
+// down, cut off from the group, or behind) makes the call fail with
+// ErrNotApplied naming it: the change is committed, and takes effect when
+// that server applies it, but it is not reported done
+// (TestClient_Group_HolderThatDoesNotApply_NothingReportedDone); FenceNode
+// reports the volumes of the servers that confirmed, and the error names the
+// others (TestClient_Group_FenceNode_OneHolderDown).
+//
+// Each server serves its volumes' I/O from its own applied state, never the
+// leader's. That stays right because no change of its volumes is reported
+// done before it applied it, and because it applies the group's entries in
+// log order: a grant to a new node committed after a fence reaches the data
+// server after the fence, so the new node's first I/O there comes after the
+// fence took the volume's write lock, even when nobody waited for the fence
+// (a caller that took the committed fence as its proof). A fenced node can still write to a server that has not applied the
+// fence, but only before the node that replaces it can.
 
 // ControlVolume is a volume as the control state holds it.
 type ControlVolume struct {
@@ -94,6 +122,17 @@ type Control interface {
 	// applied change touched, after the change and before the call that
 	// proposed it returns.
 	OnApplied(fn func(volumeIDs []string))
+	// LastApplied is the log entry (index, term) of the last change this
+	// server applied, OnApplied's function included.
+	LastApplied() (index, term uint64)
+	// WaitApplied returns once this server applied the entry at index of
+	// term or a later one (as LastApplied counts), or ctx ends; it refuses
+	// when its state is not the group's.
+	WaitApplied(ctx context.Context, index, term uint64) error
+	// PushCommit has the leader tell the followers its commit index now,
+	// so that one that holds a changed volume's data applies the change
+	// without waiting for the next append; it does not wait.
+	PushCommit()
 }
 
 // controlTimeout bounds a change through the control group when the group
@@ -388,24 +427,24 @@ func (s *Store) Servers() (ServersReport, error) {
 }
 
 // ctlCheckHere refuses a change of a volume the group places on another
-// server: that server must apply it before the change returns (see above),
-// and forwarding it there is not built yet. A volume the group does not
-// know is not refused here.
+// server, for a client that does not confirm with that server (see above).
+// A volume the group does not know is not refused here.
 func (s *Store) ctlCheckHere(id string) error {
 	if err := s.ctl.CheckLeader(); err != nil {
 		return err // the leader may know the volume
 	}
 	if cv, _, ok := s.ctl.AppliedVolume(id); ok && cv.Server != s.ctl.Self() {
 		return fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s), and that server must apply the change before it returns; "+
-			"nothing was changed (making it wait for that server is not built yet)", ErrHeldElsewhere, id, cv.Server, s.ctl.Self())
+			"nothing was changed (this client does not confirm with that server; a client of this release does)", ErrHeldElsewhere, id, cv.Server, s.ctl.Self())
 	}
 	return nil
 }
 
-// ctlCheckHeldHere refuses FenceNode when the node holds a live grant on a
-// volume another server holds: that server would not have applied the fence
-// when FenceNode returned. Nothing is fenced then; the caller learns which
-// servers hold the node's other volumes.
+// ctlCheckHeldHere refuses FenceNode, for a client that does not confirm,
+// when the node holds a live grant on a volume another server holds: that
+// server would not have applied the fence when FenceNode returned. Nothing
+// is fenced then; the caller learns which servers hold the node's other
+// volumes.
 func (s *Store) ctlCheckHeldHere(node string) error {
 	var elsewhere []string
 	for _, cv := range s.ctl.AppliedVolumes() {
@@ -423,5 +462,5 @@ func (s *Store) ctlCheckHeldHere(node string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: fence node %s: it holds live grants on volumes whose data other servers hold (%s), which would not have applied the fence "+
-		"when it returned; nothing was fenced (making it wait for those servers is not built yet)", ErrHeldElsewhere, node, strings.Join(elsewhere[:min(len(elsewhere), 5)], ", "))
+		"when it returned; nothing was fenced (this client does not confirm with those servers; a client of this release does)", ErrHeldElsewhere, node, strings.Join(elsewhere[:min(len(elsewhere), 5)], ", "))
 }

@@ -44,13 +44,25 @@
 // one-member group), and datapath.db keeps only the failed volumes (format
 // version 2). Every create, delete, grant, fence, FenceNode, release and
 // leave is a command the group commits by a majority, with the rules of
-// AttachTable, and it returns once this server, which holds the volume's
-// data, applied it: the apply refreshes the Store's copy of the volume's
-// table under the volume's write lock, so everything said below of a
-// fence's commit holds of the group's (TestStoreControl_FenceReturnsOnlyOnceApplied,
+// AttachTable, and it is reported done only once the server that holds the
+// volume's data applied it: the apply refreshes that server's copy of the
+// volume's table under the volume's write lock, so everything said below of
+// a fence's commit holds of the group's (TestStoreControl_FenceReturnsOnlyOnceApplied,
 // TestStoreControl_FenceNode_NoWriteLandsAfterFence,
-// TestStoreControl_ChangesGoThroughTheGroupAndSurviveRestart). The data
-// path reads that copy, never the group. The group runs on hashicorp/raft
+// TestStoreControl_ChangesGoThroughTheGroupAndSurviveRestart). When that
+// server is the leader, the call returns after its apply; when it is another
+// server, the leader answers with the log entry and that server's address,
+// and the Go client asks it (WaitApplied, the controller identity only)
+// before it reports the change done; a server that does not confirm within
+// the bound (client.WithApplyWait, 5 s) makes the call fail with
+// ErrNotApplied (gRPC Unavailable, reason NOT_APPLIED) naming it, the change
+// committed but not done (control.go says why this is safe, and why the old
+// way - a server changed only the volumes it held - left every volume of a
+// former leader unfenceable; TestClient_Group_FenceOfAFollowersVolume_NoWriteLandsAfter,
+// TestClient_Group_OldLeadersVolumesChangeAfterALeaderChange,
+// TestClient_Group_HolderThatDoesNotApply_NothingReportedDone). A client
+// that does not confirm still gets ErrHeldElsewhere for such a volume. The
+// data path reads that copy, never the group. The group runs on hashicorp/raft
 // v1.8.0 with raft-boltdb/v2 rather than go.etcd.io/raft this release: its
 // one known flaw (a follower may commit an uncommitted entry of a former
 // leader) is caught by raftstate's guard, which stops the server with
@@ -162,7 +174,12 @@
 // the node while FenceNode runs is fenced too (it looks again while the node
 // still has live grants, up to four passes). On a disk error it reports every
 // failed volume; the others are fenced and durable, and calling again fences
-// the rest. The datapath/fencebackend package wraps these calls as the controller's
+// the rest. With the control group FenceNode is one committed entry for
+// every volume of the node, whichever server holds each; the Go client
+// returns the volumes whose servers confirmed they applied it, and
+// ErrNotApplied naming each server that did not and its volumes, which are
+// then not fenced as far as the caller knows
+// (TestClient_Group_FenceNode_OneHolderDown). The datapath/fencebackend package wraps these calls as the controller's
 // fence back end; fenceapi/fenceapitest's conformance suite runs against it over a real
 // server.
 //

@@ -66,8 +66,9 @@ var (
 	ErrNotCommitted = errors.New("datapath: not committed by a majority of the control group")
 	// ErrHeldElsewhere: a change (a grant, fence, release, delete, or a
 	// node's fence on every volume) of a volume whose data another server
-	// of the control group holds: that server must apply it before it
-	// returns, and this one cannot make it wait for that yet. Nothing was
+	// of the control group holds, from a client that does not confirm
+	// with that server that it applied the change (a client from before
+	// WaitApplied): it would report the change done too early. Nothing was
 	// changed; the message names the server.
 	ErrHeldElsewhere = errors.New("datapath: volume's data is held by another datapath server")
 	// ErrNotHolder: I/O (a read, write, flush or write session) or a read of
@@ -77,6 +78,15 @@ var (
 	// it, and a NotHolderError its datapath address, where the call may be
 	// sent.
 	ErrNotHolder = errors.New("datapath: this datapath server does not hold the volume's data")
+	// ErrNotApplied: a change is committed by the control group, but the
+	// server that holds the volume's data has not confirmed that it
+	// applied it (it is down, cut off, or behind) within the bound. The
+	// change is not done yet: that server serves the volume's I/O from
+	// the table it applied, so a fenced node may still write there until
+	// it applies the fence. The message names the server and its address;
+	// calling again (a fence moves the epoch once more) confirms once the
+	// server is back.
+	ErrNotApplied = errors.New("datapath: committed, not yet applied by the server that holds the data")
 )
 
 // NotLeaderError is ErrNotLeader naming the leader the server knows: its id

@@ -291,6 +291,10 @@ var effects = map[string]effect{
 	wire.MethodClearFailure: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("cleared a failure though no volume is failed")
 	},
+	// The fuzzer's store has no control group: it has nothing to wait for.
+	wire.MethodWaitApplied: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("confirmed an apply though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

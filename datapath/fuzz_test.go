@@ -117,6 +117,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodServers:          func() wire.Message { return &wire.Empty{} },
 	wire.MethodGroupVolumes:     func() wire.Message { return &wire.Empty{} },
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
+	wire.MethodWaitApplied:      func() wire.Message { return &wire.WaitAppliedRequest{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -407,6 +408,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodServers, &wire.Empty{}},
 		{wire.MethodGroupVolumes, &wire.Empty{}},
 		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
+		{wire.MethodWaitApplied, &wire.WaitAppliedRequest{Index: 1, Term: 1, TimeoutNanos: 1e9}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for
 	// node-1's own acts, the controller for the rest.

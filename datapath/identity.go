@@ -130,6 +130,7 @@ var methodAccess = map[string]access{
 	wire.MethodServers:          controllerOnly,
 	wire.MethodGroupVolumes:     controllerOnly,
 	wire.MethodClearFailure:     controllerOnly,
+	wire.MethodWaitApplied:      controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,
 	wire.MethodRelease:          controllerOrOwnNode,

@@ -149,20 +149,17 @@ const fenceNodePasses = 4
 // It returns the volumes it fenced, sorted by id. If some fence fails (the
 // disk), the error names each volume; the others are fenced and durable, and
 // the list still names them. Calling FenceNode again fences what is left.
-func (s *Store) FenceNode(node string) ([]FencedVolume, error) {
+func (s *Store) FenceNode(node string) ([]FencedVolume, error) { return s.fenceNode(node, nil) }
+
+// fenceNode is FenceNode; pend, when set, takes the servers that must apply
+// the fence of the volumes other servers hold (holders.go), which are then
+// fenced too.
+func (s *Store) fenceNode(node string, pend *pendingApply) ([]FencedVolume, error) {
 	if err := validNode(node); err != nil {
 		return nil, err
 	}
 	if s.ctl != nil {
-		if err := s.checkOpen(); err != nil {
-			return nil, err
-		}
-		if err := s.ctlCheckHeldHere(node); err != nil {
-			return nil, err
-		}
-		ctx, cancel := s.ctlContext()
-		defer cancel()
-		return s.ctl.FenceNode(ctx, node) // one entry; each volume's write lock is taken as this server applies it
+		return s.ctlFenceNode(node, pend)
 	}
 	var (
 		out  []FencedVolume

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -244,9 +245,16 @@ func (s *Store) newIDLocked() string {
 
 // DeleteVolume deletes a volume and its data file. Unknown ids are not an error;
 // a volume with a live grant is refused with ErrInUse.
-func (s *Store) DeleteVolume(id string) error {
+func (s *Store) DeleteVolume(id string) error { return s.deleteVolume(id, nil) }
+
+// deleteVolume is DeleteVolume; pend as for grantAs.
+func (s *Store) deleteVolume(id string, pend *pendingApply) error {
 	v, done, err := s.beginDelete(id)
 	if err == nil && v == nil && s.ctl != nil {
+		if pend != nil {
+			_, err = s.ctlChangeElsewhere(id, pend, func(ctx context.Context) (uint64, error) { return 0, s.ctl.DeleteVolume(ctx, id) })
+			return err
+		}
 		err = s.ctlCheckHere(id)
 	}
 	if err != nil || v == nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
@@ -22,8 +23,9 @@ var serviceDesc = grpc.ServiceDesc{
 			v, err := s.CreateVolume(r.Name, r.Size, AccessMode(r.Access))
 			return volumeToWire(v), err
 		}),
-		method(wire.MethodDeleteVolume, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
-			return &wire.Empty{}, s.DeleteVolume(r.ID)
+		confirmMethod(wire.MethodDeleteVolume, func(s *Store, r *wire.VolumeRef, p *pendingApply) (wire.Message, error) {
+			err := s.deleteVolume(r.ID, p)
+			return &wire.PendingAnswer{Pending: p.toWire()}, err
 		}),
 		method(wire.MethodGetVolume, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
 			v, err := s.GetVolume(r.ID)
@@ -41,20 +43,21 @@ var serviceDesc = grpc.ServiceDesc{
 			n, err := s.Capacity()
 			return &wire.Int{Value: n}, err
 		}),
-		method(wire.MethodGrant, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
+		confirmMethod(wire.MethodGrant, func(s *Store, r *wire.AttachRequest, p *pendingApply) (wire.Message, error) {
 			use := GrantUse(r.Use)
 			if use == "" {
 				use = UseReadWrite
 			}
-			e, err := s.GrantAs(r.VolumeID, r.Node, use)
-			return &wire.Epoch{Epoch: e}, err
+			e, err := s.grantAs(r.VolumeID, r.Node, use, p)
+			return &wire.Epoch{Epoch: e, Pending: p.toWire()}, err
 		}),
-		method(wire.MethodFence, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
-			e, err := s.Fence(r.VolumeID, r.Node)
-			return &wire.Epoch{Epoch: e}, err
+		confirmMethod(wire.MethodFence, func(s *Store, r *wire.AttachRequest, p *pendingApply) (wire.Message, error) {
+			e, err := s.fence(r.VolumeID, r.Node, p)
+			return &wire.Epoch{Epoch: e, Pending: p.toWire()}, err
 		}),
-		method(wire.MethodRelease, func(s *Store, r *wire.AttachRequest) (wire.Message, error) {
-			return &wire.Empty{}, s.Release(r.VolumeID, r.Node)
+		confirmMethod(wire.MethodRelease, func(s *Store, r *wire.AttachRequest, p *pendingApply) (wire.Message, error) {
+			err := s.release(r.VolumeID, r.Node, p)
+			return &wire.PendingAnswer{Pending: p.toWire()}, err
 		}),
 		method(wire.MethodAttachments, func(s *Store, r *wire.VolumeRef) (wire.Message, error) {
 			as, err := s.Attachments(r.ID)
@@ -93,9 +96,9 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			return out, err
 		}),
-		method(wire.MethodFenceNode, func(s *Store, r *wire.NodeRef) (wire.Message, error) {
-			fs, err := s.FenceNode(r.Node)
-			out := &wire.FencedList{Items: make([]wire.FencedVolume, len(fs))}
+		confirmMethod(wire.MethodFenceNode, func(s *Store, r *wire.NodeRef, p *pendingApply) (wire.Message, error) {
+			fs, err := s.fenceNode(r.Node, p)
+			out := &wire.FencedList{Items: make([]wire.FencedVolume, len(fs)), Pending: p.toWire()}
 			for i, f := range fs {
 				out.Items[i] = wire.FencedVolume{VolumeID: f.VolumeID, Epoch: f.Epoch}
 			}
@@ -142,6 +145,9 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			return out, err
 		}),
+		methodCtx(wire.MethodWaitApplied, func(ctx context.Context, s *Store, r *wire.WaitAppliedRequest) (wire.Message, error) {
+			return &wire.Empty{}, s.WaitApplied(ctx, r.Index, r.Term, time.Duration(r.TimeoutNanos))
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",
@@ -154,6 +160,30 @@ func method[R any, PR interface {
 	*R
 	wire.Message
 }](name string, call func(*Store, PR) (wire.Message, error)) grpc.MethodDesc {
+	return methodCtx(name, func(_ context.Context, s *Store, r PR) (wire.Message, error) { return call(s, r) })
+}
+
+// confirmMethod is method for a change of the control state: pend is set
+// when the request says its client confirms with the servers that hold the
+// touched volumes' data (wire.ConfirmMetadataKey, holders.go).
+func confirmMethod[R any, PR interface {
+	*R
+	wire.Message
+}](name string, call func(*Store, PR, *pendingApply) (wire.Message, error)) grpc.MethodDesc {
+	return methodCtx(name, func(ctx context.Context, s *Store, r PR) (wire.Message, error) {
+		var pend *pendingApply
+		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(wire.ConfirmMetadataKey)) > 0 {
+			pend = newPendingApply()
+		}
+		return call(s, r, pend)
+	})
+}
+
+// methodCtx is method with the call's context.
+func methodCtx[R any, PR interface {
+	*R
+	wire.Message
+}](name string, call func(context.Context, *Store, PR) (wire.Message, error)) grpc.MethodDesc {
 	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*Server)
 		id, err := s.authenticate(ctx)
@@ -173,7 +203,7 @@ func method[R any, PR interface {
 			return nil, ToStatus(err)
 		}
 		run := func(ctx context.Context, req any) (any, error) {
-			resp, err := call(s.store, req.(PR))
+			resp, err := call(ctx, s.store, req.(PR))
 			if err != nil {
 				return nil, ToStatus(err)
 			}

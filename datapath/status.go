@@ -38,6 +38,7 @@ var wireErrors = []struct {
 	{ErrNotCommitted, codes.Unavailable, "NOT_COMMITTED"},
 	{ErrHeldElsewhere, codes.FailedPrecondition, "HELD_ELSEWHERE"},
 	{ErrNotHolder, codes.FailedPrecondition, "NOT_HOLDER"},
+	{ErrNotApplied, codes.Unavailable, "NOT_APPLIED"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's

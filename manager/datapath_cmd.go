@@ -39,8 +39,8 @@ func datapathCommands() []*cli.Command {
 			"from a tokens file (--" + flagServeTokenFile + ") or from ServiceAccount tokens checked with TokenReview (--" + flagServeControllerSAs + ",\n" +
 			"--" + flagServeEngineSA + "), or both. TLS with --" + flagServeTLSCert + " and --" + flagServeTLSKey + "; plaintext only on loopback or with --" + flagServeInsecure + ".\n" +
 			"The control state (volumes, attachment tables, epochs, announced stops) lives in a Raft group; a lone server (no --" + flagServeRaftPeers + ")\n" +
-			"is a one-member group, its Raft in process unless --" + flagServeRaftListen + " gives it an address. A grant or fence returns once committed\n" +
-			"and applied by this server, which holds the volume's data.",
+			"is a one-member group, its Raft in process unless --" + flagServeRaftListen + " gives it an address. A grant or fence is done once committed\n" +
+			"and applied by the server that holds the volume's data (the client confirms with that server when it is not the leader).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: flagServeListen, Value: vigil.DefaultDatapathAddress, EnvVars: []string{"VIGIL_DATAPATH_LISTEN"},
 				Usage: "address to listen on (host:port); loopback unless you choose otherwise, and off loopback only with TLS or --" + flagServeInsecure},

@@ -195,31 +195,49 @@ func BenchmarkWrite_Random4KiB(b *testing.B) {
 // control state in datapath.db (the release before the group); control=raft
 // is `vigil-datapath serve` today, a one-member Raft group; control=raft3
 // three servers in one group over loopback TCP, the leader holding the
-// volume's data.
+// volume's data; control=raft3,holder=follower the same once the leadership
+// moved to another server, so each fence is the leader's commit and then
+// the holder's confirmation that it applied it (WaitApplied).
 func BenchmarkFence_UnderWrites(b *testing.B) {
+	one := func(srv *datapathtest.Server) (*datapathtest.Server, []client.Option, func()) { return srv, nil, nil }
 	for _, tc := range []struct {
 		name  string
-		start func(b *testing.B) *datapathtest.Server
+		start func(b *testing.B) (*datapathtest.Server, []client.Option, func())
 	}{
-		{"control=bbolt", func(b *testing.B) *datapathtest.Server { return datapathtest.Start(b, datapath.Options{}) }},
-		{"control=raft", func(b *testing.B) *datapathtest.Server {
-			return datapathtest.StartWith(b, datapathtest.Config{Control: true})
+		{"control=bbolt", func(b *testing.B) (*datapathtest.Server, []client.Option, func()) {
+			return one(datapathtest.Start(b, datapath.Options{}))
 		}},
-		{"control=raft3", func(b *testing.B) *datapathtest.Server {
-			return datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)[0]
+		{"control=raft", func(b *testing.B) (*datapathtest.Server, []client.Option, func()) {
+			return one(datapathtest.StartWith(b, datapathtest.Config{Control: true}))
+		}},
+		{"control=raft3", func(b *testing.B) (*datapathtest.Server, []client.Option, func()) {
+			return one(datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)[0])
+		}},
+		{"control=raft3,holder=follower", func(b *testing.B) (*datapathtest.Server, []client.Option, func()) {
+			srvs := datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)
+			return srvs[0], []client.Option{client.WithServers(srvs[1].Addr, srvs[2].Addr)}, func() { moveLeaderTo(b, srvs, 1) }
 		}},
 	} {
-		b.Run(tc.name, func(b *testing.B) { benchFenceUnderWrites(b, tc.start(b)) })
+		b.Run(tc.name, func(b *testing.B) {
+			srv, opts, afterCreate := tc.start(b)
+			benchFenceUnderWrites(b, srv, opts, afterCreate)
+		})
 	}
 }
 
-func benchFenceUnderWrites(b *testing.B, srv *datapathtest.Server) {
-	c := dial(b, srv)
-	fencer := dial(b, srv)
+// benchFenceUnderWrites measures fences of a volume on srv, the writers and
+// the fencer dialing srv with opts; afterCreate runs once the volume is
+// created.
+func benchFenceUnderWrites(b *testing.B, srv *datapathtest.Server, opts []client.Option, afterCreate func()) {
+	c := dial(b, srv, opts...)
+	fencer := dial(b, srv, opts...)
 	ctx := context.Background()
 	v, err := c.CreateVolume(ctx, "fence-bench", benchVolumeSize, datapath.AccessRWX)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if afterCreate != nil {
+		afterCreate()
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup

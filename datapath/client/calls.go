@@ -26,7 +26,11 @@ func (c *Client) CreateVolume(ctx context.Context, name string, size int64, mode
 // call is idempotent). A volume with a live grant is refused with ErrInUse: fence
 // or release every node first.
 func (c *Client) DeleteVolume(ctx context.Context, id string) error {
-	return c.invoke(ctx, wire.MethodDeleteVolume, &wire.VolumeRef{ID: id}, &wire.Empty{}, retrySafe)
+	var resp wire.PendingAnswer
+	if err := c.invoke(confirming(ctx), wire.MethodDeleteVolume, &wire.VolumeRef{ID: id}, &resp, retrySafe); err != nil {
+		return err
+	}
+	return notApplied("delete volume "+id, c.confirm(ctx, resp.Pending))
 }
 
 // GetVolume returns one volume; ErrNotFound for an unknown id.
@@ -82,7 +86,10 @@ func (c *Client) GrantAs(ctx context.Context, volumeID, node string, use datapat
 
 func (c *Client) grant(ctx context.Context, req *wire.AttachRequest) (uint64, error) {
 	var resp wire.Epoch
-	if err := c.invoke(ctx, wire.MethodGrant, req, &resp, retryTransport); err != nil {
+	if err := c.invoke(confirming(ctx), wire.MethodGrant, req, &resp, retryTransport); err != nil {
+		return 0, err
+	}
+	if err := notApplied(fmt.Sprintf("grant volume %s to node %s", req.VolumeID, req.Node), c.confirm(ctx, resp.Pending)); err != nil {
 		return 0, err
 	}
 	return resp.Epoch, nil
@@ -91,10 +98,17 @@ func (c *Client) grant(ctx context.Context, req *wire.AttachRequest) (uint64, er
 // Fence revokes node on the volume and bumps the volume's epoch, which it
 // returns. When Fence returns, no write from node is in flight and none can land
 // afterwards; the fence is durable. Fencing a node that holds no grant is allowed
-// (it records the fence). Fencing again bumps the epoch again.
+// (it records the fence). Fencing again bumps the epoch again. With a control
+// group, Fence returns only once the server that holds the volume's data
+// confirmed it applied the fence (see confirm.go); one that does not within
+// the bound gets datapath.ErrNotApplied naming it: the fence is committed but
+// not done, and calling again once that server is back confirms it.
 func (c *Client) Fence(ctx context.Context, volumeID, node string) (epoch uint64, err error) {
 	var resp wire.Epoch
-	if err := c.invoke(ctx, wire.MethodFence, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+	if err := c.invoke(confirming(ctx), wire.MethodFence, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+		return 0, err
+	}
+	if err := notApplied(fmt.Sprintf("fence node %s on volume %s", node, volumeID), c.confirm(ctx, resp.Pending)); err != nil {
 		return 0, err
 	}
 	return resp.Epoch, nil
@@ -104,7 +118,11 @@ func (c *Client) Fence(ctx context.Context, volumeID, node string) (epoch uint64
 // from node lands after it returns. Releasing a node without a live grant is not
 // an error; a fenced node stays recorded as fenced.
 func (c *Client) Release(ctx context.Context, volumeID, node string) error {
-	return c.invoke(ctx, wire.MethodRelease, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &wire.Empty{}, retryTransport)
+	var resp wire.PendingAnswer
+	if err := c.invoke(confirming(ctx), wire.MethodRelease, &wire.AttachRequest{VolumeID: volumeID, Node: node}, &resp, retryTransport); err != nil {
+		return err
+	}
+	return notApplied(fmt.Sprintf("release node %s on volume %s", node, volumeID), c.confirm(ctx, resp.Pending))
 }
 
 // Attachments returns the volume's attachment table, one row per node that was
@@ -205,17 +223,30 @@ func (c *Client) nodeGrantsAt(ctx context.Context, addr, node string) ([]datapat
 // Fence, no write from node lands on them afterwards. Volumes where node is
 // already fenced or released are left alone: calling it again returns an empty
 // list. On an error some volumes may be fenced already; NodeGrants tells which,
-// and calling FenceNode again fences the rest.
+// and calling FenceNode again fences the rest. With a control group it
+// returns the volumes whose servers confirmed they applied the fence; the
+// others are named, with their server, by an error satisfying
+// datapath.ErrNotApplied, and are not fenced as far as the caller may know
+// (Fence each of them again once its server is back).
 func (c *Client) FenceNode(ctx context.Context, node string) ([]datapath.FencedVolume, error) {
 	var resp wire.FencedList
-	if err := c.invoke(ctx, wire.MethodFenceNode, &wire.NodeRef{Node: node}, &resp, retryTransport); err != nil {
+	if err := c.invoke(confirming(ctx), wire.MethodFenceNode, &wire.NodeRef{Node: node}, &resp, retryTransport); err != nil {
 		return nil, err
 	}
-	out := make([]datapath.FencedVolume, len(resp.Items))
-	for i, f := range resp.Items {
-		out[i] = datapath.FencedVolume{VolumeID: f.VolumeID, Epoch: f.Epoch}
+	us := c.confirm(ctx, resp.Pending)
+	left := map[string]bool{}
+	for _, u := range us {
+		for _, v := range u.holder.Volumes {
+			left[v] = true
+		}
 	}
-	return out, nil
+	out := make([]datapath.FencedVolume, 0, len(resp.Items))
+	for _, f := range resp.Items {
+		if !left[f.VolumeID] {
+			out = append(out, datapath.FencedVolume{VolumeID: f.VolumeID, Epoch: f.Epoch})
+		}
+	}
+	return out, notApplied("fence node "+node, us)
 }
 
 // Leave announces that node's agent stops on purpose (a rolling update) and

@@ -36,6 +36,7 @@ type options struct {
 	roots      *x509.CertPool
 	insecure   bool
 	servers    []string // WithServers
+	applyWait  time.Duration
 }
 
 // WithTimeout sets the timeout of each attempt (default 10s). The caller's

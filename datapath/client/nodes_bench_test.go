@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
+	"github.com/vigil-storage/vigil/datapath/raftstate"
 )
 
 // fenceFixture is a datapath server on the test's disk holding nodes×perNode
@@ -136,6 +138,87 @@ func BenchmarkClient_NodeGrants(b *testing.B) {
 		gs, err := c.NodeGrants(ctx, f.nodes[7])
 		if err != nil || len(gs) != 40 {
 			b.Fatalf("NodeGrants = %d rows, %v", len(gs), err)
+		}
+	}
+}
+
+// BenchmarkClient_FenceNode_Group3 is BenchmarkClient_FenceNode's rack (50
+// nodes with 40 volumes each, one FenceNode per node at once; target ≤ 1 s)
+// on three servers in one control group over loopback TCP, the volumes'
+// data spread evenly over the three: each FenceNode is one committed entry
+// at the leader and a WaitApplied at each of the two other servers.
+func BenchmarkClient_FenceNode_Group3(b *testing.B) {
+	const nodes, perNode = 50, 40
+	srvs := datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)
+	c := dial(b, srvs[0], client.WithServers(srvs[1].Addr, srvs[2].Addr))
+	ctx := context.Background()
+	vols := make([][]string, nodes)
+	for holder := range 3 {
+		moveLeaderTo(b, srvs, holder)
+		for n := holder; n < nodes; n += 3 {
+			for i := range perNode {
+				v, err := srvs[holder].Store.CreateVolume(fmt.Sprintf("pvc-%03d-%02d", n, i), 4096, datapath.AccessRWO)
+				if err != nil {
+					b.Fatal(err)
+				}
+				vols[n] = append(vols[n], v.ID)
+			}
+		}
+	}
+	moveLeaderTo(b, srvs, 0)
+	grantAll := func() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for n := range nodes {
+			for _, id := range vols[n] {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					if _, err := c.Grant(ctx, id, fmt.Sprintf("node-%03d", n)); err != nil {
+						b.Error(err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		grantAll()
+		b.StartTimer()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for n := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fs, err := c.FenceNode(ctx, fmt.Sprintf("node-%03d", n))
+				if err != nil || len(fs) != perNode {
+					b.Errorf("FenceNode(node-%03d) = %d volumes, %v; want %d", n, len(fs), err, perNode)
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/round")
+	b.ReportMetric(float64(nodes*perNode*b.N)/total.Seconds(), "fences/s")
+}
+
+// moveLeaderTo hands the group's leadership to server to, from whichever
+// server leads.
+func moveLeaderTo(b *testing.B, srvs []*datapathtest.Server, to int) {
+	b.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !srvs[to].Group.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("server %d did not become the leader", to)
+		}
+		for _, s := range srvs {
+			if s.Group.IsLeader() {
+				_ = s.Group.TransferLeadershipTo(fmt.Sprintf("datapath-%d", to))
+			}
 		}
 	}
 }

@@ -32,6 +32,14 @@ func StartGroup(t testing.TB, n int) []*Server {
 // by a scheduling hiccup of 100 ms).
 func StartGroupTimed(t testing.TB, n int, timing raftstate.Timing) []*Server {
 	t.Helper()
+	return StartGroupWrapped(t, n, timing, nil)
+}
+
+// StartGroupWrapped is StartGroupTimed with each store's Control given by
+// wrap (server i's group member; nil wrap, or a nil answer, is the member
+// itself), so a test can slow down or hold a server's apply.
+func StartGroupWrapped(t testing.TB, n int, timing raftstate.Timing, wrap func(i int, g *raftstate.Group) datapath.Control) []*Server {
+	t.Helper()
 	nt := newNodeTokens()
 	out := make([]*Server, n)
 	lis := make([]net.Listener, n)
@@ -61,7 +69,13 @@ func StartGroupTimed(t testing.TB, n int, timing raftstate.Timing) []*Server {
 		}
 	}
 	for i, s := range out {
-		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: 1 << 40, Control: groups[i]})
+		var ctl datapath.Control = groups[i]
+		if wrap != nil {
+			if w := wrap(i, groups[i]); w != nil {
+				ctl = w
+			}
+		}
+		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: 1 << 40, Control: ctl})
 		if err != nil {
 			t.Fatalf("open datapath store %d: %v", i, err)
 		}

@@ -22,6 +22,16 @@
 // (a bad node name) wraps fenceapi.ErrUnavailable: the server could not be
 // reached, timed out, refused the token or failed, and nothing is proven. A
 // row in a state this code does not know is an error of the same kind, never
-// taken as "not live". Backend passes fenceapi/fenceapitest's conformance
-// suite over a real datapath server (backend_test.go).
+// taken as "not live". With a control group of several servers, a fence the
+// group committed but the server that holds the volume's data has not
+// confirmed it applied (datapath.ErrNotApplied, which names that server) is
+// such an error: FenceVolumes leaves the volume out of what it reports
+// fenced, and the controller's Event carries the error, so nothing acts on
+// that volume until its server confirms
+// (TestClient_Group_HolderThatDoesNotApply_NothingReportedDone in
+// datapath/client). Grants reads each volume's row from the server that
+// holds its data, as that server applied it: a volume whose fence it has not
+// applied still reads live there, and the next FenceVolumes fences it again.
+// Backend passes fenceapi/fenceapitest's conformance suite over a real
+// datapath server (backend_test.go).
 package fencebackend

@@ -21,6 +21,17 @@
 // the group cannot drift apart (TestFSM_Apply,
 // TestFSM_FenceNode_OnlyLiveGrantsInOneEntry, TestFSM_Leave_SettleAndRunOut).
 //
+// A server counts an entry as applied (LastApplied) only once its state
+// changed and the observer set with OnApplied (the datapath Store's refresh
+// of the volume, under its write lock) returned; WaitApplied answers once
+// this server applied a given entry, refusing an index or term of 0, an
+// entry of another term at that index, and a state that diverged
+// (TestFSM_WaitApplied_CountsOnlyObservedEntries). It serves the datapath's
+// confirmation that the server that holds a volume's data applied a change
+// of it; PushCommit lets the leader tell the followers its commit index at
+// once for it (a Raft barrier, not waited for), so that confirmation does
+// not wait for the next append (up to CommitTimeout).
+//
 // Only the leader answers. A follower refuses every call with ErrNotLeader,
 // naming the leader it knows; a read that must be current (Volume,
 // Attachments, NodeGrants, ...) goes through a barrier, an entry committed by

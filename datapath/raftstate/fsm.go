@@ -1,6 +1,7 @@
 package raftstate
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -40,6 +41,10 @@ type FSM struct {
 	// after the change and before Apply returns (OnApplied).
 	obsMu    sync.Mutex
 	observer func(volumeIDs []string)
+
+	// done is the last command applied and observed (applied.go).
+	doneMu sync.Mutex
+	done   doneMark
 }
 
 // OnApplied sets the function called with the ids of the volumes each
@@ -105,6 +110,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	res := f.applyEntry(l)
 	f.notify(res.touched)
+	if !errors.Is(res.err, ErrDiverged) {
+		f.markDone(appliedEntry{Index: l.Index, Term: l.Term})
+	}
 	return res
 }
 
@@ -379,5 +387,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Unlock()
 	sort.Strings(ids)
 	f.notify(ids)
+	f.markDone(last)
 	return nil
 }

@@ -371,6 +371,24 @@ func (g *Group) TransferLeadership() error {
 	return nil
 }
 
+// TransferLeadershipTo hands the leadership to the voter id (tests, and an
+// operator who wants the leader on a given node).
+func (g *Group) TransferLeadershipTo(id string) error {
+	f := g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("transfer leadership to %s: %w", id, err)
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id && srv.Suffrage == raft.Voter {
+			if err := g.raft.LeadershipTransferToServer(srv.ID, srv.Address).Error(); err != nil {
+				return fmt.Errorf("transfer leadership from %s to %s: %w", g.id, id, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: transfer leadership to %s: not a voter of the group", datapath.ErrInvalidArgument, id)
+}
+
 // apply proposes a command at this server, which must be the leader, and
 // returns its result once a majority committed it and this server applied
 // it. Bad input is refused before anything is proposed.

@@ -154,18 +154,26 @@ func (m *AttachRequest) Unmarshal(b []byte) error {
 	return d.finish("AttachRequest")
 }
 
-// Epoch is the answer to Grant and Fence.
-type Epoch struct{ Epoch uint64 }
+// Epoch is the answer to Grant and Fence. Pending follows the epoch only
+// when the request asked to confirm (ConfirmMetadataKey).
+type Epoch struct {
+	Epoch   uint64
+	Pending *Pending
+}
 
 func (m *Epoch) MarshalAppend(b []byte) []byte {
 	e := encoder{b}
 	e.u64(m.Epoch)
+	if m.Pending != nil {
+		m.Pending.enc(&e)
+	}
 	return e.b
 }
 
 func (m *Epoch) Unmarshal(b []byte) error {
 	d := decoder{b: b}
 	m.Epoch = d.u64("epoch")
+	m.Pending = decPending(&d)
 	return d.finish("Epoch")
 }
 

@@ -50,8 +50,12 @@ type FencedVolume struct {
 	Epoch    uint64
 }
 
-// FencedList is the answer to FenceNode.
-type FencedList struct{ Items []FencedVolume }
+// FencedList is the answer to FenceNode. Pending follows the items only
+// when the request asked to confirm (ConfirmMetadataKey).
+type FencedList struct {
+	Items   []FencedVolume
+	Pending *Pending
+}
 
 func (m *FencedList) MarshalAppend(b []byte) []byte {
 	e := encoder{b}
@@ -59,6 +63,9 @@ func (m *FencedList) MarshalAppend(b []byte) []byte {
 	for _, f := range m.Items {
 		e.str(f.VolumeID)
 		e.u64(f.Epoch)
+	}
+	if m.Pending != nil {
+		m.Pending.enc(&e)
 	}
 	return e.b
 }
@@ -71,6 +78,7 @@ func (m *FencedList) Unmarshal(b []byte) error {
 		m.Items[i].VolumeID = d.str("volume_id")
 		m.Items[i].Epoch = d.u64("epoch")
 	}
+	m.Pending = decPending(&d)
 	return d.finish("FencedList")
 }
 
