@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
@@ -38,13 +39,22 @@ func (c *Client) heartbeatAll(ctx context.Context, node string) error {
 // ServerNodes asks every server of the group (the Dial address and
 // WithServers) for its Nodes report at once and returns the reports of the
 // servers that answered, in the order of the servers; a server that does not
-// answer contributes nothing. It fails only when none answered, with every
+// answer, or not within serverNodesGrace of the first answer, contributes
+// nothing. It fails only when none answered, with every
 // server's error. Without WithServers it is Nodes.
 func (c *Client) ServerNodes(ctx context.Context) ([]datapath.NodesReport, error) {
 	reports := make([]datapath.NodesReport, len(c.group.servers))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var first sync.Once
 	errs := c.each(func(i int, addr string) error {
 		var err error
 		reports[i], err = c.nodesAt(ctx, addr)
+		if err == nil {
+			// The reports are measured when they are taken: waiting long
+			// for a server that does not answer would age the others'.
+			first.Do(func() { time.AfterFunc(serverNodesGrace, cancel) })
+		}
 		return err
 	})
 	var out []datapath.NodesReport
@@ -107,6 +117,10 @@ func (c *Client) failedVolumesAll(ctx context.Context) ([]datapath.FailedVolume,
 	sort.Slice(out, func(i, j int) bool { return out[i].VolumeID < out[j].VolumeID })
 	return out, nil
 }
+
+// serverNodesGrace is how long ServerNodes waits for the other servers once
+// one answered.
+const serverNodesGrace = 300 * time.Millisecond
 
 // each runs fn for every server of the group at once and returns their
 // errors in the order of the servers.

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +105,42 @@ func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
 	}
 	if gs, err := fencebackend.New(ctl).Grants(ctx, "n1"); !errors.Is(err, fenceapi.ErrUnavailable) {
 		t.Fatalf("the fence back end's grants of n1 with a server down: %+v, %v; want ErrUnavailable (nothing proven)", gs, err)
+	}
+}
+
+// TestClient_ServerNodes_ASilentServerDoesNotHoldTheOthers: a server that
+// accepts connections but never answers contributes nothing, and the
+// reports of the others come back within the grace after the first answer,
+// not at the end of the caller's deadline (their times would have aged).
+func TestClient_ServerNodes_ASilentServerDoesNotHoldTheOthers(t *testing.T) {
+	srv := datapathtest.Start(t, datapath.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, srv.Addr, srv.Token, client.WithServers(lis.Addr().String()), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	reps, err := c.ServerNodes(ctx)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("ServerNodes with a silent server: %d reports, %v; want the one that answers", len(reps), err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("ServerNodes took %s with a silent server; want it to stop waiting shortly after the first answer", took)
 	}
 }
