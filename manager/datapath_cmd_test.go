@@ -243,6 +243,9 @@ current-context: c
 		{"raft address without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1"), `--raft-listen "127.0.0.1": want HOST:PORT`},
 		{"raft address on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:0"), "with a fixed port"},
 		{"raft off loopback", serve("--token-file", good, "--raft-listen", "0.0.0.0:9601"), "neither encrypted nor authenticated yet"},
+		// --raft-insecure passes the loopback check: the peers check after it speaks.
+		{"raft off loopback with --raft-insecure", serve("--token-file", good, "--raft-listen", "0.0.0.0:9601", "--raft-insecure",
+			"--raft-peers", "a=10.0.0.1:9601,b=10.0.0.2:9601"), "does not list this server"},
 		{"malformed peers", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0"), "want ID=HOST:PORT"},
 		{"peer listed twice", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "datapath-0=127.0.0.1:9601,datapath-0=127.0.0.1:9602"), "listed twice"},
 		{"peers without this server", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-peers", "a=127.0.0.1:9602,b=127.0.0.1:9603"), "does not list this server (--server-id datapath-0)"},

@@ -28,6 +28,10 @@ const (
 	flagServeRaftPeers  = "raft-peers"
 	flagServeRaftDir    = "raft-dir"
 	flagServeMetrics    = "metrics-address"
+	// flagServeRaftInsecure lets the Raft transport off loopback while the
+	// clients' port serves TLS (--insecure is for the clients' port, and
+	// contradicts TLS there).
+	flagServeRaftInsecure = "raft-insecure"
 	// defaultServerID is a lone server's id; each server of a group needs
 	// its own, stable across restarts.
 	defaultServerID = "datapath-0"
@@ -48,7 +52,11 @@ func datapathServeRaftFlags() []cli.Flag {
 				"since the group knows its members and the volumes whose data each holds by it"},
 		&cli.StringFlag{Name: flagServeRaftListen, EnvVars: []string{"VIGIL_DATAPATH_RAFT_LISTEN"},
 			Usage: "host:port the control group's Raft transport listens on and the other servers reach this one at; empty (a lone server): " +
-				"Raft runs in process with no port. Raft's messages are not encrypted or authenticated yet: off loopback only with --" + flagServeInsecure},
+				"Raft runs in process with no port. Raft's messages are not encrypted or authenticated yet: off loopback only with --" + flagServeInsecure +
+				" or --" + flagServeRaftInsecure},
+		&cli.BoolFlag{Name: flagServeRaftInsecure, EnvVars: []string{"VIGIL_DATAPATH_RAFT_INSECURE"},
+			Usage: "let --" + flagServeRaftListen + " off loopback while the clients' port serves TLS: Raft's messages then cross that network " +
+				"in the clear and unauthenticated, so only on a network no one else reaches (the sandbox's node links)"},
 		&cli.StringFlag{Name: flagServeRaftPeers, EnvVars: []string{"VIGIL_DATAPATH_RAFT_PEERS"},
 			Usage: "the group's servers as ID=HOST:PORT,... (this server among them, at --" + flagServeRaftListen + "), to bootstrap a new group " +
 				"on first start (ignored once the raft directory holds state); empty: a one-member group of this server alone"},
@@ -94,9 +102,10 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	if err != nil || port == "0" || host == "" {
 		return f, cliflags.Usagef("--%s %q: want HOST:PORT with a fixed port (the other servers record it)", flagServeRaftListen, listen)
 	}
-	if !datapath.IsLoopback(host) && !c.Bool(flagServeInsecure) {
+	if !datapath.IsLoopback(host) && !c.Bool(flagServeInsecure) && !c.Bool(flagServeRaftInsecure) {
 		return f, cliflags.Usagef("--%s %s is off loopback, and Raft's messages are neither encrypted nor authenticated yet: "+
-			"keep it on loopback or pass --%s on a network you trust", flagServeRaftListen, listen, flagServeInsecure)
+			"keep it on loopback, or pass --%s (or --%s, which leaves the clients' port on TLS) on a network you trust",
+			flagServeRaftListen, listen, flagServeInsecure, flagServeRaftInsecure)
 	}
 	f.self.RaftAddress = listen
 	if peers == "" {

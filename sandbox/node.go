@@ -297,7 +297,7 @@ func (s *Sandbox) Partition(node string, target PartitionTarget) error {
 			return fmt.Errorf("%w: partition of %s from the datapath: no Vigil stack runs in this sandbox (StartStack, or `vigil-sandbox up --stack`)",
 				ErrNotUp, node)
 		}
-		if err := applyPartition(n, target, st.APIServerPort, st.DatapathPort); err != nil {
+		if err := applyPartition(n, target, st.cutPorts()); err != nil {
 			return fmt.Errorf("partition %s from %s: %w", node, target, err)
 		}
 		n.Partition = target
@@ -312,7 +312,7 @@ func (s *Sandbox) Heal(node string) error {
 		if err != nil {
 			return err
 		}
-		if err := applyPartition(n, "", 0, 0); err != nil {
+		if err := applyPartition(n, "", cutPorts{}); err != nil {
 			return fmt.Errorf("heal %s: %w", node, err)
 		}
 		n.Partition = ""

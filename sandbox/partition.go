@@ -63,27 +63,41 @@ func (t PartitionTarget) cutsAPIServer() bool { return t == PartitionAll || t ==
 // that holds the node's cut. Being in that namespace, it goes away with it.
 const partitionTable = "vigil_partition"
 
+// cutPorts are the ports a partition's rules name: the API server's and the
+// datapath's (of the forwarders on the host end of each node link), and,
+// when the datapath servers run on nodes, their Raft port (0 otherwise).
+type cutPorts struct {
+	api, datapath, raft int
+}
+
 // partitionRuleset is the nft script that replaces node n's cut by target t in
 // one transaction (the table is declared, deleted and created again, so an earlier
-// cut never lingers and there is no moment without a cut). apiPort and dpPort are
-// the ports of the node's forwarders on the host end of its link. The rules live
+// cut never lingers and there is no moment without a cut). The rules live
 // in the node's namespace and match the host end's address: the output hook drops
 // what the node sends, the input hook what it would receive (replies of
 // connections established before the cut included). ARP is not IP, so the link
-// itself stays up: a cut, not an unplugged cable.
-func partitionRuleset(n *nodeState, t PartitionTarget, apiPort, dpPort int) (string, error) {
+// itself stays up: a cut, not an unplugged cable. With the datapath servers on
+// nodes (ports.raft set), a cut from the datapath drops the servers' ports
+// over the node's link in both directions: the node's engine loses the other
+// nodes' servers and the node's own server loses its clients and its group,
+// while the engine still reaches the server of its own node.
+func partitionRuleset(n *nodeState, t PartitionTarget, ports cutPorts) (string, error) {
 	if err := t.Validate(); err != nil {
 		return "", err
 	}
 	var out, in string
-	switch t {
-	case PartitionAll:
+	switch {
+	case t == PartitionAll:
 		out = fmt.Sprintf("oifname %q drop", n.NodeVeth)
 		in = fmt.Sprintf("iifname %q drop", n.NodeVeth)
-	case PartitionAPIServer, PartitionDatapath:
-		port := apiPort
+	case t == PartitionDatapath && ports.raft > 0:
+		set := fmt.Sprintf("{ %d, %d }", ports.datapath, ports.raft)
+		out = fmt.Sprintf("oifname %[1]q tcp dport %[2]s drop\n\t\toifname %[1]q tcp sport %[2]s drop", n.NodeVeth, set)
+		in = fmt.Sprintf("iifname %[1]q tcp sport %[2]s drop\n\t\tiifname %[1]q tcp dport %[2]s drop", n.NodeVeth, set)
+	default:
+		port := ports.api
 		if t == PartitionDatapath {
-			port = dpPort
+			port = ports.datapath
 		}
 		if port <= 0 || port > 65535 {
 			return "", fmt.Errorf("%w: partition of %s from %s: no port known for it", ErrInvalidPartitionTarget, n.Name, t)
@@ -145,11 +159,11 @@ func nft(netns, script string) error {
 
 // applyPartition puts target t's cut on node n (replacing any other), or removes
 // every cut if t is "".
-func applyPartition(n *nodeState, t PartitionTarget, apiPort, dpPort int) error {
+func applyPartition(n *nodeState, t PartitionTarget, ports cutPorts) error {
 	if t == "" {
 		return nft(n.NetNS, healRuleset())
 	}
-	script, err := partitionRuleset(n, t, apiPort, dpPort)
+	script, err := partitionRuleset(n, t, ports)
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func TestPartitionRuleset_Targets(t *testing.T) {
 		{PartitionDatapath, []string{"ip daddr 10.213.0.1 tcp dport 9600 drop", "ip saddr 10.213.0.1 tcp sport 9600 drop"}, []string{"6443", "oifname"}},
 		{PartitionAll, []string{`oifname "vgabcden0" drop`, `iifname "vgabcden0" drop`}, []string{"6443", "9600"}},
 	} {
-		script, err := partitionRuleset(n, c.target, 6443, 9600)
+		script, err := partitionRuleset(n, c.target, cutPorts{api: 6443, datapath: 9600})
 		if err != nil {
 			t.Fatalf("%s: %v", c.target, err)
 		}
@@ -76,7 +76,7 @@ func TestPartitionRuleset_Targets(t *testing.T) {
 // `kubernetes` Service's endpoint, another node's host end.
 func TestPartitionRuleset_RealNode(t *testing.T) {
 	n := &nodeState{Name: "node-2", HostIP: "10.213.0.5", NodeVeth: "vgabcden1", Cgroup: "vigil-x-node-2"}
-	script, err := partitionRuleset(n, PartitionAPIServer, 6443, 9600)
+	script, err := partitionRuleset(n, PartitionAPIServer, cutPorts{api: 6443, datapath: 9600})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,14 @@ func TestPartitionRuleset_RealNode(t *testing.T) {
 	if strings.Count(script, "tcp dport 6443 drop") != 2 || strings.Contains(script, "10.213.0.5") {
 		t.Errorf("want the port dropped in output and forward, over the link, not by the host end's address:\n%s", script)
 	}
-	script, err = partitionRuleset(n, PartitionAll, 6443, 9600)
+	script, err = partitionRuleset(n, PartitionAll, cutPorts{api: 6443, datapath: 9600})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(script, `oifname "vgabcden1" drop`) != 2 || strings.Count(script, `iifname "vgabcden1" drop`) != 2 {
 		t.Errorf("want every packet over the link dropped in output, input and forward:\n%s", script)
 	}
-	kwok, err := partitionRuleset(&nodeState{Name: "node-2", HostIP: "10.213.0.5", NodeVeth: "vgabcden1"}, PartitionAll, 6443, 9600)
+	kwok, err := partitionRuleset(&nodeState{Name: "node-2", HostIP: "10.213.0.5", NodeVeth: "vgabcden1"}, PartitionAll, cutPorts{api: 6443, datapath: 9600})
 	if err != nil || strings.Contains(kwok, "forward") {
 		t.Errorf("a kwok node's cut has no forward chain (%v):\n%s", err, kwok)
 	}
@@ -103,10 +103,10 @@ func TestPartitionRuleset_RealNode(t *testing.T) {
 
 func TestPartitionRuleset_Bad(t *testing.T) {
 	n := &nodeState{Name: "node-1", HostIP: "10.213.0.1", NodeVeth: "v"}
-	if _, err := partitionRuleset(n, "both", 6443, 9600); !errors.Is(err, ErrInvalidPartitionTarget) {
+	if _, err := partitionRuleset(n, "both", cutPorts{api: 6443, datapath: 9600}); !errors.Is(err, ErrInvalidPartitionTarget) {
 		t.Errorf("target both: %v, want ErrInvalidPartitionTarget", err)
 	}
-	if _, err := partitionRuleset(n, PartitionDatapath, 6443, 0); !errors.Is(err, ErrInvalidPartitionTarget) {
+	if _, err := partitionRuleset(n, PartitionDatapath, cutPorts{api: 6443}); !errors.Is(err, ErrInvalidPartitionTarget) {
 		t.Errorf("datapath without a port: %v, want ErrInvalidPartitionTarget", err)
 	}
 }

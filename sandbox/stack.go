@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	vigil "github.com/vigil-storage/vigil"
@@ -54,8 +55,19 @@ type StackConfig struct {
 	// BinDir (`make testbin`).
 	TestbinDir string
 	// DatapathPort is the datapath's port on 127.0.0.1 and on the host end of
-	// every node link; 0 picks a free one.
+	// every node link, or with DatapathServers each server's port on its
+	// node's IP; 0 picks a free one.
 	DatapathPort int
+	// DatapathServers is how many datapath servers run, one a process of
+	// each of the first N nodes (stack_servers.go): 0 (the default) runs one
+	// server on the host instead; else an odd number up to the node count.
+	// The default moves to 3 once each volume's data is replicated: until
+	// then a server's node takes the volumes whose data it holds down with
+	// it, and tests that cut a writer's node would cut its volume too.
+	DatapathServers int
+	// DatapathRaftPort is, with DatapathServers, each server's Raft port on
+	// its node's IP; 0 picks a free one.
+	DatapathRaftPort int
 	// StorageClass names the StorageClass created for dynamic provisioning;
 	// default DefaultStorageClass.
 	StorageClass string
@@ -81,12 +93,19 @@ type StackConfig struct {
 // Stack is a running Vigil volume stack: where its parts listen. It is also
 // written to WorkDir/stack/stack.json (see Sandbox.Stack).
 type Stack struct {
-	// DatapathAddr is the datapath on the host (127.0.0.1:PORT); node processes
-	// reach it on VIGIL_HOST_IP:PORT, through the node's link, so that a
-	// partition cuts it off too.
+	// DatapathAddr is what a client's --datapath takes: the datapath on the
+	// host (127.0.0.1:PORT; node processes reach it on VIGIL_HOST_IP:PORT,
+	// through the node's link, so that a partition cuts it off too), or with
+	// servers on nodes every server's address, comma-separated
+	// (DatapathAddrs splits it).
 	DatapathAddr string `json:"datapathAddr"`
-	// DatapathPort is the port of DatapathAddr.
+	// DatapathPort is the port of DatapathAddr (of every server's).
 	DatapathPort int `json:"datapathPort"`
+	// DatapathServers lists the servers on nodes (StackConfig.DatapathServers);
+	// empty with the host server.
+	DatapathServers []StackServer `json:"datapathServers,omitempty"`
+	// RaftPort is every server's Raft port with servers on nodes.
+	RaftPort int `json:"raftPort,omitempty"`
 	// TokenFile holds the manager's datapath token (the controller role):
 	// for `vigil-manager run` and `vigil-datapath status`. Each engine has only its
 	// node's (NodeTokenFile), the CSI controller its own (CSITokenFile).
@@ -143,6 +162,16 @@ func (c StackConfig) withDefaults(binDir string) (StackConfig, error) {
 	}
 	if c.DatapathPort < 0 || c.DatapathPort > 65535 {
 		return c, fmt.Errorf("%w: DatapathPort %d: want 0 (any free port) to 65535", ErrInvalidConfig, c.DatapathPort)
+	}
+	if c.DatapathRaftPort < 0 || c.DatapathRaftPort > 65535 || (c.DatapathRaftPort != 0 && c.DatapathRaftPort == c.DatapathPort) {
+		return c, fmt.Errorf("%w: DatapathRaftPort %d: want 0 (any free port) to 65535, not DatapathPort", ErrInvalidConfig, c.DatapathRaftPort)
+	}
+	if c.DatapathServers != 0 && c.DatapathPowerLoss {
+		return c, fmt.Errorf("%w: DatapathPowerLoss with DatapathServers %d: the power-loss layer is the host server's; with servers on nodes, cut a node's power (Stop)",
+			ErrInvalidConfig, c.DatapathServers)
+	}
+	if c.DatapathServers == 0 && c.DatapathRaftPort != 0 {
+		return c, fmt.Errorf("%w: DatapathRaftPort %d without DatapathServers: the host server's Raft runs in process", ErrInvalidConfig, c.DatapathRaftPort)
 	}
 	if c.TokenReviewOutageGrace < 0 || (c.TokenReviewOutageGrace > 0 && c.Auth != StackAuthTokenReview) {
 		return c, fmt.Errorf("%w: TokenReviewOutageGrace %s with Auth %q: want 0 (the datapath's default), or more with Auth %q",
@@ -202,8 +231,16 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckDatapathServers(cfg.DatapathServers, len(st0.Nodes), len(st0.Nodes[0].Members) > 0); err != nil {
+		return nil, err
+	}
 	if cfg.DatapathPort == 0 {
 		if cfg.DatapathPort, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	for cfg.DatapathServers > 0 && (cfg.DatapathRaftPort == 0 || cfg.DatapathRaftPort == cfg.DatapathPort) {
+		if cfg.DatapathRaftPort, err = freePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -211,6 +248,10 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	stk := &Stack{DatapathAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.DatapathPort)),
 		DatapathPort: cfg.DatapathPort, TokenFile: filepath.Join(dir, "manager.token"), CSITokenFile: filepath.Join(dir, "csi-controller.token"),
 		ControllerEndpoint: "unix://" + filepath.Join(dir, "csi.sock"), StorageClass: cfg.StorageClass, Dir: dir, Auth: cfg.Auth}
+	if cfg.DatapathServers > 0 {
+		stk.DatapathServers, stk.RaftPort = stackServers(cfg, st0), cfg.DatapathRaftPort
+		stk.DatapathAddr = strings.Join(stk.DatapathAddrs(), ",")
+	}
 	if cfg.DatapathPowerLoss {
 		stk.DatapathSynced = filepath.Join(dir, datapathSyncedDir)
 	}
@@ -227,7 +268,15 @@ func (s *Sandbox) StartStack(ctx context.Context, cfg StackConfig) (*Stack, erro
 	if err := writeStackFiles(stk); err != nil {
 		return nil, err
 	}
-	if err := s.startStackHost(ctx, cfg, stk, security); err != nil {
+	if len(stk.DatapathServers) > 0 {
+		err = s.startStackServers(ctx, cfg, stk, security)
+	} else {
+		err = s.startStackDatapath(ctx, cfg, stk, security)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startStackHost(ctx, cfg, stk); err != nil {
 		return nil, err
 	}
 	if err := s.createStackObjects(ctx, stk, st0); err != nil {
@@ -311,12 +360,9 @@ func (s *Sandbox) stackIdentities(ctx context.Context, stk *Stack, st *state) er
 	return nil
 }
 
-// startStackHost starts the host processes in order, each once the one it
-// needs answers: datapath and its forwarders, CSI controller, sidecars.
-func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack, security []string) error {
-	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
-	sock := filepath.Join(stk.Dir, "csi.sock")
-	kubeconfig := stk.ControllerKubeconfig
+// startStackDatapath starts the host's datapath server and its forwarders
+// on the host end of every node link, and returns once it answers.
+func (s *Sandbox) startStackDatapath(ctx context.Context, cfg StackConfig, stk *Stack, security []string) error {
 	if err := s.startPowerFS(ctx, cfg, stk); err != nil {
 		return err
 	}
@@ -340,10 +386,16 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	if err != nil {
 		return err
 	}
-	if err := waitTCP(ctx, stk.DatapathAddr, 30*time.Second, "datapath"); err != nil {
-		return err
-	}
-	err = s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
+	return waitTCP(ctx, stk.DatapathAddr, 30*time.Second, "datapath")
+}
+
+// startStackHost starts the host processes in order, each once the one it
+// needs answers: CSI controller, sidecars.
+func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stack) error {
+	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
+	sock := filepath.Join(stk.Dir, "csi.sock")
+	kubeconfig := stk.ControllerKubeconfig
+	err := s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
 		"--csi-endpoint", stk.ControllerEndpoint, "--datapath", stk.DatapathAddr,
 		"--datapath-token-file", stk.CSITokenFile, "--datapath-ca-file", stk.CAFile, "--kubeconfig", kubeconfig}})
 	if err != nil {
@@ -414,7 +466,7 @@ func (s *Sandbox) addStackNodeProcesses(cfg StackConfig, stk *Stack, onReal bool
 		"--socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
 	engine := ProcessSpec{Name: StackEngine, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilEngineNode), "run",
 		"--node-name", "$VIGIL_NODE", "--kubeconfig", identityKubeconfig(s.workDir, vigil.EngineServiceAccount, "$VIGIL_NODE"),
-		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
+		"--datapath", nodeDatapath(stk),
 		"--datapath-token-file", NodeTokenFile("$VIGIL_NODE_DIR"), "--datapath-ca-file", stk.CAFile, "--state-dir", "$VIGIL_NODE_DIR/engine",
 		"--csi-endpoint", endpoint, "--boot-id-file", "$VIGIL_NODE_DIR/boot_id", "--kubelet-registration-dir=",
 		"--heartbeat-interval", cfg.HeartbeatInterval.String(), "--fd-keeper-socket", NodeKeeperSocket("$VIGIL_NODE_DIR")}}
@@ -446,9 +498,18 @@ const StackHeartbeat = "heartbeat"
 
 func rackHeartbeat(cfg StackConfig, stk *Stack) ProcessSpec {
 	return ProcessSpec{Name: StackHeartbeat, Args: []string{filepath.Join(cfg.VigilBinDir, BinVigilSandbox), "heartbeat",
-		"--datapath", net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort)),
+		"--datapath", nodeDatapath(stk),
 		"--node-tokens-file", RackTokensFile("$VIGIL_NODE_DIR"), "--ca-file", stk.CAFile,
 		"--interval", cfg.HeartbeatInterval.String()}}
+}
+
+// nodeDatapath is a node process's --datapath: the host server through the
+// host end of the node's link, or every server on the nodes.
+func nodeDatapath(stk *Stack) string {
+	if len(stk.DatapathServers) > 0 {
+		return stk.DatapathAddr
+	}
+	return net.JoinHostPort("$VIGIL_HOST_IP", strconv.Itoa(stk.DatapathPort))
 }
 
 func freePort() (int, error) {

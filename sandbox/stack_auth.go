@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,12 +52,17 @@ func NodeTokenFile(nodeDir string) string { return filepath.Join(nodeDir, "datap
 func RackTokensFile(rackDir string) string { return filepath.Join(rackDir, "datapath.tokens") }
 
 // stackSecurity writes the stack's credentials: a CA and the datapath's
-// certificate (for 127.0.0.1 and every node link's host end), and one token
-// per identity (cfg.Auth says how). It returns the datapath's flags for them.
+// certificate (for 127.0.0.1, every node link's host end and the IP of every
+// node that runs a server; the servers on nodes share it), and one token per
+// identity (cfg.Auth says how). It returns the datapath's flags for them.
 func (s *Sandbox) stackSecurity(ctx context.Context, cfg StackConfig, stk *Stack, st *state) ([]string, error) {
 	hosts := []string{"127.0.0.1", "localhost"}
 	for _, n := range st.Nodes {
 		hosts = append(hosts, n.HostIP)
+	}
+	for _, srv := range stk.DatapathServers {
+		host, _, _ := net.SplitHostPort(srv.Address)
+		hosts = append(hosts, host)
 	}
 	tlsDir := filepath.Join(stk.Dir, "tls")
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
@@ -84,6 +90,13 @@ func (s *Sandbox) stackSecurity(ctx context.Context, cfg StackConfig, stk *Stack
 		kubeconfig, err := s.ComponentKubeconfig(ctx, vigil.DatapathServiceAccount, "")
 		if err != nil {
 			return nil, fmt.Errorf("stack: %w", err)
+		}
+		// A server on a node reaches the API server over its node's link
+		// (datapathServerSpec points it there).
+		for _, srv := range stk.DatapathServers {
+			if _, err := s.ComponentKubeconfig(ctx, vigil.DatapathServiceAccount, srv.Node); err != nil {
+				return nil, fmt.Errorf("stack: %w", err)
+			}
 		}
 		args = append(args, "--kubeconfig", kubeconfig,
 			"--controller-service-accounts", serviceAccount(vigil.ManagerServiceAccount)+","+serviceAccount(vigil.CSIControllerServiceAccount),

@@ -26,6 +26,13 @@ type state struct {
 	// DatapathPort is the Vigil stack's datapath port (its forwarders listen on
 	// it on the host end of every node link); 0 while no stack runs.
 	DatapathPort int `json:"datapathPort,omitempty"`
+	// DatapathRaftPort is the Raft port of the stack's datapath servers on
+	// nodes (DatapathOnNodes); 0 otherwise.
+	DatapathRaftPort int `json:"datapathRaftPort,omitempty"`
+	// DatapathOnNodes: the datapath servers listen on nodes' IPs, not on the
+	// host end of their links (a partition from the datapath cuts their
+	// ports over the node's link).
+	DatapathOnNodes bool `json:"datapathOnNodes,omitempty"`
 	// AuditLog is the API server's audit log (Config.AuditLog); "" when off.
 	AuditLog string `json:"auditLog,omitempty"`
 	// Kubelet is what runs the nodes: KubeletKwok ("" in older state) or
@@ -95,6 +102,15 @@ func (n *nodeState) k8sNodes() []string {
 		return n.Members
 	}
 	return []string{n.Name}
+}
+
+// cutPorts are the ports a partition of a node names.
+func (st *state) cutPorts() cutPorts {
+	p := cutPorts{api: st.APIServerPort, datapath: st.DatapathPort}
+	if st.DatapathOnNodes {
+		p.raft = st.DatapathRaftPort
+	}
+	return p
 }
 
 // k8sNodes is every Kubernetes node of the sandbox.

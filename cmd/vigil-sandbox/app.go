@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/sandbox"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
 	"github.com/vigil-storage/vigil/sandbox/images"
@@ -73,6 +75,11 @@ func upCommand() *cli.Command {
 			&cli.BoolFlag{Name: "stack", Usage: "also run Vigil's volume stack (datapath, CSI controller and sidecars on the host; an engine per node, " +
 				"with a kubelet stand-in on kwok nodes; on real nodes the engine is the real kubelet's CSI node plugin, and --kubelet real imports the writer image too)"},
 			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
+			&cli.IntFlag{Name: "datapath-servers", Usage: "with --stack: run N datapath servers in one control group, one a process of each of the first N nodes " +
+				"(in the node's network namespace on its IP, its data under the node's directory, killed by the node's power cut, cut off by its partition); " +
+				"N is odd, at most --nodes (2 servers need both for a majority, so they cannot lose one). 0, the default, runs one server on the host: " +
+				"until each volume's data is replicated, a volume's data lives on one server, so a server on a node would make that node's power cut " +
+				"take the volumes it holds with it; the default becomes 3 with replicated data"},
 			&cli.StringFlag{Name: "datapath-auth", Value: string(sandbox.StackAuthTokenReview),
 				Usage: "how --stack's callers prove who they are to the datapath: tokenreview (ServiceAccount tokens, the engines' bound to their Node) or static (a tokens file)"},
 			&cli.BoolFlag{Name: "install", Usage: "with --kubelet real: install Vigil from deploy/ (kubectl apply -k deploy/overlays/sandbox, through the API) " +
@@ -90,6 +97,11 @@ func upCommand() *cli.Command {
 				return fmt.Errorf("--datapath-auth %q: want %s or %s", auth, sandbox.StackAuthTokenReview, sandbox.StackAuthStatic)
 			case c.IsSet("datapath-auth") && !c.Bool("stack"):
 				return fmt.Errorf("--datapath-auth is for --stack's datapath; give --stack too")
+			case c.IsSet("datapath-servers") && !c.Bool("stack"):
+				return fmt.Errorf("--datapath-servers is for --stack's datapath; give --stack too")
+			}
+			if err := sandbox.CheckDatapathServers(c.Int("datapath-servers"), c.Int("nodes"), c.Int("racks") != 0); err != nil {
+				return fmt.Errorf("--datapath-servers: %w", err)
 			}
 			if err := checkKubeletFlags(c); err != nil {
 				return err
@@ -272,6 +284,34 @@ func printStatus(ctx context.Context, s *sandbox.Sandbox) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State(), ready, n.NodeIP, taints, strings.Join(ps, " "))
 	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return printDatapathServers(ctx, os.Stdout, s)
+}
+
+// printDatapathServers shows the stack's datapath servers, each as it
+// reports itself, and which one leads; nothing without a stack.
+func printDatapathServers(ctx context.Context, out io.Writer, s *sandbox.Sandbox) error {
+	if _, err := s.Stack(); err != nil {
+		return nil
+	}
+	servers, err := s.DatapathServers(ctx, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nDATAPATH SERVER\tADDRESS\tRAFT\tROLE\tAPPLIED")
+	for _, srv := range servers {
+		node, raft, applied := srv.Node, srv.RaftAddress, fmt.Sprint(srv.AppliedIndex)
+		if node == "" {
+			node, raft = "host", "in process"
+		}
+		if srv.Role == datapath.RoleUnreachable {
+			applied = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", node, srv.Address, raft, srv.Role, applied)
+	}
 	return w.Flush()
 }
 
@@ -375,7 +415,8 @@ func startStack(c *cli.Context, s *sandbox.Sandbox) error {
 		}
 		dir = filepath.Dir(exe)
 	}
-	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir, Auth: sandbox.StackAuth(c.String("datapath-auth"))})
+	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir, Auth: sandbox.StackAuth(c.String("datapath-auth")),
+		DatapathServers: c.Int("datapath-servers")})
 	if err != nil {
 		return fmt.Errorf("%w (the sandbox is up: logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
 	}

@@ -73,6 +73,30 @@ func TestApp_Up_BadDatapathAuth(t *testing.T) {
 	}
 }
 
+func TestApp_Up_BadDatapathServers(t *testing.T) {
+	dir := t.TempDir()
+	for args, mention := range map[string]string{
+		"--datapath-servers 3":                        "--datapath-servers is for --stack's datapath; give --stack too",
+		"--stack --datapath-servers 2":                "a group of 2 needs 2 for a majority",
+		"--stack --nodes 4 --datapath-servers 4":      "want 0 (one server on the host) or an odd number from 1 to the 4 nodes",
+		"--stack --nodes 3 --datapath-servers 5":      "more servers than nodes",
+		"--stack --datapath-servers -1":               "DatapathServers -1",
+		"--stack --racks 2 --datapath-servers 1":      "on a scale sandbox",
+		"--stack --nodes 3 --datapath-servers=x":      "invalid value",
+		"--stack --kubelet real --datapath-servers 2": "needs 2 for a majority",
+		"--stack --nodes 1 --datapath-servers 3":      "from 1 to the 1 nodes",
+		"--stack --nodes 2 --datapath-servers 2":      "survives no more losses than 1 servers",
+	} {
+		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
+		if err == nil || !strings.Contains(err.Error(), mention) {
+			t.Errorf("up %s = %v, want an error mentioning %q", args, err, mention)
+		}
+	}
+	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
+		t.Errorf("a refused up left a sandbox behind: %v", err)
+	}
+}
+
 func TestApp_Up_BadKubelet(t *testing.T) {
 	dir := t.TempDir()
 	for args, mention := range map[string]string{
