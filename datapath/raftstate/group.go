@@ -116,6 +116,11 @@ type Group struct {
 	unreachable  func() int // followers missing the leader's heartbeats
 	// unreachablePeers: their ids.
 	unreachablePeers func() map[string]bool
+	// self is this server's record as Start was given it (its node and
+	// datapath address), which it records in the group whenever it
+	// becomes the leader and finds it missing or different (recordSelf);
+	// nil when opened without Start.
+	self atomic.Pointer[Server]
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -176,9 +181,37 @@ func (g *Group) checkOnLeadership() {
 	g.raft.RegisterObserver(g.observer)
 	go func() {
 		for range ch {
-			_ = g.failStop(g.fsm.Verify())
+			if g.failStop(g.fsm.Verify()) == nil {
+				g.recordSelf()
+			}
 		}
 	}()
+}
+
+// recordSelf records this server (its node and datapath address) in the
+// group when it leads and the group's record of it is missing or
+// different: a server that was a follower at its start was never
+// recorded, and without its record clients refused by a follower are not
+// told where the leader serves, and the group's status leaves it out.
+func (g *Group) recordSelf() {
+	self := g.self.Load()
+	if self == nil || g.closed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.applyTimeout)
+	defer cancel()
+	members, err := g.Servers(ctx) // a barrier: the record as committed
+	if err != nil {
+		return // no longer the leader, or cut off: the next leader records itself
+	}
+	for _, m := range members {
+		if m == *self {
+			return
+		}
+	}
+	if _, err := g.apply(ctx, Command{Op: OpAddServer, Member: self}); err != nil {
+		g.logger.Warn("this server's record in the group not updated", "server", self.ID, "error", err)
+	}
 }
 
 func raftConfig(cfg Config) (*raft.Config, error) {

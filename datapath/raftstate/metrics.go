@@ -1,6 +1,8 @@
 package raftstate
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -171,7 +173,13 @@ func (g *Group) GroupStatus() []datapath.ServerStatus {
 		unreachable = g.unreachablePeers()
 	}
 	out := []datapath.ServerStatus{}
-	for _, m := range g.fsm.Servers() {
+	members := g.fsm.Servers()
+	if self := g.self.Load(); self != nil && !slices.ContainsFunc(members, func(m Server) bool { return m.ID == g.id }) {
+		// Not recorded yet (a follower since its start): its own row all the same.
+		members = append(members, *self)
+		sort.Slice(members, func(i, j int) bool { return members[i].ID < members[j].ID })
+	}
+	for _, m := range members {
 		s := datapath.ServerStatus{ID: m.ID, Node: m.Node, Address: m.DatapathAddress, RaftAddress: m.RaftAddress}
 		switch {
 		case m.ID == g.id:

@@ -54,6 +54,7 @@ func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group
 }
 
 func (g *Group) start(ctx context.Context, self Server, peers []Server) error {
+	g.self.Store(&self)
 	if err := g.Bootstrap(peers); err != nil && !errors.Is(err, ErrHasState) {
 		return err
 	}
