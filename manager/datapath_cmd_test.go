@@ -243,6 +243,13 @@ current-context: c
 		{"raft address without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1"), `--raft-listen "127.0.0.1": want HOST:PORT`},
 		{"raft address on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:0"), "with a fixed port"},
 		{"raft off loopback", serve("--token-file", good, "--raft-listen", "0.0.0.0:9601"), "neither encrypted nor authenticated yet"},
+		{"advertise without a raft address", serve("--token-file", good, "--raft-advertise", "dp-0.peers:9601"), "--raft-advertise needs --raft-listen"},
+		{"advertise without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "dp-0.peers"), `--raft-advertise "dp-0.peers": want HOST:PORT`},
+		{"advertise on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "dp-0.peers:0"), "a fixed port"},
+		{"advertise 0.0.0.0", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "0.0.0.0:9601"), "not 0.0.0.0"},
+		{"peers naming this server at its listen address, not the advertised one", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601",
+			"--raft-advertise", "dp-0.peers:9601", "--raft-peers", "datapath-0=127.0.0.1:9601,b=127.0.0.1:9602"),
+			"lists this server (datapath-0) at 127.0.0.1:9601, but --raft-advertise is dp-0.peers:9601"},
 		// --raft-insecure passes the loopback check: the peers check after it speaks.
 		{"raft off loopback with --raft-insecure", serve("--token-file", good, "--raft-listen", "0.0.0.0:9601", "--raft-insecure",
 			"--raft-peers", "a=10.0.0.1:9601,b=10.0.0.2:9601"), "does not list this server"},

@@ -26,8 +26,11 @@ const (
 	flagServeServerID   = "server-id"
 	flagServeRaftListen = "raft-listen"
 	flagServeRaftPeers  = "raft-peers"
-	flagServeRaftDir    = "raft-dir"
-	flagServeMetrics    = "metrics-address"
+	// flagServeRaftAdvertise is where the other servers reach this one when
+	// not at --raft-listen (a StatefulSet pod's stable DNS name).
+	flagServeRaftAdvertise = "raft-advertise"
+	flagServeRaftDir       = "raft-dir"
+	flagServeMetrics       = "metrics-address"
 	// flagServeRaftInsecure lets the Raft transport off loopback while the
 	// clients' port serves TLS (--insecure is for the clients' port, and
 	// contradicts TLS there).
@@ -57,6 +60,9 @@ func datapathServeRaftFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagServeRaftInsecure, EnvVars: []string{"VIGIL_DATAPATH_RAFT_INSECURE"},
 			Usage: "let --" + flagServeRaftListen + " off loopback while the clients' port serves TLS: Raft's messages then cross that network " +
 				"in the clear and unauthenticated, so only on a network no one else reaches (the sandbox's node links)"},
+		&cli.StringFlag{Name: flagServeRaftAdvertise, EnvVars: []string{"VIGIL_DATAPATH_RAFT_ADVERTISE"},
+			Usage: "host:port the other servers reach this one at, when not --" + flagServeRaftListen + " (which then may be 0.0.0.0:PORT): " +
+				"a stable name, such as a StatefulSet pod's DNS name, resolved afresh at each connection; this server's entry of --" + flagServeRaftPeers + " names it"},
 		&cli.StringFlag{Name: flagServeRaftPeers, EnvVars: []string{"VIGIL_DATAPATH_RAFT_PEERS"},
 			Usage: "the group's servers as ID=HOST:PORT,... (this server among them, at --" + flagServeRaftListen + "), to bootstrap a new group " +
 				"on first start (ignored once the raft directory holds state); empty: a one-member group of this server alone"},
@@ -70,6 +76,7 @@ func datapathServeRaftFlags() []cli.Flag {
 // raftFlags are the checked values of the control group's flags.
 type raftFlags struct {
 	self    raftstate.Server
+	listen  string // --raft-listen when it differs from self.RaftAddress (--raft-advertise)
 	peers   []raftstate.Server
 	dir     string
 	metrics string // --metrics-address
@@ -90,10 +97,12 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	if f.dir == "" {
 		f.dir = filepath.Join(c.String("data-dir"), "raft")
 	}
-	listen, peers := c.String(flagServeRaftListen), c.String(flagServeRaftPeers)
+	listen, peers, advertise := c.String(flagServeRaftListen), c.String(flagServeRaftPeers), c.String(flagServeRaftAdvertise)
 	if listen == "" {
-		if peers != "" {
-			return f, cliflags.Usagef("--%s needs --%s: the other servers must reach this one", flagServeRaftPeers, flagServeRaftListen)
+		for flag, v := range map[string]string{flagServeRaftPeers: peers, flagServeRaftAdvertise: advertise} {
+			if v != "" {
+				return f, cliflags.Usagef("--%s needs --%s: the other servers must reach this one", flag, flagServeRaftListen)
+			}
 		}
 		f.self.RaftAddress = raftstate.InProcessAddress
 		return f, nil
@@ -108,6 +117,12 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 			flagServeRaftListen, listen, flagServeInsecure, flagServeRaftInsecure)
 	}
 	f.self.RaftAddress = listen
+	if advertise != "" {
+		if err := checkAdvertise(advertise); err != nil {
+			return f, err
+		}
+		f.self.RaftAddress, f.listen = advertise, listen
+	}
 	if peers == "" {
 		return f, nil
 	}
@@ -115,8 +130,12 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 		return f, cliflags.Usagef("--%s: %v", flagServeRaftPeers, err)
 	}
 	for _, p := range f.peers {
-		if p.ID == f.self.ID && p.RaftAddress != listen {
-			return f, cliflags.Usagef("--%s lists this server (%s) at %s, but --%s is %s", flagServeRaftPeers, p.ID, p.RaftAddress, flagServeRaftListen, listen)
+		if p.ID == f.self.ID && p.RaftAddress != f.self.RaftAddress {
+			flag := flagServeRaftListen
+			if advertise != "" {
+				flag = flagServeRaftAdvertise
+			}
+			return f, cliflags.Usagef("--%s lists this server (%s) at %s, but --%s is %s", flagServeRaftPeers, p.ID, p.RaftAddress, flag, f.self.RaftAddress)
 		}
 		if p.ID == f.self.ID {
 			return f, nil
@@ -125,12 +144,24 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	return f, cliflags.Usagef("--%s does not list this server (--%s %s)", flagServeRaftPeers, flagServeServerID, f.self.ID)
 }
 
+// checkAdvertise refuses a --raft-advertise the other servers cannot dial.
+func checkAdvertise(advertise string) error {
+	h, p, err := net.SplitHostPort(advertise)
+	if err != nil || h == "" || p == "0" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified() {
+		return cliflags.Usagef("--%s %q: want HOST:PORT with a host the other servers reach (not 0.0.0.0) and a fixed port", flagServeRaftAdvertise, advertise)
+	}
+	return nil
+}
+
 // startControl starts this server's member of the control group and waits
 // until its state is current (a lone server: it leads at once).
 func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics *raftstate.Metrics) (*raftstate.Group, error) {
 	ctx, cancel := context.WithTimeout(ctx, raftStartTimeout)
 	defer cancel()
 	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics}
+	if f.listen != "" {
+		cfg.Address, cfg.Advertise = f.listen, f.self.RaftAddress
+	}
 	if f.self.RaftAddress == raftstate.InProcessAddress {
 		cfg.Transport = raftstate.InProcessTransport()
 		cfg.Timing = loneTiming

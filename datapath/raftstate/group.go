@@ -69,6 +69,12 @@ type Config struct {
 	// members reach it at; port 0 picks a free one (see Group.Address).
 	// Ignored when Transport is set.
 	Address string
+	// Advertise, when set, is host:port the other members reach this one
+	// at instead of Address (which it still listens on): a stable name
+	// (a StatefulSet pod's DNS name) while Address is 0.0.0.0:PORT, or an
+	// address behind a NAT. It is resolved afresh at every dial, never
+	// turned into an IP.
+	Advertise string
 	// Transport, when set, carries Raft's messages instead of TCP on
 	// Address (tests: raft.InmemTransport). Close closes it.
 	Transport raft.Transport
@@ -277,6 +283,16 @@ func (g *Group) openTransport(cfg Config, logger hclog.Logger) error {
 		return nil
 	}
 	var err error
+	if cfg.Advertise != "" {
+		stream, err := listenAdvertised(cfg.Address, cfg.Advertise)
+		if err != nil {
+			g.closeStores()
+			return err
+		}
+		g.ownTrans = raft.NewNetworkTransportWithLogger(stream, 3, 10*time.Second, logger)
+		g.trans = g.ownTrans
+		return nil
+	}
 	g.ownTrans, err = raft.NewTCPTransportWithLogger(cfg.Address, nil, 3, 10*time.Second, logger)
 	if err != nil {
 		g.closeStores()

@@ -2,12 +2,16 @@ package raftstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // freeAddrs returns n loopback addresses with ports free right now.
@@ -32,32 +36,9 @@ func freeAddrs(t *testing.T, n int) []string {
 // records itself (its node and datapath address), so that clients
 // refused by a follower learn where the new leader serves.
 func TestStart_EveryLeaderRecordsItself(t *testing.T) {
-	raftAddrs, dpAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
-	var peers []Server
-	for i := range raftAddrs {
-		peers = append(peers, Server{ID: fmt.Sprintf("node-%d", i+1), RaftAddress: raftAddrs[i]})
-	}
+	groups, peers, dpAddrs := startThree(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	groups := make([]*Group, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			self := Server{ID: peers[i].ID, RaftAddress: raftAddrs[i], Node: peers[i].ID, DatapathAddress: dpAddrs[i]}
-			cfg := Config{ID: self.ID, Dir: t.TempDir(), Address: raftAddrs[i], Timing: testTiming, LogOutput: io.Discard, ApplyTimeout: 2 * time.Second}
-			groups[i], errs[i] = Start(ctx, cfg, self, peers)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("start %s: %v", peers[i].ID, err)
-		}
-		t.Cleanup(func() { _ = groups[i].Close() })
-	}
 	for i, g := range groups {
 		self := 0
 		for _, row := range g.GroupStatus() {
@@ -91,6 +72,84 @@ func TestStart_EveryLeaderRecordsItself(t *testing.T) {
 			t.Fatalf("the new leader %s did not record itself within 5 s: %+v, %v", peers[next].ID, members, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startThree starts three servers at once with the same peers, as
+// `serve --raft-peers` does on three nodes; with advertise, each listens on
+// 127.0.0.1 and the peers name it localhost (Config.Advertise).
+func startThree(t *testing.T, advertise bool) (groups []*Group, peers []Server, dpAddrs []string) {
+	t.Helper()
+	raftAddrs, dpAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
+	for i := range raftAddrs {
+		addr := raftAddrs[i]
+		if advertise {
+			_, port, _ := net.SplitHostPort(addr)
+			addr = net.JoinHostPort("localhost", port)
+		}
+		peers = append(peers, Server{ID: fmt.Sprintf("node-%d", i+1), RaftAddress: addr})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	groups = make([]*Group, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			self := Server{ID: peers[i].ID, RaftAddress: peers[i].RaftAddress, Node: peers[i].ID, DatapathAddress: dpAddrs[i]}
+			cfg := Config{ID: self.ID, Dir: t.TempDir(), Address: raftAddrs[i], Timing: testTiming, LogOutput: io.Discard, ApplyTimeout: 2 * time.Second}
+			if advertise {
+				cfg.Advertise = peers[i].RaftAddress
+			}
+			groups[i], errs[i] = Start(ctx, cfg, self, peers)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %s: %v", peers[i].ID, err)
+		}
+		t.Cleanup(func() { _ = groups[i].Close() })
+	}
+	return groups, peers, dpAddrs
+}
+
+// TestStart_Advertise: three servers that listen on 127.0.0.1 and are
+// known to each other by the name localhost (as a StatefulSet's pods
+// listen on 0.0.0.0 and are known by their DNS names) form a group and
+// commit; each is recorded at its advertised name. A bad advertised
+// address is refused before anything listens.
+func TestStart_Advertise(t *testing.T) {
+	groups, peers, _ := startThree(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := leaderOf(t, groups, -1)
+	if _, err := groups[l].CreateVolumeWithID(ctx, "vol-0123456789abcdef", "pvc-1", 1<<20, datapath.AccessRWO, peers[l].ID); err != nil {
+		t.Fatalf("create through the leader of the advertised group: %v", err)
+	}
+	if got := groups[l].Address(); got != peers[l].RaftAddress {
+		t.Errorf("the leader's transport says %s, want its advertised %s", got, peers[l].RaftAddress)
+	}
+	want := map[string]string{}
+	for _, p := range peers {
+		want[p.ID] = p.RaftAddress
+	}
+	members, err := groups[l].Servers(ctx)
+	if err != nil || len(members) == 0 {
+		t.Fatalf("members %+v: %v", members, err)
+	}
+	for _, m := range members {
+		if m.RaftAddress != want[m.ID] {
+			t.Errorf("member %s recorded at %s, want its advertised %s", m.ID, m.RaftAddress, want[m.ID])
+		}
+	}
+	for _, bad := range []string{"localhost", "localhost:0", ":9601"} {
+		_, err := Open(Config{ID: "x", Dir: t.TempDir(), Address: "127.0.0.1:0", Advertise: bad, LogOutput: io.Discard})
+		if !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "raft advertise address") {
+			t.Errorf("advertise %q: %v, want ErrInvalidArgument naming the advertise address", bad, err)
+		}
 	}
 }
 
