@@ -61,11 +61,13 @@ func (h *heldApply) hold() (release func()) {
 	}
 }
 
-// startHeldGroup starts three servers whose applies heldApply wraps.
+// startHeldGroup starts three servers whose applies heldApply wraps, with
+// the default timing: these tests move the leadership on purpose, and a
+// loaded machine (the race detector) must not move it by itself.
 func startHeldGroup(t *testing.T) ([]*datapathtest.Server, []*heldApply) {
 	t.Helper()
 	held := make([]*heldApply, 3)
-	srvs := datapathtest.StartGroupWrapped(t, 3, datapathtest.GroupTiming, func(i int, g *raftstate.Group) datapath.Control {
+	srvs := datapathtest.StartGroupWrapped(t, 3, raftstate.DefaultTiming, func(i int, g *raftstate.Group) datapath.Control {
 		held[i] = &heldApply{Group: g}
 		return held[i]
 	})
@@ -117,16 +119,24 @@ func controllerClient(t *testing.T, srvs []*datapathtest.Server, opts ...client.
 }
 
 // volumeOn creates a volume whose data server i holds (the leader creates
-// on itself) and grants it to node.
+// on itself) and grants it to node. Should the leadership move during the
+// create, it tries again under another name.
 func volumeOn(t *testing.T, ctx context.Context, c *client.Client, srvs []*datapathtest.Server, i int, name, node string) (datapath.Volume, uint64) {
 	t.Helper()
-	leadOn(t, srvs, i)
-	v, err := c.CreateVolume(ctx, name, 1<<20, datapath.AccessRWO)
-	if err != nil {
-		t.Fatalf("create %s: %v", name, err)
-	}
-	if _, err := srvs[i].Store.GetVolume(v.ID); err != nil {
-		t.Fatalf("volume %s is not on server %d, which led when it was created: %v", name, i, err)
+	var v datapath.Volume
+	for attempt := 0; ; attempt++ {
+		leadOn(t, srvs, i)
+		var err error
+		v, err = c.CreateVolume(ctx, fmt.Sprintf("%s-%d", name, attempt), 1<<20, datapath.AccessRWO)
+		if err == nil {
+			if _, gerr := srvs[i].Store.GetVolume(v.ID); gerr == nil {
+				break
+			}
+		}
+		if attempt == 4 {
+			t.Fatalf("create %s on server %d: %v (volume %s)", name, i, err, v.ID)
+		}
+		t.Logf("create %s on server %d, attempt %d: %v (volume %s); the leadership moved", name, i, attempt, err, v.ID)
 	}
 	e, err := c.Grant(ctx, v.ID, node)
 	if err != nil {
