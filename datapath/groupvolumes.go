@@ -51,3 +51,18 @@ func (s *Store) GroupVolumes() ([]GroupVolume, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// GroupGrants is a node's rows across the control group when not every
+// server answered (datapath/client's GroupNodeGrants): the rows of the
+// volumes whose servers answered, and the volumes whose servers did not, on
+// which nothing is known.
+type GroupGrants struct {
+	// Rows are the node's rows on the volumes of the servers that answered,
+	// sorted by volume id; each is its holder's own word.
+	Rows []Attachment
+	// Unknown are the volumes held by the servers that did not answer,
+	// sorted: the node may hold a live grant on any of them.
+	Unknown []string
+	// Silent are the addresses of the servers that did not answer.
+	Silent []string
+}

@@ -28,10 +28,15 @@ const (
 	StateFenced State = "fenced"
 	// StateReleased: the node's grant ended cleanly; every I/O from it is refused.
 	StateReleased State = "released"
+	// StateUnknown: the back end could not ask the part of itself that
+	// holds the volume (a datapath server that does not answer): the node
+	// may hold a live grant, so it counts as live.
+	StateUnknown State = "unknown"
 )
 
-// Live reports whether a node in this state can still write.
-func (s State) Live() bool { return s == StateGranted }
+// Live reports whether a node in this state can still write (or, unknown,
+// may).
+func (s State) Live() bool { return s == StateGranted || s == StateUnknown }
 
 // Grant is one node's row for one volume: the last thing that happened between
 // them on the back end.

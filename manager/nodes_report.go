@@ -204,7 +204,7 @@ func addStorage(v *httpapi.NodeView, s *storagePoll, st *controller.NodeStatus, 
 	fencedRows := false
 	for _, g := range s.Grants[v.Name] {
 		switch {
-		case g.State == fenceapi.StateGranted:
+		case g.State.Live(): // granted, or unknown: its server does not answer
 		case g.State == fenceapi.StateFenced && failure:
 			fencedRows = true
 		default:

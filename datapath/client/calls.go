@@ -323,8 +323,13 @@ func (c *Client) ClearFailure(ctx context.Context, volumeID string) error {
 // own role, last contact with the leader and applied index, and what it
 // knows of the others' roles. A server without a group reports none.
 func (c *Client) Servers(ctx context.Context) (datapath.ServersReport, error) {
+	return c.serversAt(ctx, "")
+}
+
+// serversAt is Servers asked of the server at addr ("": Dial's).
+func (c *Client) serversAt(ctx context.Context, addr string) (datapath.ServersReport, error) {
 	var resp wire.ServerList
-	if err := c.invoke(ctx, wire.MethodServers, &wire.Empty{}, &resp, retrySafe); err != nil {
+	if err := c.callTo(ctx, "", addr, wire.MethodServers, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return datapath.ServersReport{}, err
 	}
 	r := datapath.ServersReport{Now: unixTime(resp.NowUnix), Servers: make([]datapath.ServerStatus, len(resp.Items))}
@@ -340,8 +345,13 @@ func (c *Client) Servers(ctx context.Context) (datapath.ServersReport, error) {
 // server holding its data (datapath.ServerStatus.ID) and its epoch. A
 // server without a group reports its own volumes, with no server.
 func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, error) {
+	return c.groupVolumesAt(ctx, "")
+}
+
+// groupVolumesAt is GroupVolumes asked of the server at addr ("": Dial's).
+func (c *Client) groupVolumesAt(ctx context.Context, addr string) ([]datapath.GroupVolume, error) {
 	var resp wire.GroupVolumeList
-	if err := c.invoke(ctx, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
+	if err := c.callTo(ctx, "", addr, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.GroupVolume, len(resp.Items))

@@ -67,6 +67,8 @@
 // it is enough); NodeGrants and FailedVolumes ask every server, each of
 // which reports the volumes it holds, and fail unless all answer, so a
 // server that does not answer never makes a node's live grant look absent;
-// ServerNodes returns the Nodes report of each server that answers
-// (fanout.go). Everything else stays with Dial's address.
+// ServerNodes returns the Nodes report of each server that answers, and
+// GroupNodeGrants a node's rows from the servers that answer with the
+// volumes of those that do not, as the leader places them (fanout.go,
+// grants_group.go). Everything else stays with Dial's address.
 package client

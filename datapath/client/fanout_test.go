@@ -68,8 +68,10 @@ func TestClient_Group_HeartbeatsReachEveryServerAndOneDownIsolatesNobody(t *test
 // rows of the volumes it holds, so a client dialed to a server that holds
 // none of a node's volumes still lists the node's live grant (a missing row
 // would be taken as proof that the node cannot write), and once a server
-// that may hold some of them stops, NodeGrants fails naming it, and the
-// fence back end's Grants is unavailable rather than an empty list.
+// that may hold some of them stops, NodeGrants fails naming it. The fence
+// back end then takes the rows of the servers that answer and lists the
+// stopped server's volumes as unknown (live: nothing proven), so the node's
+// volumes on the others can still be fenced and proven.
 // FailedVolumes likewise lists every server's failures or fails.
 func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
@@ -103,8 +105,41 @@ func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
 		t.Fatalf("grants of n1 with the holder of its volume stopped: %+v, %v; want an error naming %s", rows, err, srvs[0].Addr)
 	}
-	if gs, err := fencebackend.New(ctl).Grants(ctx, "n1"); !errors.Is(err, fenceapi.ErrUnavailable) {
-		t.Fatalf("the fence back end's grants of n1 with a server down: %+v, %v; want ErrUnavailable (nothing proven)", gs, err)
+
+	// The fence back end uses what the servers that answer know: the
+	// stopped server's volume is unknown (live: not proven), and once a new
+	// leader holds another volume of n1, that one is fenced and proven.
+	be := fencebackend.New(ctl)
+	var gg datapath.GroupGrants
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if gg, err = ctl.GroupNodeGrants(ctx, "n1"); err == nil || time.Now().After(deadline) {
+			break // an error until a new leader is elected among the others
+		}
+	}
+	if err != nil || len(gg.Rows) != 0 || len(gg.Unknown) != 1 || gg.Unknown[0] != v.ID || len(gg.Silent) != 1 || gg.Silent[0] != srvs[0].Addr {
+		t.Fatalf("group grants of n1 with the holder of its volume stopped: %+v, %v; want %s unknown, %s silent", gg, err, v.ID, srvs[0].Addr)
+	}
+	w, err := ctl.CreateVolume(ctx, "pvc-b", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.Grant(ctx, w.ID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := be.FenceVolumes(ctx, "n1", []string{v.ID, w.ID})
+	if len(fenced) != 1 || fenced[0].Handle != w.ID || !errors.Is(err, fenceapi.ErrUnavailable) || !strings.Contains(err.Error(), v.ID) {
+		t.Fatalf("FenceVolumes of n1 with one holder stopped: %+v, %v; want %s fenced and an error naming %s", fenced, err, w.ID, v.ID)
+	}
+	gs, err := be.Grants(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]fenceapi.State{}
+	for _, g := range gs {
+		states[g.Handle] = g.State
+	}
+	if states[v.ID] != fenceapi.StateUnknown || !states[v.ID].Live() || states[w.ID] != fenceapi.StateFenced {
+		t.Fatalf("grants of n1: %+v; want %s unknown (live, not proven) and %s fenced", gs, v.ID, w.ID)
 	}
 }
 

@@ -62,7 +62,7 @@ const fenceVolumesParallel = 16
 // does not have, is left alone, so calling it again is safe. On an error some
 // volumes may be fenced already: Grants tells which.
 func (b *Backend) FenceVolumes(ctx context.Context, node string, handles []string) ([]fenceapi.Fenced, error) {
-	rows, err := b.dp.NodeGrants(ctx, node)
+	rows, unknown, err := b.nodeGrants(ctx, node)
 	if err != nil {
 		return nil, wrap("grants of node "+node, err)
 	}
@@ -77,6 +77,11 @@ func (b *Backend) FenceVolumes(ctx context.Context, node string, handles []strin
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, fenceVolumesParallel)
 	)
+	for _, id := range unknown {
+		if named[id] {
+			errs = append(errs, fmt.Errorf("%w: datapath: fence node %s on volume %s: the server holding it does not answer; not fenced", fenceapi.ErrUnavailable, node, id))
+		}
+	}
 	for _, a := range rows {
 		if !named[a.VolumeID] || !a.Live() {
 			continue
@@ -104,13 +109,15 @@ func (b *Backend) FenceVolumes(ctx context.Context, node string, handles []strin
 	return out, errors.Join(errs...)
 }
 
-// Grants lists node's row on every volume that has one.
+// Grants lists node's row on every volume that has one. A volume whose
+// datapath server does not answer is listed in state unknown, which counts
+// as live: nothing proves the node cannot write it.
 func (b *Backend) Grants(ctx context.Context, node string) ([]fenceapi.Grant, error) {
-	as, err := b.dp.NodeGrants(ctx, node)
+	as, unknown, err := b.nodeGrants(ctx, node)
 	if err != nil {
 		return nil, wrap("grants of node "+node, err)
 	}
-	out := make([]fenceapi.Grant, len(as))
+	out := make([]fenceapi.Grant, len(as), len(as)+len(unknown))
 	for i, a := range as {
 		st, err := state(a)
 		if err != nil {
@@ -118,7 +125,28 @@ func (b *Backend) Grants(ctx context.Context, node string) ([]fenceapi.Grant, er
 		}
 		out[i] = fenceapi.Grant{Handle: a.VolumeID, Epoch: a.Epoch, State: st, Updated: a.Updated}
 	}
+	for _, id := range unknown {
+		out = append(out, fenceapi.Grant{Handle: id, State: fenceapi.StateUnknown})
+	}
 	return out, nil
+}
+
+// GroupGranter is implemented by a Datapath of several servers
+// (datapath/client.Client given the group's servers): a node's rows from
+// the servers that answer, and the volumes of those that do not.
+type GroupGranter interface {
+	GroupNodeGrants(ctx context.Context, node string) (datapath.GroupGrants, error)
+}
+
+// nodeGrants is the node's rows, and the volumes on which nothing is known
+// (their server did not answer; GroupGranter).
+func (b *Backend) nodeGrants(ctx context.Context, node string) ([]datapath.Attachment, []string, error) {
+	if g, ok := b.dp.(GroupGranter); ok {
+		gg, err := g.GroupNodeGrants(ctx, node)
+		return gg.Rows, gg.Unknown, err
+	}
+	rows, err := b.dp.NodeGrants(ctx, node)
+	return rows, nil, err
 }
 
 // Connectivity reports, on the datapath's clock, when each node last

@@ -16,7 +16,11 @@
 // specification): a node heard recently by any server is not silent, and a
 // server that does not answer adds nothing, so one dead server isolates no
 // node (TestClient_Group_HeartbeatsReachEveryServerAndOneDownIsolatesNobody
-// in datapath/client).
+// in datapath/client). Each server reports a node's rows only on the
+// volumes it holds, so Grants and FenceVolumes ask every server
+// (GroupGranter); the volumes of a server that does not answer are listed in
+// state unknown, which counts as live, and FenceVolumes reports them not
+// fenced (TestClient_Group_NodeGrantsComeFromEveryHolder).
 //
 // Every error from the datapath that is not a refusal of the caller's input
 // (a bad node name) wraps fenceapi.ErrUnavailable: the server could not be
