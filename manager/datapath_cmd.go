@@ -91,7 +91,7 @@ func datapathStatus(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dp, err := d.dial(ctx, client.WithTimeout(c.Duration("timeout")))
+	dp, d, err := dialAnswering(ctx, d, c.Duration("timeout"))
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,10 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -87,4 +89,33 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// dialAnswering dials the first server of d's list that answers, the others
+// given as the group's servers, so that `datapath status` during an outage
+// of the first server asks another (a server too old to report the group
+// counts as answering).
+func dialAnswering(ctx context.Context, d datapathDial, timeout time.Duration) (*client.Client, datapathDial, error) {
+	var errs []error
+	for i := range d.addrs {
+		first := d
+		first.addr = d.addrs[i]
+		first.addrs = append([]string{d.addrs[i]}, append(append([]string{}, d.addrs[:i]...), d.addrs[i+1:]...)...)
+		dp, err := first.dial(ctx, client.WithTimeout(timeout))
+		if err != nil {
+			return nil, d, err
+		}
+		if len(d.addrs) == 1 {
+			return dp, first, nil
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = dp.Servers(actx)
+		cancel()
+		if err == nil || status.Code(err) == codes.Unimplemented {
+			return dp, first, nil
+		}
+		_ = dp.Close()
+		errs = append(errs, fmt.Errorf("%s: %w", first.addr, err))
+	}
+	return nil, d, fmt.Errorf("no datapath server of %s answered: %w", strings.Join(d.addrs, ","), errors.Join(errs...))
 }

@@ -63,7 +63,8 @@ func TestStatusOf(t *testing.T) {
 // TestDatapathStatus_JSON_ServersAndVolumes: `datapath status -o json` at a
 // follower of three servers lists .servers[] (each as it reports itself)
 // and .volumes[] with their one replica on the leader that created them;
-// once that server stops, it is unreachable and so is the volume's replica.
+// once that server stops, it is unreachable and so is the volume's replica,
+// and a list whose first server is the stopped one is answered by the next.
 func TestDatapathStatus_JSON_ServersAndVolumes(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
 	v, err := srvs[0].Store.CreateVolume("pvc-a", 1<<20, datapath.AccessRWO)
@@ -104,6 +105,13 @@ func TestDatapathStatus_JSON_ServersAndVolumes(t *testing.T) {
 	}
 	srvs[0].Stop()
 	view = status()
+	var out strings.Builder
+	app := DatapathApp()
+	app.Writer = &out
+	list := srvs[0].Addr + "," + srvs[1].Addr // the first does not answer: the next is asked
+	if err := app.Run([]string{DatapathBinary, "status", "-o", "json", "--addr", list, "--token-file", token, "--timeout", "5s"}); err != nil {
+		t.Fatalf("datapath status -o json, the first server of the list stopped: %v\n%s", err, out.String())
+	}
 	if view.Servers[0].Role != "unreachable" || view.Servers[0].AppliedIndex != nil || len(view.Volumes) != 1 || view.Volumes[0].Replicas[0].State != "unreachable" {
 		t.Fatalf("with the holder stopped: %+v", view)
 	}
