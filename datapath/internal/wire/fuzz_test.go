@@ -17,6 +17,7 @@ func messages() []Message {
 		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
 		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{}, &FailedList{},
 		&OpenSessionRequest{}, &Generation{}, &PendingAnswer{}, &WaitAppliedRequest{},
+		&GroupVolumeList{},
 	}
 }
 
@@ -82,6 +83,10 @@ func normalize(m Message) Message {
 		if len(v.Items) == 0 {
 			v.Items = nil
 		}
+	case *GroupVolumeList:
+		if len(v.Items) == 0 {
+			v.Items = nil
+		}
 	}
 	return m
 }
@@ -116,6 +121,7 @@ func seedMessages() []Message {
 		&WaitAppliedRequest{Index: 42, Term: 3, TimeoutNanos: 5e9},
 		&Epoch{Epoch: 9, Pending: seedPending()},
 		&FencedList{Items: []FencedVolume{{VolumeID: "vol-0123456789abcdef", Epoch: 5}}, Pending: seedPending()},
+		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "datapath-1", Epoch: 6}}},
 	}
 }
 
