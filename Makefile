@@ -23,7 +23,7 @@ FUZZTIME  ?= 2000x
 IMAGE_DIR ?= $(BIN)/images
 IMAGE_TAG ?= dev
 
-.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale bench-fio bench-apiserver-outage
+.PHONY: all build test unit fuzz lint run bench clean testbin e2e bench-recovery image chaos chaos-short bench-scale bench-fio bench-apiserver-outage conformance conformance-testbin conformance-images
 
 all: build
 
@@ -42,6 +42,19 @@ unit:
 
 testbin: ## build the sandbox's control plane once into a per-version cache (sandbox/tools)
 	GO=$(GO) sandbox/tools/testbin.sh
+
+# make conformance: the upstream storage e2e suite against Vigil on real nodes
+# (test/conformance/run.sh; docs/conformance.md). Not part of make test, and
+# its binaries are not part of make testbin.
+CONFORMANCE_IMAGES := e2e-agnhost,e2e-busybox,e2e-nginx,e2e-jessie-dnsutils
+conformance-testbin: ## e2e.test and agnhost, from k8s.io/kubernetes at the sandbox's version, into the testbin cache
+	GO=$(GO) sandbox/tools/testbin.sh conformance
+
+conformance-images: conformance-testbin build ## the images e2e.test's pods run (agnhost, busybox), into bin/e2e-images
+	GO=$(GO) $(BIN)/vigil-sandbox images build --out $(BIN)/e2e-images --only $(CONFORMANCE_IMAGES) --source .
+
+conformance: testbin image conformance-images ## the upstream storage e2e suite against Vigil installed on 3 real nodes; report in $$CONFORMANCE_REPORT (needs root)
+	test/conformance/run.sh
 
 e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e/

@@ -37,7 +37,7 @@ func app() *cli.App {
 				Usage: "state directory (default $TMPDIR/vigil-sandbox-NAME)"},
 		},
 		Commands: []*cli.Command{upCommand(), downCommand(), statusCommand(), nodeCommand(), kubeconfigCommand(), demoCommand(),
-			kubelet.Command(), ledger.Command(), heartbeat.Command(), powerfsCommand(), imagesCommand()},
+			kubelet.Command(), ledger.Command(), heartbeat.Command(), powerfsCommand(), imagesCommand(), junitSummaryCommand()},
 	}
 }
 

@@ -33,6 +33,11 @@ func imageList() string {
 		}
 		fmt.Fprintf(&b, "  %-26s %s\n", n, ref)
 	}
+	b.WriteString("and, built only when --only names them, those of make conformance (the upstream storage e2e suite):\n")
+	for _, n := range images.ConformanceNames() {
+		ref, _ := images.Ref(n, "TAG", sandbox.Pins())
+		fmt.Fprintf(&b, "  %-26s %s\n", n, ref)
+	}
 	return b.String()
 }
 

@@ -68,13 +68,13 @@ func plan(o *Options) (build []spec, skipped []Result, err error) {
 		return nil, nil, fmt.Errorf("%w: tag %q: want 1 to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'", ErrBadOptions, o.Tag)
 	}
 	for _, n := range o.Only {
-		if !slices.Contains(Names(), n) {
+		if !slices.Contains(Names(), n) && !slices.Contains(ConformanceNames(), n) {
 			return nil, nil, unknown(n)
 		}
 	}
-	for _, s := range catalogue() {
+	for _, s := range all() {
 		asked := slices.Contains(o.Only, s.name)
-		if len(o.Only) > 0 && !asked {
+		if (len(o.Only) > 0 || slices.Contains(ConformanceNames(), s.name)) && !asked {
 			continue
 		}
 		why := missingInput(s, *o)
@@ -99,11 +99,15 @@ func missingInput(s spec, o Options) string {
 		fi, err := os.Stat(p)
 		return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 	}
+	builtBy := s.builtBy
+	if builtBy == "" {
+		builtBy = "make testbin"
+	}
 	switch {
-	case s.binary != "" && o.Pins[s.pin] == "":
+	case s.pin != "" && o.Pins[s.pin] == "":
 		return fmt.Sprintf("sandbox/tools/pins.env pins no %s, so make testbin does not build %s yet", s.pin, s.binary)
 	case s.binary != "" && !isExec(filepath.Join(o.TestbinDir, s.binary)):
-		return fmt.Sprintf("%s is not in %s (run make testbin)", s.binary, o.TestbinDir)
+		return fmt.Sprintf("%s is not in %s (run %s)", s.binary, o.TestbinDir, builtBy)
 	case s.program != "":
 		if _, err := os.Stat(filepath.Join(o.SourceDir, "sandbox", "images", s.program, "main.go")); err != nil {
 			return fmt.Sprintf("its program is compiled from Vigil's source tree, and %q is not one (give the repository's root)", o.SourceDir)
@@ -119,7 +123,11 @@ func missingInput(s spec, o Options) string {
 				return fmt.Sprintf("%s is not on this machine (install Debian's %s)", h.path, h.pkg)
 			}
 		}
-	case s.name == Tools && !isExec(busybox):
+	case (s.name == Tools || s.name == E2EBusybox || s.name == E2ENginx) && !isExec(busybox):
+		return fmt.Sprintf("%s is not on this machine (install Debian's busybox-static)", busybox)
+	case s.name == E2EJessieDnsutils && !isExec(gnuDD):
+		return fmt.Sprintf("%s is not on this machine (install Debian's coreutils)", gnuDD)
+	case s.name == E2EAgnhost && !isExec(busybox):
 		return fmt.Sprintf("%s is not on this machine (install Debian's busybox-static)", busybox)
 	}
 	return ""
@@ -172,7 +180,10 @@ func Build(ctx context.Context, o Options) ([]Result, error) {
 		if err != nil {
 			return results, fmt.Errorf("image %s: %w", s.name, err)
 		}
-		cfg.Labels = map[string]string{"org.opencontainers.image.title": s.name}
+		if cfg.Labels == nil {
+			cfg.Labels = map[string]string{}
+		}
+		cfg.Labels["org.opencontainers.image.title"] = s.name
 		img, err := ociimage.Build(t, cfg)
 		if err != nil {
 			return results, fmt.Errorf("image %s: %w", s.name, err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vigil-storage/vigil/internal/ociimage"
@@ -79,8 +80,9 @@ type spec struct {
 	// by Build; empty for none.
 	program string
 	// sidecar: the binary of `make testbin` the image holds, and the pins.env
-	// key of its version.
-	binary, pin string
+	// key of its version ("" for none). builtBy is the command that builds
+	// the binary, default make testbin.
+	binary, pin, builtBy string
 }
 
 func tagged(repo string) func(Options) string {
@@ -100,7 +102,12 @@ func catalogue() []spec {
 	}
 }
 
-// Names returns every image's name, in build order.
+// all is every image Build knows: the catalogue, then the images of `make
+// conformance`.
+func all() []spec { return append(catalogue(), e2eCatalogue()...) }
+
+// Names returns the name of every image `make image` builds, in build order
+// (ConformanceNames has the others).
 func Names() []string {
 	var out []string
 	for _, s := range catalogue() {
@@ -112,7 +119,7 @@ func Names() []string {
 // Ref returns the reference the image name gets when built with tag (the
 // sidecars are tagged with their pinned version, the tools image "latest").
 func Ref(name, tag string, pins map[string]string) (string, error) {
-	for _, s := range catalogue() {
+	for _, s := range all() {
 		if s.name == name {
 			return s.ref(Options{Tag: tag, Pins: pins}), nil
 		}
@@ -121,7 +128,8 @@ func Ref(name, tag string, pins map[string]string) (string, error) {
 }
 
 func unknown(name string) error {
-	return fmt.Errorf("%w: %q; the images are %s", ErrUnknownImage, name, strings.Join(Names(), ", "))
+	return fmt.Errorf("%w: %q; the images are %s, and for make conformance %s", ErrUnknownImage, name,
+		strings.Join(Names(), ", "), strings.Join(ConformanceNames(), ", "))
 }
 
 // etcFiles are a passwd and group naming root and the non-root user, for
@@ -188,27 +196,36 @@ const busybox = "/bin/busybox"
 // fillTools makes the tools image: busybox and a link per applet in /bin. It
 // runs as root, as a shell for looking at a node's mounts and files would.
 func fillTools(ctx context.Context, _ Options, _ string, t *ociimage.Tree) (ociimage.Config, error) {
-	if err := t.AddELF(busybox, busybox); err != nil {
-		return ociimage.Config{}, fmt.Errorf("%w (Debian package busybox-static)", err)
-	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, busybox, "--list")
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		return ociimage.Config{}, fmt.Errorf("list busybox's applets (%s --list): %w", busybox, err)
-	}
-	for _, applet := range strings.Fields(out.String()) {
-		if applet == "busybox" || strings.Contains(applet, "/") {
-			continue
-		}
-		if err := t.Symlink("/bin/"+applet, "busybox"); err != nil {
-			return ociimage.Config{}, err
-		}
+	if err := busyboxTree(ctx, t); err != nil {
+		return ociimage.Config{}, err
 	}
 	if err := etcFiles(t); err != nil {
 		return ociimage.Config{}, err
 	}
 	return ociimage.Config{User: Root, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, nil
+}
+
+// busyboxTree adds Debian's busybox-static and a link to it in /bin per
+// applet, but for the paths in skip.
+func busyboxTree(ctx context.Context, t *ociimage.Tree, skip ...string) error {
+	if err := t.AddELF(busybox, busybox); err != nil {
+		return fmt.Errorf("%w (Debian package busybox-static)", err)
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, busybox, "--list")
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("list busybox's applets (%s --list): %w", busybox, err)
+	}
+	for _, applet := range strings.Fields(out.String()) {
+		if applet == "busybox" || strings.Contains(applet, "/") || slices.Contains(skip, "/bin/"+applet) {
+			continue
+		}
+		if err := t.Symlink("/bin/"+applet, "busybox"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sidecar is an upstream CSI sidecar built by `make testbin`, at /NAME as in

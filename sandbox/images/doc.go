@@ -17,6 +17,11 @@
 //     (localhost/NAME:PINNED-VERSION): the upstream CSI sidecars, from the
 //     binaries `make testbin` builds from their modules. One that testbin does
 //     not build is skipped with a line that says so.
+//   - for `make conformance` only, built when named (ConformanceNames, e2e.go):
+//     the images e2e.test's storage suites run, under the references its
+//     repo list gives them (localhost/e2e-test-images/NAME:VERSION): agnhost
+//     from its Go source, busybox from Debian's busybox-static, and nginx and
+//     jessie-dnsutils, which are busybox here, labelled as stand-ins.
 //
 // Build writes one docker-archive tarball per image (`make image`, or
 // `vigil-sandbox images build`); `ctr -n k8s.io images import` loads it into

@@ -226,12 +226,17 @@ func TestBuild_BadInput(t *testing.T) {
 	}{
 		{"unknown image", func(o *images.Options) { o.Only = []string{"tools", "busybox"} }, images.ErrUnknownImage,
 			`"busybox"; the images are vigil, pause, writer, tools, csi-provisioner`},
+		{"conformance image unknown", func(o *images.Options) { o.Only = []string{"e2e-nginx", "e2e-perl"} }, images.ErrUnknownImage,
+			"and for make conformance e2e-agnhost, e2e-busybox, e2e-nginx, e2e-jessie-dnsutils"},
 		{"out under a file", func(o *images.Options) { o.Out = filepath.Join(file, "images") }, images.ErrBadOptions, "output directory"},
 		{"no out", func(o *images.Options) { o.Out = "" }, images.ErrBadOptions, "no output directory"},
 		{"bad tag", func(o *images.Options) { o.Tag = "-x:y" }, images.ErrBadOptions, `tag "-x:y": want 1 to 128 letters`},
 		{"no make build", func(o *images.Options) { o.VigilBinDir = t.TempDir() }, images.ErrBadOptions, "vigil-manager is not in"},
 		{"sidecar asked, not built", func(o *images.Options) { o.Only = []string{images.CSIAttacher} }, images.ErrBadOptions,
 			"csi-attacher is not in"},
+		// make conformance builds agnhost; make testbin does not.
+		{"agnhost asked, not built", func(o *images.Options) { o.Only = []string{images.E2EAgnhost} }, images.ErrBadOptions,
+			"agnhost is not in " + ok.TestbinDir + " (run make conformance-testbin)"},
 		{"sidecar asked, not pinned", func(o *images.Options) { o.Only = []string{images.LivenessProbe}; o.Pins = nil },
 			images.ErrBadOptions, "pins no LIVENESSPROBE_VERSION"},
 		{"no source tree", func(o *images.Options) { o.Only = []string{images.Pause}; o.SourceDir = t.TempDir() },

@@ -6,6 +6,10 @@
 #   ${VIGIL_TESTBIN:-$HOME/.cache/vigil/testbin/<kube version>-<hash of pins.env>}
 # Binaries already built for the same tools module (go.mod, go.sum, ldflags) are
 # reused, not rebuilt. `testbin.sh --dir` prints the directory.
+# `testbin.sh conformance` builds, instead, what `make conformance` runs into the
+# same directory: e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and agnhost,
+# from the e2e tools module at the same k8s.io/kubernetes version (make testbin
+# never builds them: they are not on CI's path).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 GO=${GO:-go}
@@ -15,10 +19,19 @@ source "$here/pins.env"
 pin_hash=$(sha256sum "$here/pins.env" | cut -c1-12)
 root=${VIGIL_TESTBIN_CACHE:-${HOME}/.cache/vigil/testbin}
 dir=${VIGIL_TESTBIN:-$root/${KUBERNETES_VERSION}-${pin_hash}}
-if [[ "${1:-}" == "--dir" ]]; then
+set_=sandbox
+case "${1:-}" in
+--dir)
 	echo "$dir"
 	exit 0
-fi
+	;;
+conformance) set_=conformance ;;
+"") ;;
+*)
+	echo "testbin: unknown argument '$1': want none (the sandbox's binaries), --dir or conformance" >&2
+	exit 2
+	;;
+esac
 
 # require MODULE_DIR MODULE VERSION: the tools module must pin what pins.env says.
 require() {
@@ -35,14 +48,18 @@ require kube k8s.io/kubernetes "$KUBERNETES_VERSION"
 require kwok sigs.k8s.io/kwok "$KWOK_VERSION"
 require attacher github.com/kubernetes-csi/external-attacher/v4 "$EXTERNAL_ATTACHER_VERSION"
 require provisioner github.com/kubernetes-csi/external-provisioner/v6 "$EXTERNAL_PROVISIONER_VERSION"
-if grep -E '^\s*k8s\.io/[a-z-]+ => ' "$here/kube/go.mod" | grep -vq " $KUBERNETES_STAGING_VERSION\$"; then
-	echo "testbin: kube/go.mod replaces a staging module with a version other than $KUBERNETES_STAGING_VERSION" >&2
-	exit 1
-fi
+require e2e k8s.io/kubernetes "$KUBERNETES_VERSION"
+for m in kube e2e; do
+	if grep -E '^\s*k8s\.io/[a-z-]+ => ' "$here/$m/go.mod" | grep -vq " $KUBERNETES_STAGING_VERSION\$"; then
+		echo "testbin: $m/go.mod replaces a staging module with a version other than $KUBERNETES_STAGING_VERSION" >&2
+		exit 1
+	fi
+done
 
 mkdir -p "$dir"
 step=0
 total=5
+[[ $set_ == conformance ]] && total=2
 start_all=$SECONDS
 
 # build MODULE_DIR LDFLAGS "BINARY=PACKAGE"...: builds the missing binaries of one
@@ -84,13 +101,15 @@ build_missing() {
 	rm -rf "$mdir"/.build.* # left by an interrupted run
 	tmp=$(mktemp -d "$mdir/.build.XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
-	local out="$tmp/"
+	local out="$tmp/" cmd=(build)
 	# One package: name the output (etcd's main package path ends in /v3).
 	[[ ${#pkgs[@]} -eq 1 ]] && out="$tmp/${missing[0]}"
+	# A test binary (NAME.test=PACKAGE, one per build): go test -c.
+	[[ ${missing[0]} == *.test ]] && cmd=(test -c)
 	# go build is silent for minutes: say every minute that it still works.
 	(while sleep 60; do echo "testbin [$step/$total]   still building ${missing[*]} ($((SECONDS - t0))s)"; done) &
 	local ticker=$! rc=0
-	(cd "$here/$mod" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}") || rc=$?
+	(cd "$here/$mod" && CGO_ENABLED=0 "$GO" "${cmd[@]}" -trimpath -ldflags "-s -w $ldflags" -o "$out" "${pkgs[@]}") || rc=$?
 	kill "$ticker" 2>/dev/null || true
 	wait "$ticker" 2>/dev/null || true
 	if [[ $rc -ne 0 ]]; then
@@ -113,6 +132,14 @@ kube_ld+=" -X $cv.buildDate=1970-01-01T00:00:00Z"
 cg=k8s.io/client-go/pkg/version
 kube_ld+=" -X $cg.gitVersion=$KUBERNETES_VERSION -X $cg.gitMajor=1 -X $cg.gitMinor=$kube_minor -X $cg.gitTreeState=clean"
 kwok_ld="-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBERNETES_VERSION#v}"
+
+if [[ $set_ == conformance ]]; then
+	build e2e "$kube_ld" e2e.test=k8s.io/kubernetes/test/e2e
+	agnhost_version=$(cat "$(cd "$here/e2e" && "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION")
+	build e2e "-X main.Version=$agnhost_version" agnhost=k8s.io/kubernetes/test/images/agnhost
+	echo "testbin: e2e.test and agnhost $agnhost_version in $dir ($((SECONDS - start_all))s)"
+	exit 0
+fi
 
 build etcd "" etcd=go.etcd.io/etcd/server/v3
 build kwok "$kwok_ld" kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
