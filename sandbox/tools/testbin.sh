@@ -7,7 +7,7 @@
 # Binaries already built for the same tools module (go.mod, go.sum, ldflags) are
 # reused, not rebuilt. `testbin.sh --dir` prints the directory.
 # `testbin.sh conformance` builds, instead, what `make conformance` runs into the
-# same directory: e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and agnhost,
+# same directory: e2e.test (`go test -c k8s.io/kubernetes/test/e2e`), agnhost and ginkgo,
 # from the e2e tools module at the same k8s.io/kubernetes version (make testbin
 # never builds them: they are not on CI's path).
 set -euo pipefail
@@ -59,7 +59,7 @@ done
 mkdir -p "$dir"
 step=0
 total=5
-[[ $set_ == conformance ]] && total=2
+[[ $set_ == conformance ]] && total=3
 start_all=$SECONDS
 
 # build MODULE_DIR LDFLAGS "BINARY=PACKAGE"...: builds the missing binaries of one
@@ -137,7 +137,9 @@ if [[ $set_ == conformance ]]; then
 	build e2e "$kube_ld" e2e.test=k8s.io/kubernetes/test/e2e
 	agnhost_version=$(cat "$(cd "$here/e2e" && "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION")
 	build e2e "-X main.Version=$agnhost_version" agnhost=k8s.io/kubernetes/test/images/agnhost
-	echo "testbin: e2e.test and agnhost $agnhost_version in $dir ($((SECONDS - start_all))s)"
+	# ginkgo runs e2e.test's specs in parallel processes (CONFORMANCE_PROCS).
+	build e2e "" ginkgo=github.com/onsi/ginkgo/v2/ginkgo
+	echo "testbin: e2e.test, agnhost $agnhost_version and ginkgo in $dir ($((SECONDS - start_all))s)"
 	exit 0
 fi
 

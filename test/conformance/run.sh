@@ -18,6 +18,7 @@
 #   CONFORMANCE_SKIP    ginkgo skip expression (default: disruptive and feature-gated tests)
 #   CONFORMANCE_KEEP=1  leave the sandbox up afterwards (vigil-sandbox --name conformance down)
 #   CONFORMANCE_TIMEOUT ginkgo's timeout for the whole run (default 3h)
+#   CONFORMANCE_PROCS   specs run in parallel in this many processes (ginkgo -p; default 1)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -31,14 +32,19 @@ suites=${CONFORMANCE_SUITES:-provisioning,volumes,volumeMode,multiVolume,subPath
 # declare. Both are left out as csi-driver-host-path's CI leaves them out.
 skip=${CONFORMANCE_SKIP:-'\[Disruptive\]|\[Feature:'}
 timeout=${CONFORMANCE_TIMEOUT:-3h}
+procs=${CONFORMANCE_PROCS:-1}
 e2e_images=$bin/e2e-images
 
-for f in "$testbin/e2e.test" "$testbin/agnhost" "$bin/vigil-sandbox"; do
+for f in "$testbin/e2e.test" "$testbin/ginkgo" "$testbin/agnhost" "$bin/vigil-sandbox"; do
 	if [[ ! -x $f ]]; then
 		echo "conformance: $f is missing: run make conformance-testbin and make build (make conformance does both)" >&2
 		exit 1
 	fi
 done
+if [[ ! $procs =~ ^[1-9][0-9]?$ ]]; then
+	echo "conformance: CONFORMANCE_PROCS='$procs': want a number of processes from 1 to 99" >&2
+	exit 2
+fi
 if [[ $suites =~ [^A-Za-z,] ]]; then
 	echo "conformance: CONFORMANCE_SUITES='$suites': want suite names separated by commas, e.g. provisioning,subPath" >&2
 	exit 2
@@ -79,15 +85,14 @@ echo "conformance: sandbox up and Vigil installed in $((SECONDS - t0))s"
 echo "conformance: e2e.test, suites $suites; log in $report/e2e.log"
 t1=$SECONDS
 rc=0
-(cd "$here" && "$testbin/e2e.test" \
-	--kubeconfig="$kubeconfig" \
-	--storage.testdriver="$here/driver.yaml" \
-	--ginkgo.focus="$focus" \
-	--ginkgo.skip="$skip" \
-	--ginkgo.timeout="$timeout" \
-	--ginkgo.no-color \
-	--ginkgo.v \
-	--report-dir="$report") >"$report/e2e.log" 2>&1 || rc=$?
+e2e_args=(--kubeconfig="$kubeconfig" --storage.testdriver="$here/driver.yaml" --report-dir="$report")
+ginkgo_args=(--focus="$focus" --skip="$skip" --timeout="$timeout" --no-color --v)
+if [[ $procs -gt 1 ]]; then
+	# ginkgo runs the specs in $procs processes; [Serial] ones run alone at the end.
+	(cd "$here" && "$testbin/ginkgo" --procs="$procs" "${ginkgo_args[@]}" "$testbin/e2e.test" -- "${e2e_args[@]}") >"$report/e2e.log" 2>&1 || rc=$?
+else
+	(cd "$here" && "$testbin/e2e.test" "${e2e_args[@]}" "${ginkgo_args[@]/#--/--ginkgo.}") >"$report/e2e.log" 2>&1 || rc=$?
+fi
 echo "conformance: e2e.test exited $rc after $((SECONDS - t1))s"
 
 # 4. The counts.
