@@ -89,7 +89,15 @@ func (n *NodeServer) teardownLive(rec StageRecord, st *stack) error {
 		errs = append(errs, unmountAll(rec.StagingPath))
 	}
 	if st.loop != nil {
-		errs = append(errs, st.loop.Detach())
+		err := st.loop.Detach()
+		if errors.Is(err, loopdev.ErrNotFlushed) {
+			// The volume's writes are refused (fenced, or its datapath
+			// gone): what the page cache held cannot be written, and the
+			// teardown must go on.
+			n.log.Warn("volume not flushed before its loop device was detached", "volume", rec.VolumeID, "err", err)
+			err = nil
+		}
+		errs = append(errs, err)
 	}
 	errs = append(errs, n.teardownRecord(rec))
 	if st.disk != nil {

@@ -89,21 +89,38 @@ func (d *Device) Close() error {
 	return err
 }
 
-// Detach asks the kernel to detach the device now (or, while it is in use, as
-// soon as the last user lets go) and closes it.
+// ErrNotFlushed wraps the error of a flush that failed before a detach that
+// succeeded (a backing that refuses writes, as a fenced volume's does).
+var ErrNotFlushed = errors.New("loop device detached without its page cache flushed")
+
+// Detach flushes the device's page cache to the backing file, asks the kernel
+// to detach the device now (or, while it is in use, as soon as the last user
+// lets go) and closes it. The flush comes first because writes other openers
+// made through the device and never synced (a Block volume's pod writing with
+// dd) are not written by the kernel once the device is detached: they would
+// be lost. A failed flush does not stop the detach; when the detach succeeds,
+// the flush's error is returned wrapped in ErrNotFlushed.
 func (d *Device) Detach() error {
 	if d.f == nil {
 		return Detach(d.Path)
 	}
+	flushErr := unix.Fsync(int(d.f.Fd()))
 	err := unix.IoctlSetInt(int(d.f.Fd()), unix.LOOP_CLR_FD, 0)
-	cerr := d.Close()
 	if err != nil && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("detach %s: %w", d.Path, err)
+		return errors.Join(fmt.Errorf("detach %s: %w", d.Path, err), d.Close())
 	}
-	return cerr
+	if err := d.Close(); err != nil {
+		return err
+	}
+	if flushErr != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotFlushed, d.Path, flushErr)
+	}
+	return nil
 }
 
 // Detach detaches the loop device at path; a device already detached is fine.
+// Unlike Device.Detach it does not flush: it lets go of devices a dead
+// process left, whose backing (a FUSE disk of that process) no longer serves.
 func Detach(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

@@ -62,3 +62,68 @@ func TestDetach_AlreadyDetached_NoError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDevice_Detach_KeepsBufferedWrites: a write another opener made through
+// the device's page cache (a pod's dd on a Block volume, closed without
+// fsync) reaches the backing file when the device is detached, as it would
+// when the last opener of a disk lets go. Detaching first would strand it in
+// the page cache of a device with no backing any more.
+func TestDevice_Detach_KeepsBufferedWrites(t *testing.T) {
+	testenv.RequireNoError(t, "loop devices", Usable())
+	backing := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Attach(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Detach() })
+	want := []byte("written through the page cache, never synced by its writer")
+	w, err := os.OpenFile(d.Path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(want, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil { // not the last opener: nothing is flushed
+		t.Fatal(err)
+	}
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	f, err := os.Open(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(got, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("backing file holds %q after Detach, want %q", got, want)
+	}
+}
+
+// TestDetach_FreeDevice_NoError: detaching by path a device that nothing is
+// attached to (a recovery that finds it already let go) flushes nothing and
+// is no error.
+func TestDetach_FreeDevice_NoError(t *testing.T) {
+	testenv.RequireNoError(t, "loop devices", Usable())
+	backing := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Attach(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Detach(d.Path); err != nil {
+		t.Fatalf("second Detach(%s) = %v, want nil", d.Path, err)
+	}
+}

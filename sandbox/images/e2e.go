@@ -28,8 +28,9 @@ const (
 	// two upstream images that cannot be built here (nginx; Debian jessie with
 	// dnsutils). The storage suites only run shell commands in them (a script
 	// on the volume; dd and sha256sum); the jessie-dnsutils one adds Debian's
-	// GNU dd, because the suites' block writes use dd oflag=nocache, which
-	// busybox's dd lacks. Each says so in its labels.
+	// GNU dd and, to run it, dash as /bin/sh, because the suites' block writes
+	// use dd oflag=nocache, which busybox's dd lacks. Each says so in its
+	// labels.
 	E2ENginx          = "e2e-nginx"
 	E2EJessieDnsutils = "e2e-jessie-dnsutils"
 )
@@ -42,8 +43,17 @@ const E2ERegistry = Registry + "/e2e-test-images"
 // testbin directory.
 const agnhostBinary = "agnhost"
 
-// gnuDD is Debian coreutils' dd, for the jessie-dnsutils stand-in.
-const gnuDD = "/usr/bin/dd"
+// hostProgram is a program of this machine put into an image at a path of
+// its own.
+type hostProgram struct{ at, host, pkg string }
+
+// gnuDD is Debian coreutils' dd, and dash Debian's shell, for the
+// jessie-dnsutils stand-in: busybox's shell runs its own dd applet whatever
+// PATH says, so the GNU dd needs a shell that looks it up.
+var (
+	gnuDD = hostProgram{at: "/bin/dd", host: "/usr/bin/dd", pkg: "coreutils"}
+	dash  = hostProgram{at: "/bin/sh", host: "/usr/bin/dash", pkg: "dash"}
+)
 
 // standInLabel names, in an image's labels, the upstream image a busybox
 // image stands in for.
@@ -58,7 +68,7 @@ func e2eCatalogue() []spec {
 		{name: E2EBusybox, ref: e2e("busybox", "1.36.1-1"), fill: fillBusybox("")},
 		{name: E2ENginx, ref: e2e("nginx", "1.14-4"), fill: fillBusybox("registry.k8s.io/e2e-test-images/nginx:1.14-4")},
 		{name: E2EJessieDnsutils, ref: e2e("jessie-dnsutils", "1.7"),
-			fill: fillBusybox("registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", gnuDD)},
+			fill: fillBusybox("registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", gnuDD, dash)},
 	}
 }
 
@@ -73,23 +83,23 @@ func ConformanceNames() []string {
 }
 
 // fillBusybox makes busybox's image; with standsIn, one that stands in for
-// that upstream image, with the programs extra of this machine at /bin/NAME
-// in place of busybox's applet.
-func fillBusybox(standsIn string, extra ...string) func(context.Context, Options, string, *ociimage.Tree) (ociimage.Config, error) {
+// that upstream image, with the programs extra of this machine in place of
+// busybox's applets.
+func fillBusybox(standsIn string, extra ...hostProgram) func(context.Context, Options, string, *ociimage.Tree) (ociimage.Config, error) {
 	return func(ctx context.Context, _ Options, _ string, t *ociimage.Tree) (ociimage.Config, error) {
-		var inImage []string
+		var skip []string
 		for _, e := range extra {
-			inImage = append(inImage, "/bin/"+filepath.Base(e))
+			skip = append(skip, e.at)
 		}
-		if err := busyboxTree(ctx, t, inImage...); err != nil {
+		if err := busyboxTree(ctx, t, skip...); err != nil {
 			return ociimage.Config{}, err
 		}
 		if err := etcFiles(t); err != nil {
 			return ociimage.Config{}, err
 		}
-		for i, e := range extra {
-			if err := t.AddELF(inImage[i], e); err != nil {
-				return ociimage.Config{}, fmt.Errorf("%w (Debian package coreutils)", err)
+		for _, e := range extra {
+			if err := t.AddELF(e.at, e.host); err != nil {
+				return ociimage.Config{}, fmt.Errorf("%w (Debian package %s)", err, e.pkg)
 			}
 		}
 		cfg := ociimage.Config{User: Root, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}

@@ -14,10 +14,12 @@ import (
 // make conformance: the references e2e.test's repo list resolves to, user,
 // entrypoint, the files each must hold, and a label on each stand-in naming
 // the upstream image it replaces. The jessie-dnsutils stand-in's dd is GNU's
-// (the suites write with oflag=nocache, which busybox's dd refuses).
+// (the suites write with oflag=nocache, which busybox's dd refuses), run by
+// Debian's dash (busybox's shell would run its own dd applet).
 func TestBuild_ConformanceImages_Config(t *testing.T) {
 	requireHostTools(t)
 	testenv.RequireTool(t, "dd", "coreutils")
+	testenv.RequireTool(t, "dash", "dash")
 	testbin := standIns(t, "agnhost")
 	res, err := images.Build(context.Background(), images.Options{Out: t.TempDir(), Only: images.ConformanceNames(),
 		TestbinDir: testbin, Pins: pins, SourceDir: repoRoot()})
@@ -45,7 +47,7 @@ func TestBuild_ConformanceImages_Config(t *testing.T) {
 			standsIn: "registry.k8s.io/e2e-test-images/nginx:1.14-4"},
 		{name: images.E2EJessieDnsutils, ref: "localhost/e2e-test-images/jessie-dnsutils:1.7", user: "0:0", cmd: []string{"/bin/sh"},
 			env: []string{busyboxPath}, files: []string{"/bin/sh", "/bin/dd", "/bin/sha256sum", "/bin/base64"},
-			dynamic: []string{"/bin/dd"}, standsIn: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7"},
+			dynamic: []string{"/bin/dd", "/bin/sh"}, standsIn: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7"},
 	} {
 		r, ok := got[w.name]
 		if !ok {
