@@ -204,7 +204,7 @@ func (s *Summary) Write(w io.Writer) {
 	for _, sp := range s.Specs {
 		switch sp.Outcome {
 		case Failed:
-			fmt.Fprintf(w, "FAILED: %s\n    %s\n", sp.Name, sp.Reason)
+			fmt.Fprintf(w, "FAILED: %s\n    %s\n", sp.Name, shorten(sp.Reason, 300))
 		case Skipped:
 			reasons[sp.Reason]++
 		}
@@ -217,4 +217,13 @@ func (s *Summary) Write(w io.Writer) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "skipped %3d× %s\n", reasons[k], k)
 	}
+}
+
+// shorten cuts s to at most n bytes, saying so (a failed command can quote
+// kilobytes of base64).
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + " [...]"
 }
