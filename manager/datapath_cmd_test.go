@@ -247,6 +247,8 @@ current-context: c
 		{"advertise without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "dp-0.peers"), `--raft-advertise "dp-0.peers": want HOST:PORT`},
 		{"advertise on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "dp-0.peers:0"), "a fixed port"},
 		{"advertise 0.0.0.0", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601", "--raft-advertise", "0.0.0.0:9601"), "not 0.0.0.0"},
+		{"clients' advertised address without a port", serve("--token-file", good, "--advertise-address", "dp-0.peers"), `--advertise-address "dp-0.peers": want HOST:PORT`},
+		{"clients' advertised address 0.0.0.0", serve("--token-file", good, "--advertise-address", "0.0.0.0:9600"), "not 0.0.0.0"},
 		{"peers naming this server at its listen address, not the advertised one", serve("--token-file", good, "--raft-listen", "127.0.0.1:9601",
 			"--raft-advertise", "dp-0.peers:9601", "--raft-peers", "datapath-0=127.0.0.1:9601,b=127.0.0.1:9602"),
 			"lists this server (datapath-0) at 127.0.0.1:9601, but --raft-advertise is dp-0.peers:9601"},

@@ -29,8 +29,12 @@ const (
 	// flagServeRaftAdvertise is where the other servers reach this one when
 	// not at --raft-listen (a StatefulSet pod's stable DNS name).
 	flagServeRaftAdvertise = "raft-advertise"
-	flagServeRaftDir       = "raft-dir"
-	flagServeMetrics       = "metrics-address"
+	// flagServeAdvertise is where clients reach this server when not at
+	// --listen: recorded in the group, named in the redirects of the
+	// others (the leader's address, a volume's holder's).
+	flagServeAdvertise = "advertise-address"
+	flagServeRaftDir   = "raft-dir"
+	flagServeMetrics   = "metrics-address"
 	// flagServeRaftInsecure lets the Raft transport off loopback while the
 	// clients' port serves TLS (--insecure is for the clients' port, and
 	// contradicts TLS there).
@@ -60,6 +64,10 @@ func datapathServeRaftFlags() []cli.Flag {
 		&cli.BoolFlag{Name: flagServeRaftInsecure, EnvVars: []string{"VIGIL_DATAPATH_RAFT_INSECURE"},
 			Usage: "let --" + flagServeRaftListen + " off loopback while the clients' port serves TLS: Raft's messages then cross that network " +
 				"in the clear and unauthenticated, so only on a network no one else reaches (the sandbox's node links)"},
+		&cli.StringFlag{Name: flagServeAdvertise, EnvVars: []string{"VIGIL_DATAPATH_ADVERTISE_ADDRESS"},
+			Usage: "host:port clients reach this server at, when not --listen (which then may be 0.0.0.0:PORT): recorded in the control group, " +
+				"and named to a client that asked another server for a change (the leader's address) or for a volume's I/O (its holder's); " +
+				"must be a name its TLS certificate holds"},
 		&cli.StringFlag{Name: flagServeRaftAdvertise, EnvVars: []string{"VIGIL_DATAPATH_RAFT_ADVERTISE"},
 			Usage: "host:port the other servers reach this one at, when not --" + flagServeRaftListen + " (which then may be 0.0.0.0:PORT): " +
 				"a stable name, such as a StatefulSet pod's DNS name, resolved afresh at each connection; this server's entry of --" + flagServeRaftPeers + " names it"},
@@ -75,11 +83,14 @@ func datapathServeRaftFlags() []cli.Flag {
 
 // raftFlags are the checked values of the control group's flags.
 type raftFlags struct {
-	self    raftstate.Server
-	listen  string // --raft-listen when it differs from self.RaftAddress (--raft-advertise)
-	peers   []raftstate.Server
-	dir     string
-	metrics string // --metrics-address
+	self   raftstate.Server
+	listen string // --raft-listen when it differs from self.RaftAddress (--raft-advertise)
+	// advertise is --advertise-address: this server's datapath address as
+	// recorded in the group; "" for the listen address.
+	advertise string
+	peers     []raftstate.Server
+	dir       string
+	metrics   string // --metrics-address
 }
 
 // parseRaftFlags checks the control group's flags, before anything is
@@ -89,6 +100,11 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	if f.metrics != "" {
 		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
 			return f, cliflags.Usagef("--%s %q: %v; want HOST:PORT", flagServeMetrics, f.metrics, err)
+		}
+	}
+	if f.advertise = c.String(flagServeAdvertise); f.advertise != "" {
+		if err := checkAdvertise(flagServeAdvertise, f.advertise); err != nil {
+			return f, err
 		}
 	}
 	if err := raftstate.ValidServerID(f.self.ID); err != nil {
@@ -118,7 +134,7 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	}
 	f.self.RaftAddress = listen
 	if advertise != "" {
-		if err := checkAdvertise(advertise); err != nil {
+		if err := checkAdvertise(flagServeRaftAdvertise, advertise); err != nil {
 			return f, err
 		}
 		f.self.RaftAddress, f.listen = advertise, listen
@@ -144,11 +160,11 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	return f, cliflags.Usagef("--%s does not list this server (--%s %s)", flagServeRaftPeers, flagServeServerID, f.self.ID)
 }
 
-// checkAdvertise refuses a --raft-advertise the other servers cannot dial.
-func checkAdvertise(advertise string) error {
+// checkAdvertise refuses an advertised address (--flag) no one can dial.
+func checkAdvertise(flag, advertise string) error {
 	h, p, err := net.SplitHostPort(advertise)
 	if err != nil || h == "" || p == "0" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified() {
-		return cliflags.Usagef("--%s %q: want HOST:PORT with a host the other servers reach (not 0.0.0.0) and a fixed port", flagServeRaftAdvertise, advertise)
+		return cliflags.Usagef("--%s %q: want HOST:PORT with a host the others reach (not 0.0.0.0) and a fixed port", flag, advertise)
 	}
 	return nil
 }
@@ -168,6 +184,9 @@ func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics
 	}
 	self := f.self
 	self.DatapathAddress = datapathAddr
+	if f.advertise != "" {
+		self.DatapathAddress = f.advertise
+	}
 	g, err := raftstate.Start(ctx, cfg, self, f.peers)
 	if err != nil {
 		return nil, fmt.Errorf("control group (server %s, raft directory %s): %w", f.self.ID, f.dir, err)

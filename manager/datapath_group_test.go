@@ -1,0 +1,156 @@
+package manager
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+)
+
+// groupServer is one `serve` child of a three-server group.
+type groupServer struct {
+	cmd       *exec.Cmd
+	addr      string // where it listens
+	advertise string // --advertise-address
+	ready     chan struct{}
+}
+
+// startGroupServe starts `serve` children at once (each waits for the
+// group's leader before it listens) and returns once every one listens.
+func startGroupServe(t *testing.T, args [][]string) []*groupServer {
+	t.Helper()
+	out := make([]*groupServer, len(args))
+	for i, a := range args {
+		g := &groupServer{ready: make(chan struct{})}
+		for j := range a {
+			if a[j] == "--advertise-address" {
+				g.advertise = a[j+1]
+			}
+		}
+		g.cmd = exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
+		g.cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, a...), "\x1f"))
+		pipe, err := g.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.cmd.Stderr = os.Stderr
+		if err := g.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
+		go func() {
+			lines := bufio.NewScanner(pipe)
+			for lines.Scan() {
+				if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok && g.addr == "" {
+					g.addr = strings.TrimSuffix(strings.Fields(a)[0], ",")
+					close(g.ready)
+				}
+			}
+		}()
+		out[i] = g
+	}
+	for i, g := range out {
+		select {
+		case <-g.ready:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("server %d never listened", i)
+		}
+	}
+	return out
+}
+
+// role asks server g for its own role, as the controller.
+func (g *groupServer) role(ctx context.Context) (datapath.ServerStatus, error) {
+	c, err := client.Dial(ctx, g.addr, "controller-token-0123", client.WithTimeout(time.Second), client.WithRetries(0))
+	if err != nil {
+		return datapath.ServerStatus{}, err
+	}
+	defer c.Close()
+	rep, err := c.Servers(ctx)
+	if err != nil {
+		return datapath.ServerStatus{}, err
+	}
+	for _, s := range rep.Servers {
+		if s.Self {
+			return s, nil
+		}
+	}
+	return datapath.ServerStatus{}, fmt.Errorf("no row of its own in %+v", rep.Servers)
+}
+
+// TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM: three `serve`
+// processes that listen on 127.0.0.1 and are known to each other by the
+// name localhost (--raft-advertise, as a StatefulSet's pods by their DNS
+// names) and to clients by their --advertise-address form one group; the
+// leader records the advertised datapath address. On SIGTERM the leader
+// hands the leadership over before it exits, so another server leads at
+// once, not after the group's heartbeat timeout (0.5 s, then an election).
+func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
+	tokens := writeFile(t, "tokens", serveTokens)
+	var raftPorts []string
+	for range 3 {
+		_, port, _ := net.SplitHostPort(freeAddr(t))
+		raftPorts = append(raftPorts, port)
+	}
+	var peers []string
+	for i, p := range raftPorts {
+		peers = append(peers, fmt.Sprintf("dp-%d=localhost:%s", i, p))
+	}
+	var args [][]string
+	for i, p := range raftPorts {
+		args = append(args, []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--token-file", tokens,
+			"--server-id", fmt.Sprintf("dp-%d", i), "--raft-listen", "127.0.0.1:" + p, "--raft-advertise", "localhost:" + p,
+			"--raft-peers", strings.Join(peers, ","), "--advertise-address", fmt.Sprintf("dp-%d.example:9600", i)})
+	}
+	srvs := startGroupServe(t, args)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := -1
+	for i, g := range srvs {
+		s, err := g.role(ctx)
+		if err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+		if s.Role == datapath.RoleLeader {
+			leader = i
+			if s.Address != g.advertise || s.RaftAddress != "localhost:"+raftPorts[i] {
+				t.Errorf("the leader's record: %+v; want its advertised addresses %s and localhost:%s", s, g.advertise, raftPorts[i])
+			}
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no server leads")
+	}
+	if err := srvs[leader].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[leader].cmd.Wait(); err != nil {
+		t.Fatalf("the leader's exit after SIGTERM: %v", err)
+	}
+	exited := time.Now()
+	for {
+		for i, g := range srvs {
+			if i == leader {
+				continue
+			}
+			if s, err := g.role(ctx); err == nil && s.Role == datapath.RoleLeader {
+				t.Logf("dp-%d leads %s after dp-%d exited", i, time.Since(exited).Round(time.Millisecond), leader)
+				return
+			}
+		}
+		if since := time.Since(exited); since > 300*time.Millisecond {
+			t.Fatalf("no server leads %s after the leader's SIGTERM exit: it did not hand the leadership over", since)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
