@@ -134,4 +134,9 @@ const (
 	// DNS names the serving certificates carry.
 	DatapathService = "vigil-datapath"
 	ManagerService  = "vigil-manager"
+	// DatapathPeersService is the datapath StatefulSet's headless Service:
+	// each server's stable name is POD.vigil-datapath-peers.NAMESPACE.svc,
+	// which its certificate carries too (the Raft peers and the clients'
+	// server lists name them).
+	DatapathPeersService = "vigil-datapath-peers"
 )

@@ -41,7 +41,8 @@ func certsCommand() *cli.Command {
 			Description: "In --" + flagCertsNamespace + ", as Secrets: " + vigil.CASecret + " (the CA and its key, mounted by nobody), " +
 				vigil.CACertSecret + " (ca.crt, which clients mount),\n" +
 				vigil.DatapathTLSSecret + " and " + vigil.ManagerTLSSecret + " (ECDSA P-256 serving certificates for the Services " +
-				vigil.DatapathService + " and " + vigil.ManagerService + ":\nNAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.DOMAIN), and " +
+				vigil.DatapathService + " and " + vigil.ManagerService + ":\nNAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.DOMAIN; the datapath's also for each of its servers,\n" +
+				"*." + vigil.DatapathPeersService + ".NS.svc and *." + vigil.DatapathPeersService + ".NS.svc.DOMAIN), and " +
 				vigil.APITokenSecret + " (the manager API's bearer token, one for every replica).\n" +
 				"Run it again at will: valid Secrets are kept as they are. To renew, delete a Secret and run it again\n" +
 				"(deleting " + vigil.CASecret + " needs the certificates it signed deleted too; then restart the pods that mount them).",

@@ -38,6 +38,10 @@ type Plan struct {
 	// Services are the Services that get a serving certificate, by the name
 	// of the Secret that holds it.
 	Services map[string]string
+	// Peers are, by the name of the Secret, a headless Service whose pods
+	// serve with that certificate too, each at its own name (PeerDNSNames):
+	// the datapath's servers, which clients reach one by one.
+	Peers map[string]string
 	// CAValidity and CertValidity are the lifetimes of new certificates.
 	CAValidity, CertValidity time.Duration
 }
@@ -46,7 +50,28 @@ type Plan struct {
 func DefaultPlan(namespace string) Plan {
 	return Plan{Namespace: namespace, ClusterDomain: "cluster.local",
 		Services:   map[string]string{vigil.DatapathTLSSecret: vigil.DatapathService, vigil.ManagerTLSSecret: vigil.ManagerService},
+		Peers:      map[string]string{vigil.DatapathTLSSecret: vigil.DatapathPeersService},
 		CAValidity: 10 * 365 * 24 * time.Hour, CertValidity: 365 * 24 * time.Hour}
+}
+
+// issueNames are the names the certificate in Secret secret carries.
+func (p Plan) issueNames(secret string) []string {
+	names := ServiceDNSNames(p.Services[secret], p.Namespace, p.ClusterDomain)
+	if peers := p.Peers[secret]; peers != "" {
+		names = append(names, PeerDNSNames(peers, p.Namespace, p.ClusterDomain)...)
+	}
+	return names
+}
+
+// checkNames are names a kept certificate must verify for: its Service's,
+// and a pod's of its peers (a certificate of the release before the
+// servers' peers lacks it, and is reported with what to do).
+func (p Plan) checkNames(secret string) []string {
+	names := ServiceDNSNames(p.Services[secret], p.Namespace, p.ClusterDomain)
+	if peers := p.Peers[secret]; peers != "" {
+		names = append(names, p.Services[secret]+"-0."+peers+"."+p.Namespace+".svc")
+	}
+	return names
 }
 
 // Validate refuses a plan Ensure cannot carry out, naming the field.
@@ -164,7 +189,7 @@ func check(plan Plan, have map[string]*corev1.Secret, now time.Time) (*CA, []Out
 			out = append(out, Outcome{Secret: name, Expires: ca.Cert.NotAfter})
 			continue
 		}
-		exp, err := ca.CheckServing(s.Data[KeyCert], s.Data[KeyKey], ServiceDNSNames(plan.Services[name], plan.Namespace, plan.ClusterDomain), now)
+		exp, err := ca.CheckServing(s.Data[KeyCert], s.Data[KeyKey], plan.checkNames(name), now)
 		if err != nil {
 			bad(name, "%v", err)
 			continue
@@ -205,7 +230,7 @@ func missing(plan Plan, have map[string]*corev1.Secret, ca *CA, now time.Time) (
 		if have[name] != nil {
 			continue
 		}
-		c, k, err := ca.Issue(ServiceDNSNames(plan.Services[name], plan.Namespace, plan.ClusterDomain), now, plan.CertValidity)
+		c, k, err := ca.Issue(plan.issueNames(name), now, plan.CertValidity)
 		if err != nil {
 			return nil, fmt.Errorf("issue the certificate of Service %s: %w", plan.Services[name], err)
 		}

@@ -155,6 +155,12 @@ func ServiceDNSNames(service, namespace, clusterDomain string) []string {
 	}
 }
 
+// PeerDNSNames are the names of every pod of the headless Service peers (a
+// StatefulSet's pods, POD.PEERS.NAMESPACE.svc), as wildcards.
+func PeerDNSNames(peers, namespace, clusterDomain string) []string {
+	return []string{"*." + peers + "." + namespace + ".svc", "*." + peers + "." + namespace + ".svc." + clusterDomain}
+}
+
 func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	cb, _ := pem.Decode(certPEM)
 	if cb == nil || cb.Type != "CERTIFICATE" {

@@ -215,3 +215,44 @@ func TestCheckToken(t *testing.T) {
 		}
 	}
 }
+
+// The datapath's certificate also names each of its StatefulSet's pods
+// (POD.vigil-datapath-peers.NS.svc), where clients and peers reach the
+// servers one by one; the manager's does not. A datapath certificate of
+// the release before, without them, is reported with what to do.
+func TestEnsure_DatapathCertificateNamesEveryServer(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset()
+	secrets := cs.CoreV1().Secrets("vigil-system")
+	plan := pki.DefaultPlan("vigil-system")
+	if _, err := pki.Ensure(ctx, secrets, plan, t0); err != nil {
+		t.Fatal(err)
+	}
+	caSecret, _ := secrets.Get(ctx, vigil.CASecret, metav1.GetOptions{})
+	ca, err := pki.ParseCA(caSecret.Data[pki.KeyCert], caSecret.Data[pki.KeyKey], t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, _ := secrets.Get(ctx, vigil.DatapathTLSSecret, metav1.GetOptions{})
+	for _, n := range []string{"vigil-datapath-0.vigil-datapath-peers.vigil-system.svc", "vigil-datapath-2.vigil-datapath-peers.vigil-system.svc.cluster.local"} {
+		if _, err := ca.CheckServing(dp.Data[pki.KeyCert], dp.Data[pki.KeyKey], []string{n}, t0); err != nil {
+			t.Errorf("the datapath's certificate for %s: %v", n, err)
+		}
+	}
+	mgr, _ := secrets.Get(ctx, vigil.ManagerTLSSecret, metav1.GetOptions{})
+	if _, err := ca.CheckServing(mgr.Data[pki.KeyCert], mgr.Data[pki.KeyKey], []string{"vigil-datapath-0.vigil-datapath-peers.vigil-system.svc"}, t0); err == nil {
+		t.Errorf("the manager's certificate names the datapath's servers")
+	}
+	old, k, err := ca.Issue(pki.ServiceDNSNames(vigil.DatapathService, "vigil-system", "cluster.local"), t0, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.Data[pki.KeyCert], dp.Data[pki.KeyKey] = old, k
+	if _, err := secrets.Update(ctx, dp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pki.Ensure(ctx, secrets, plan, t0)
+	if !errors.Is(err, pki.ErrInvalid) || !strings.Contains(err.Error(), "kubectl -n vigil-system delete secret "+vigil.DatapathTLSSecret) {
+		t.Errorf("a datapath certificate without its servers' names: %v, want ErrInvalid saying what to do", err)
+	}
+}
