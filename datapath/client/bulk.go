@@ -399,6 +399,9 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 		if err == nil || errors.Is(err, errBulkUnsupported) {
 			return err
 		}
+		if ctx.Err() == nil {
+			_ = c.askElsewhere(volumeID, addr, err) // the next attempt, if any, asks another server
+		}
 		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
 			return c.holderError(volumeID, addr, c.bulkError(addr, attempt, err))
 		}

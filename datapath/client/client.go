@@ -214,6 +214,9 @@ func (c *Client) callTo(ctx context.Context, vol, pinned, method string, req, re
 			attempt-- // nothing was done: the call goes to the holder at once
 			continue
 		}
+		if vol != "" && pinned == "" && ctx.Err() == nil {
+			_ = c.askElsewhere(vol, addr, err) // the next attempt, if any, asks another server
+		}
 		if pinned == "" && ctx.Err() == nil && redirects < c.maxRedirects() && c.follow(method, addr, err) {
 			redirects++
 			attempt-- // finding the leader is not a retry of the call

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/vigil-storage/vigil/datapath"
 )
@@ -41,6 +44,10 @@ const maxHolderMoves = 2
 type holders struct {
 	mu sync.Mutex
 	m  map[string]string
+	// guessed marks the volumes whose entry in m is a server asked because
+	// the one before did not answer (askElsewhere), not a holder a server
+	// named.
+	guessed map[string]bool
 }
 
 // holderOf returns the address vol's calls go to: its holder when a server
@@ -78,9 +85,58 @@ func (c *Client) toHolder(vol, addr string, err error) bool {
 	} else {
 		c.holders.m[vol] = re.HolderAddress
 	}
+	delete(c.holders.guessed, vol)
 	c.holders.mu.Unlock()
 	c.sessions.forget(vol)
 	return true
+}
+
+// askElsewhere reports whether err, from the server at addr about vol,
+// left the call unanswered (no server's word: a connection that failed or
+// timed out) while the client does not know vol's holder (addr is the Dial
+// address, or a server asked before); it then sends vol's calls to the next
+// server of the group, which serves the volume or names its holder
+// (toHolder). So the Dial address down does not make every volume it does
+// not hold unreachable (the first server of every client's list is the node
+// a power cut took). Only the holder ever applies a volume's write, so
+// asking another server cannot land one twice; the volume's write sessions
+// are forgotten, as on a move. Once every server was asked, it stops.
+func (c *Client) askElsewhere(vol, addr string, err error) bool {
+	servers := c.group.servers
+	if vol == "" || len(servers) < 2 || !unanswered(err) {
+		return false
+	}
+	c.holders.mu.Lock()
+	known, ok := c.holders.m[vol]
+	if ok && (!c.holders.guessed[vol] || known != addr) || !ok && addr != c.addr {
+		c.holders.mu.Unlock()
+		return false
+	}
+	next := servers[(slices.Index(servers, addr)+1)%len(servers)]
+	if next == c.addr {
+		c.holders.mu.Unlock()
+		return false // every server was asked
+	}
+	if c.holders.m == nil {
+		c.holders.m, c.holders.guessed = map[string]string{}, map[string]bool{}
+	}
+	c.holders.m[vol], c.holders.guessed[vol] = next, true
+	c.holders.mu.Unlock()
+	c.sessions.forget(vol)
+	return true
+}
+
+// unanswered reports whether err is no server's word: the call's
+// connection failed or its answer did not come.
+func unanswered(err error) bool {
+	if errors.Is(err, errBulkTransport) {
+		return true
+	}
+	if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+		return false
+	}
+	var re *datapath.RemoteError
+	return !errors.As(datapath.FromStatus(err), &re) || re.Sentinel == nil
 }
 
 // connAt returns the gRPC connection to the server at addr: Dial's, or one
@@ -145,6 +201,12 @@ func (c *Client) holderError(vol, addr string, err error) error {
 	var re *datapath.RemoteError
 	if vol == "" || addr == c.addr || (errors.As(err, &re) && re.Sentinel != nil) {
 		return err
+	}
+	c.holders.mu.Lock()
+	guessed := c.holders.guessed[vol]
+	c.holders.mu.Unlock()
+	if guessed {
+		return fmt.Errorf("volume %s: no datapath server of the group answered (the last asked: %s): %w", vol, addr, err)
 	}
 	return fmt.Errorf("volume %s: its data is on datapath server %s, which did not answer: %w", vol, addr, err)
 }

@@ -133,3 +133,63 @@ func waitApplied(t testing.TB, srv *datapathtest.Server, id string) {
 	}
 	t.Fatalf("volume %s never applied on %s", id, srv.Addr)
 }
+
+// TestClient_Group_DialAddressDown: the server a client dials (the first
+// of its list) is down. A volume another server holds is still read,
+// written (both channels) and looked up through that client: the call
+// that finds the first server silent asks the next one, which serves it
+// or names its holder. A volume the down server holds gets an error
+// within the client's retries.
+func TestClient_Group_DialAddressDown(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ctl, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token, client.WithServers(srvs[2].Addr, srvs[0].Addr), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	a, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the first leader, srvs[0]
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea, err := ctl.Grant(ctx, a.ID, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs[0].Stop()
+	b, err := ctl.CreateVolume(ctx, "pvc-b", 1<<20, datapath.AccessRWO) // on the new leader
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := ctl.Grant(ctx, b.ID, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("asked"), 1000)
+	for _, bulk := range []bool{true, false} {
+		// Dialed to the stopped server, the others after it.
+		eng, err := client.Dial(ctx, srvs[0].Addr, srvs[0].NodeToken("n1"), client.WithServers(srvs[1].Addr, srvs[2].Addr),
+			client.WithBulk(bulk), client.WithTimeout(time.Second), client.WithRetries(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		if _, err := eng.GetVolume(ctx, b.ID); err != nil {
+			t.Fatalf("GetVolume (bulk %v) of a volume a live server holds, the Dial address down: %v", bulk, err)
+		}
+		if err := eng.WriteAt(ctx, b.ID, "n1", eb, 0, payload); err != nil {
+			t.Fatalf("write (bulk %v) of a volume a live server holds, the Dial address down: %v", bulk, err)
+		}
+		if got, err := eng.ReadAt(ctx, b.ID, "n1", eb, 0, len(payload)); err != nil || !bytes.Equal(got, payload) {
+			t.Fatalf("read (bulk %v): %v", bulk, err)
+		}
+		start := time.Now()
+		if err := eng.WriteAt(ctx, a.ID, "n1", ea, 0, payload); err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
+			t.Fatalf("write to the volume of the down server: %v; want an error naming %s", err, srvs[0].Addr)
+		}
+		if took := time.Since(start); took > 15*time.Second {
+			t.Fatalf("the write to the down server's volume took %s", took)
+		}
+	}
+}

@@ -74,6 +74,8 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 			c.bulkMu.Unlock()
 			return fmt.Errorf("%w: datapath %s does not serve %s over gRPC (%v), so it cannot order writes there, and the bulk channel is off or unanswered; "+
 				"nothing was written. Upgrade vigil-datapath to this client's release", ErrServerTooOld, addr, wire.MethodOpenWriteSession, datapath.FromStatus(err))
+		case ctx.Err() == nil && c.askElsewhere(volumeID, addr, err) && attempt < c.opts.retries && retryable(ctx, err, retryTransport):
+			// The next attempt asks another server of the group.
 		case attempt >= c.opts.retries || !retryable(ctx, err, retryTransport):
 			return c.holderError(volumeID, addr, c.callError(wire.MethodWrite, addr, attempt, err))
 		}
