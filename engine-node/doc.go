@@ -19,7 +19,12 @@
 //	mounted at the staging path (Filesystem mode; Block mode stops at /dev/loopN)
 //
 // NodePublishVolume bind-mounts the staging mount (Filesystem) or the loop device
-// node (Block, onto a file) at the target path.
+// node (Block, onto a file) at the target path. NodeUnstageVolume flushes the
+// loop device before it detaches it: a Block volume's pod may have written
+// through the device's page cache without syncing, and the engine's own open
+// descriptor means the pod's close was not the last one, so the kernel had
+// not written those pages (loopdev's TestDevice_Detach_KeepsBufferedWrites;
+// the upstream multiVolume suite of make conformance lost them before).
 //
 // The access mode is checked here too, with the controller's rule
 // (datapath/csi.GrantUse): a multi-node writer mode with mount access is
