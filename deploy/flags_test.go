@@ -200,9 +200,12 @@ func TestCheckCommand_BadInput(t *testing.T) {
 // Vigil and of its sidecars is one file (the engine's, which the kubelet
 // reaches, checkRegistration).
 func TestWorkloads_Wiring_Consistent(t *testing.T) {
-	objs := build(t, "base")
-	for _, err := range checkWiring(t, objs) {
-		t.Error(err)
+	// The sandbox's overlay runs one datapath server, its clients through
+	// the Service: the same checks hold.
+	for _, k := range []string{"base", "overlays/sandbox"} {
+		for _, err := range checkWiring(t, build(t, k)) {
+			t.Errorf("%s: %v", k, err)
+		}
 	}
 }
 
@@ -232,10 +235,14 @@ func checkWiring(t *testing.T, objs []*unstructured.Unstructured) []error {
 						bad("%s=%s: mounts %q, want the ConfigMap vigil-settings-managed", id, v, got)
 					}
 				case "datapath":
-					host, port, _ := net.SplitHostPort(v)
-					p, _ := strconv.Atoi(port)
-					if host != svc.Name+"."+svc.Namespace+".svc" || len(svc.Spec.Ports) != 1 || int(svc.Spec.Ports[0].Port) != p {
-						bad("%s=%s: want the Service %s.%s.svc:%d", id, v, svc.Name, svc.Namespace, svc.Spec.Ports[0].Port)
+					list := envValue(t, objs, c, v)
+					if err := checkServerList(objs, svc, list); err != nil {
+						bad("%s=%s (%s): %v", id, v, list, err)
+					}
+				case "raft-peers":
+					list := envValue(t, objs, c, v)
+					if err := checkRaftPeers(objs, list); err != nil {
+						bad("%s=%s (%s): %v", id, v, list, err)
 					}
 				case "datapath-token-file":
 					if !projectedToken(w.Spec, c, v, "vigil-datapath") {
@@ -279,6 +286,85 @@ func checkWiring(t *testing.T, objs []*unstructured.Unstructured) []error {
 	return errs
 }
 
+// envValue is v with a $(VAR) of container c's environment replaced by
+// its value, a literal or a key of a ConfigMap of the manifests.
+func envValue(t *testing.T, objs []*unstructured.Unstructured, c corev1.Container, v string) string {
+	t.Helper()
+	name, ok := strings.CutPrefix(v, "$(")
+	if !ok || !strings.HasSuffix(name, ")") {
+		return v
+	}
+	name = strings.TrimSuffix(name, ")")
+	for _, e := range c.Env {
+		switch {
+		case e.Name != name:
+		case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+			var cm corev1.ConfigMap
+			decode(t, objs, "ConfigMap", e.ValueFrom.ConfigMapKeyRef.Name, &cm)
+			return cm.Data[e.ValueFrom.ConfigMapKeyRef.Key]
+		default:
+			return e.Value
+		}
+	}
+	return v
+}
+
+// datapathServers are the stable names of the datapath StatefulSet's pods
+// (POD.SERVICE.NS.svc), with its port named port.
+func datapathServers(objs []*unstructured.Unstructured, port string) ([]string, error) {
+	o := deploytest.Find(objs, "StatefulSet", "vigil-datapath")
+	if o == nil {
+		return nil, fmt.Errorf("no StatefulSet vigil-datapath")
+	}
+	replicas, _, _ := unstructured.NestedInt64(o.Object, "spec", "replicas")
+	peers, _, _ := unstructured.NestedString(o.Object, "spec", "serviceName")
+	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	var p int64
+	ports, _, _ := unstructured.NestedSlice(cs[0].(map[string]any), "ports")
+	for _, x := range ports {
+		if m := x.(map[string]any); m["name"] == port {
+			p, _ = m["containerPort"].(int64)
+		}
+	}
+	var out []string
+	for i := range replicas {
+		out = append(out, fmt.Sprintf("%s-%d.%s.%s.svc:%d", o.GetName(), i, peers, o.GetNamespace(), p))
+	}
+	return out, nil
+}
+
+// checkServerList: a client's --datapath names every datapath server by
+// its stable name, in order, or the Service (one server).
+func checkServerList(objs []*unstructured.Unstructured, svc corev1.Service, list string) error {
+	servers, err := datapathServers(objs, "datapath")
+	if err != nil {
+		return err
+	}
+	service := fmt.Sprintf("%s.%s.svc:%d", svc.Name, svc.Namespace, svc.Spec.Ports[0].Port)
+	if list != strings.Join(servers, ",") && !(list == service && len(servers) == 1) {
+		return fmt.Errorf("want every server of the StatefulSet, %s (or with one server the Service %s)", strings.Join(servers, ","), service)
+	}
+	return nil
+}
+
+// checkRaftPeers: the datapath's --raft-peers name every server, its id its
+// pod's name, at its stable name and Raft port.
+func checkRaftPeers(objs []*unstructured.Unstructured, list string) error {
+	servers, err := datapathServers(objs, "raft")
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, srv := range servers {
+		pod, _, _ := strings.Cut(srv, ".")
+		want = append(want, pod+"="+srv)
+	}
+	if list != strings.Join(want, ",") {
+		return fmt.Errorf("want %s", strings.Join(want, ","))
+	}
+	return nil
+}
+
 // flagValues are a container's --name=value arguments.
 func flagValues(c corev1.Container) map[string]string {
 	out := map[string]string{}
@@ -315,6 +401,14 @@ func TestCheckWiring_BadInput(t *testing.T) {
 	for name, breakIt := range map[string]func(objs []*unstructured.Unstructured){
 		"datapath address": func(objs []*unstructured.Unstructured) {
 			setArg(t, objs, "Deployment", "vigil-manager", "--datapath=", "--datapath=vigil-datapath:9600")
+		},
+		"datapath servers but one": func(objs []*unstructured.Unstructured) {
+			setArg(t, objs, "DaemonSet", "vigil-engine-node", "--datapath=",
+				"--datapath=vigil-datapath-0.vigil-datapath-peers.vigil-system.svc:9600,vigil-datapath-1.vigil-datapath-peers.vigil-system.svc:9600")
+		},
+		"raft peers at the clients' port": func(objs []*unstructured.Unstructured) {
+			setArg(t, objs, "StatefulSet", "vigil-datapath", "--raft-peers=",
+				"--raft-peers=vigil-datapath-0=vigil-datapath-0.vigil-datapath-peers.vigil-system.svc:9600,vigil-datapath-1=vigil-datapath-1.vigil-datapath-peers.vigil-system.svc:9600,vigil-datapath-2=vigil-datapath-2.vigil-datapath-peers.vigil-system.svc:9600")
 		},
 		"token audience": func(objs []*unstructured.Unstructured) {
 			setArg(t, objs, "DaemonSet", "vigil-engine-node", "--datapath-token-file=", "--datapath-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token")

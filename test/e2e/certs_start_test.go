@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath/client"
@@ -47,10 +48,12 @@ func TestCerts_DeployStarts(t *testing.T) {
 	ensureSettingsConfigMap(ctx, t)
 	objs, err := deploytest.Build(deploytest.Dir())
 	must(t, err)
+	oneDatapathServer(t, objs)
 	ws, err := deploytest.Workloads(objs)
 	must(t, err)
 	pods := map[string]deploytest.Workload{}
 	for _, w := range ws {
+		w.Spec.Containers[0].Args = expandPodEnv(t, objs, w)
 		pods[w.Kind+"/"+w.Name] = w
 	}
 	bin, err := filepath.Abs(managerBin)
@@ -66,7 +69,7 @@ func TestCerts_DeployStarts(t *testing.T) {
 
 	dpPort, mgrPort := freeTCPPort(t), freeTCPPort(t)
 	dpSvc := vigil.DatapathService + "." + vigil.Namespace + ".svc"
-	dp := newPodFiles(ctx, t, pods["StatefulSet/vigil-datapath"], map[string]string{":9600": ":" + dpPort})
+	dp := newPodFiles(ctx, t, pods["StatefulSet/vigil-datapath"], map[string]string{":9600": ":" + dpPort, ":9601": ":" + freeTCPPort(t)})
 	dpCmd, _ := dp.start(ctx, t, bin)
 	mgr := newPodFiles(ctx, t, pods["Deployment/vigil-manager"], map[string]string{":9500": ":" + mgrPort, ":9600": ":" + dpPort})
 	waitTLS(t, "127.0.0.1:"+dpPort, dpSvc, mgr.file("--datapath-ca-file"), dpCmd)
@@ -205,6 +208,58 @@ type podFiles struct {
 	args []string
 }
 
+// oneDatapathServer makes the rendered datapath one server, its clients
+// reaching it through the Service, as overlays/sandbox does: this test runs
+// one datapath process, whose group then has one member, and resolves no
+// pod's DNS name.
+func oneDatapathServer(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	cm := deploytest.Find(objs, "ConfigMap", "vigil-datapath-servers")
+	if cm == nil {
+		t.Fatal("no ConfigMap vigil-datapath-servers in deploy/")
+	}
+	peer := "vigil-datapath-0." + vigil.DatapathPeersService + "." + vigil.Namespace + ".svc:9601"
+	must(t, unstructured.SetNestedStringMap(cm.Object, map[string]string{
+		"servers": vigil.DatapathService + "." + vigil.Namespace + ".svc:9600", "peers": "vigil-datapath-0=" + peer}, "data"))
+}
+
+// expandPodEnv is the first container's arguments of w with each $(VAR) of
+// its environment expanded as the kubelet does: a value, a key of a
+// ConfigMap of objs, the pod's name (a StatefulSet's first pod) or
+// namespace.
+func expandPodEnv(t *testing.T, objs []*unstructured.Unstructured, w deploytest.Workload) []string {
+	t.Helper()
+	c := w.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			cm := deploytest.Find(objs, "ConfigMap", e.ValueFrom.ConfigMapKeyRef.Name)
+			if cm == nil {
+				t.Fatalf("%s: env %s from a ConfigMap %s that deploy/ lacks", w.Name, e.Name, e.ValueFrom.ConfigMapKeyRef.Name)
+			}
+			env[e.Name], _, _ = unstructured.NestedString(cm.Object, "data", e.ValueFrom.ConfigMapKeyRef.Key)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = w.Name
+			if w.Kind == "StatefulSet" {
+				env[e.Name] = w.Name + "-0"
+			}
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = vigil.Namespace
+		}
+	}
+	out := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		out[i] = a
+	}
+	return out
+}
+
 func newPodFiles(ctx context.Context, t *testing.T, w deploytest.Workload, ports map[string]string) podFiles {
 	t.Helper()
 	p := podFiles{w: w, root: t.TempDir()}
@@ -228,7 +283,8 @@ func newPodFiles(ctx context.Context, t *testing.T, w deploytest.Workload, ports
 			}
 		}
 		for from, to := range ports {
-			if strings.HasPrefix(a, "--listen=") || strings.HasPrefix(a, "--datapath=") || strings.HasPrefix(a, "--health-address=") {
+			if strings.HasPrefix(a, "--listen=") || strings.HasPrefix(a, "--datapath=") || strings.HasPrefix(a, "--health-address=") ||
+				strings.HasPrefix(a, "--raft-") || strings.HasPrefix(a, "--advertise-address=") {
 				a = strings.Replace(a, from, to, 1)
 			}
 		}
