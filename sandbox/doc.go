@@ -229,6 +229,31 @@
 // StackAuthStatic, a tokens file with a random token per role and per node.
 // An engine's process gets only its node's token (NodeTokenFile).
 //
+// # Datapath servers on nodes
+//
+// StackConfig.DatapathServers N >= 1 (`up --stack --datapath-servers N`, N odd
+// and at most the node count) runs the datapath as N servers in one control
+// group instead of one host process, as on a hyperconverged cluster
+// (stack_servers.go): a `vigil-datapath serve` registered on each of the first
+// N nodes (AddProcess), in the node's network namespace on its IP, in its
+// cgroup on a real node, with its data, Raft directory and boot id under the
+// node's directory, its server id the node's name and its peers the others'
+// IPs (Raft in the clear, --raft-insecure, over the node links only). So a
+// power cut of the node (Stop) kills its server, and a partition of the node
+// cuts it off: PartitionDatapath then drops the servers' client and Raft ports
+// over the node's link both ways (the node's engine still reaches its own
+// node's server). Kwok nodes get a route to the other nodes through the host
+// (real nodes have their default route). stack.json lists every server
+// (Stack.DatapathServers: node, address, Raft address), and every client,
+// host process or engine, gets the whole list (Stack.DatapathAddr is the
+// comma-separated list). DatapathServers asks each server for its role;
+// `vigil-sandbox status` shows them and which one leads. The default stays 0,
+// one server on the host, until each volume's data is replicated: a volume's
+// data is on one server, so a server on a node makes that node's power cut
+// take the volumes it holds with it, and the tests that cut a writer's node
+// would cut its volume too. DatapathPowerLoss and CutDatapathPower are for
+// the host server only.
+//
 // # Identities
 //
 // Vigil's components never run with the admin's credential. ApplyDeployRBAC
