@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
+	dpclient "github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/sandbox"
+)
+
+// The sandbox of TestDatapathServers: 4 nodes, 3 datapath servers on the
+// first 3.
+const (
+	serversName   = "e2e-servers"
+	serversSubnet = "10.213.160.0/24"
+	serversNS     = "servers"
+)
+
+// TestDatapathServers_LeaderPowerCut: the datapath as three servers in one
+// control group, each a process of its node (node-1 to node-3 of four).
+//
+//  1. Every server answers and one leads. A volume per other server's node
+//     is created on that first leader (so its data is there) and granted
+//     to the node, which writes at its epoch.
+//  2. The first leader's server is restarted (SIGTERM: it hands the
+//     leadership over first), so the leader is now a server that does not
+//     hold the volumes.
+//  3. The new leader's node is powered off. Measured: the time to a new
+//     leader, and to the first committed fence of the cut node on its
+//     volume (held by a server that is not cut).
+//  4. A new claim is provisioned, attached and mounted on node-4 and
+//     written through.
+//  5. The cut node is powered on: its write at its old epoch is refused.
+func TestDatapathServers_LeaderPowerCut(t *testing.T) {
+	s, stk := upServers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctl := dialServers(t, ctx, stk, stk.TokenFile, "")
+	defer ctl.Close()
+
+	first := waitDatapathLeader(t, ctx, s, "")
+	vols := map[string]grantedVolume{}
+	for _, srv := range stk.DatapathServers {
+		if srv.Node != first.Node {
+			vols[srv.Node] = grantAndWrite(t, ctx, s, stk, ctl, first.Address, srv.Node)
+		}
+	}
+	if _, err := s.RestartProcess(first.Node, sandbox.StackDatapath, 10*time.Second); err != nil {
+		t.Fatalf("restart the leader's server on %s: %v", first.Node, err)
+	}
+	victim := waitDatapathLeader(t, ctx, s, first.Node)
+	v, ok := vols[victim.Node]
+	if !ok {
+		t.Fatalf("the leader after the handover is %s, which runs no server of the group", victim.Node)
+	}
+	t.Logf("leader %s handed over to %s; %s's volume %s is held by %s at epoch %d", first.Node, victim.Node, victim.Node, v.id, first.Node, v.epoch)
+
+	t0 := time.Now()
+	must(t, s.Stop(victim.Node))
+	next := waitDatapathLeader(t, ctx, s, victim.Node)
+	tLeader := time.Since(t0)
+	epoch := fenceUntilCommitted(t, ctx, ctl, v, victim.Node, next)
+	tFence := time.Since(t0)
+	t.Logf("FIGURE power cut of the leader's node %s: new leader %s after %.2fs; first committed fence (volume %s of %s, held by %s, epoch %d) after %.2fs",
+		victim.Node, next.Node, tLeader.Seconds(), v.id, victim.Node, first.Node, epoch, tFence.Seconds())
+	if tLeader > 3*time.Second {
+		t.Logf("the new leader took %.2fs, past the 3 s target", tLeader.Seconds())
+	}
+
+	mountNewClaim(t, ctx, s, stk, sandbox.NodeName(3))
+
+	must(t, s.Start(victim.Node))
+	zombie := dialServers(t, ctx, stk, sandbox.NodeTokenFile(s.NodeDir(victim.Node)), first.Address)
+	defer zombie.Close()
+	err := zombie.WriteAt(ctx, v.id, victim.Node, v.epoch, 0, []byte("zombie"))
+	if !errors.Is(err, datapath.ErrFenced) {
+		t.Fatalf("the returning node's write at its old epoch %d: %v, want ErrFenced", v.epoch, err)
+	}
+}
+
+// upServers starts the sandbox and the stack with 3 servers on nodes.
+func upServers(t *testing.T) (*sandbox.Sandbox, *sandbox.Stack) {
+	t.Helper()
+	workDir := filepath.Join(os.TempDir(), "vigil-e2e-servers")
+	must(t, sandbox.DownWorkDir(workDir))
+	downAtEnd(t, workDir)
+	cfg := sandbox.Config{Name: serversName, WorkDir: workDir, Nodes: 4, NodeMonitorGracePeriod: nodeMonitorGrace,
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: serversSubnet}
+	cfg.Logf = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := sandbox.Up(ctx, cfg)
+	if err != nil {
+		t.Fatalf("sandbox up: %v", err)
+	}
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
+	must(t, err)
+	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, DatapathServers: 3})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	if len(stk.DatapathServers) != 3 || !strings.Contains(stk.DatapathAddr, ",") {
+		t.Fatalf("stack.json lists servers %+v, datapath %q: want 3 servers, every client given all of them", stk.DatapathServers, stk.DatapathAddr)
+	}
+	for i, srv := range stk.DatapathServers {
+		if srv.Node != sandbox.NodeName(i) {
+			t.Fatalf("server %d on %s, want %s", i, srv.Node, sandbox.NodeName(i))
+		}
+	}
+	for _, ns := range []string{vigil.Namespace, serversNS} {
+		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
+	}
+	return s, stk
+}
+
+// dialServers is a client of the stack's servers with the token in
+// tokenFile: it dials first (default the first server) and finds the
+// leader among all of them.
+func dialServers(t *testing.T, ctx context.Context, stk *sandbox.Stack, tokenFile, first string) *dpclient.Client {
+	t.Helper()
+	addrs := stk.DatapathAddrs()
+	if first == "" {
+		first = addrs[0]
+	}
+	var others []string
+	for _, a := range addrs {
+		if a != first {
+			others = append(others, a)
+		}
+	}
+	c, err := dpclient.Dial(ctx, first, "", dpclient.WithTokenFile(tokenFile), dpclient.WithCAFile(stk.CAFile),
+		dpclient.WithServers(others...), dpclient.WithTimeout(time.Second), dpclient.WithRetries(2))
+	must(t, err)
+	return c
+}
+
+// waitDatapathLeader waits up to 20 s for a server other than the one on
+// node not to say it leads.
+func waitDatapathLeader(t *testing.T, ctx context.Context, s *sandbox.Sandbox, not string) sandbox.DatapathServerStatus {
+	t.Helper()
+	var leader sandbox.DatapathServerStatus
+	must(t, sandbox.Poll(ctx, 20*time.Second, "a datapath leader not on "+not, func(ctx context.Context) (bool, string, error) {
+		l, err := s.DatapathLeader(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		leader = l
+		return l.Node != not, "the leader is " + l.Node, nil
+	}, nil))
+	return leader
+}
+
+// grantedVolume is a volume granted to a node, at the grant's epoch.
+type grantedVolume struct {
+	id    string
+	epoch uint64
+}
+
+// grantAndWrite creates a volume (on the leader), grants it to node and
+// writes to it as node at the grant's epoch, at the server that holds it.
+func grantAndWrite(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, ctl *dpclient.Client, holder, node string) grantedVolume {
+	t.Helper()
+	v, err := ctl.CreateVolume(ctx, "servers-"+node, 1<<20, datapath.AccessRWO)
+	must(t, err)
+	epoch, err := ctl.Grant(ctx, v.ID, node)
+	must(t, err)
+	w := dialServers(t, ctx, stk, sandbox.NodeTokenFile(s.NodeDir(node)), holder)
+	defer w.Close()
+	if err := w.WriteAt(ctx, v.ID, node, epoch, 0, []byte("before")); err != nil {
+		t.Fatalf("%s's write to %s at epoch %d: %v", node, v.ID, epoch, err)
+	}
+	return grantedVolume{id: v.ID, epoch: epoch}
+}
+
+// fenceUntilCommitted fences node on v, again until a fence is committed
+// (the group elects its new leader meanwhile), within 20 s, and returns
+// its epoch.
+func fenceUntilCommitted(t *testing.T, ctx context.Context, ctl *dpclient.Client, v grantedVolume, node string, leader sandbox.DatapathServerStatus) uint64 {
+	t.Helper()
+	var epoch uint64
+	must(t, sandbox.Poll(ctx, 20*time.Second, fmt.Sprintf("a committed fence of %s on %s", node, v.id), func(ctx context.Context) (bool, string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		e, err := ctl.Fence(cctx, v.id, node)
+		if err != nil {
+			return false, fmt.Sprintf("%v (leader %s)", err, leader.Node), nil
+		}
+		epoch = e
+		return true, "", nil
+	}, nil))
+	if epoch <= v.epoch {
+		t.Fatalf("fence of %s on %s at epoch %d, not above the grant's %d", node, v.id, epoch, v.epoch)
+	}
+	return epoch
+}
+
+// mountNewClaim provisions a claim, runs a pod with it on node and waits
+// until the volume is attached and published there, then writes through
+// the mount.
+func mountNewClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, node string) {
+	t.Helper()
+	c := s.Client()
+	const claim = "after-cut"
+	t0 := time.Now()
+	must(t, sandbox.CreateClaim(ctx, c, serversNS, claim, stk.StorageClass, "64Mi"))
+	must(t, sandbox.WaitPVCsBound(ctx, c, serversNS, []string{claim}, 60*time.Second))
+	pvc, err := c.CoreV1().PersistentVolumeClaims(serversNS).Get(ctx, claim, metav1.GetOptions{})
+	must(t, err)
+	w := sandbox.Workload{Namespace: serversNS, Name: claim, Nodes: []string{node}, Claims: []string{claim}}
+	_, err = c.CoreV1().Pods(serversNS).Create(ctx, w.Pod(), metav1.CreateOptions{})
+	must(t, err)
+	pods, err := sandbox.WaitPodsRunning(ctx, c, serversNS, w.Selector(), 1, 60*time.Second)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, describeStack(s)(ctx))
+	}
+	waitAttached(t, ctx, s, pvc.Spec.VolumeName, node)
+	target := waitPublished(t, ctx, s, node, pods[0], pvc.Spec.VolumeName)
+	writePayload(t, target)
+	t.Logf("FIGURE a new claim provisioned, attached, mounted on %s and written through in %.2fs", node, time.Since(t0).Seconds())
+}
