@@ -15,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	vigil "github.com/vigil-storage/vigil"
+	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/sandbox"
@@ -37,6 +39,7 @@ import (
 func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *client.Client) {
 	c := s.Client()
 	victim := pickVictim(t, ctx, c)
+	failover := placeActingManager(t, ctx, c, victim)
 	ledgerDir := filepath.Join(os.TempDir(), "vigil-e2e-inst-ledger")
 	must(t, os.RemoveAll(ledgerDir))
 	must(t, os.MkdirAll(ledgerDir, 0o777))
@@ -58,12 +61,21 @@ func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *cl
 	epochA := grantsOf(t, ctx, dp, handle)[victim].Epoch
 	t.Logf("writer %s (uid %s) on %s writes to %s (volume %s, epoch %d)", podA.Name, podA.UID, victim, pv.Name, handle, epochA)
 
+	w := &recoveryWatch{c: c, ns: "default", selector: sel, oldUID: string(podA.UID), victim: victim, pv: pv.Name, handle: handle,
+		leaseNS: vigil.Namespace, lease: vigil.ManagerLeaseName,
+		podVolumeDir: func(node, uid string) string { return s.PodVolumeDir(node, types.UID(uid), pv.Name) },
+		ledger:       func(uid string) string { return filepath.Join(ledgerDir, uid+".log") }}
 	cut := time.Now()
 	must(t, s.Stop(victim))
 	tl := newTimeline(cut)
 	tl.mark("power cut of "+victim+" (kubelet, containerd, every container)", time.Now())
+	w.start(tl)
 	podB := waitWriter(t, ctx, s, sel, string(podA.UID), victim, ledgerDir, 5, 3*time.Minute)
-	tl.mark(fmt.Sprintf("replacement %s Running on %s and its writer acknowledging records", podB.UID, podB.Spec.NodeName), time.Now())
+	tl.mark(fmt.Sprintf("replacement %s Running on %s and its writer acknowledged 5 records", podB.UID, podB.Spec.NodeName), time.Now())
+	w.stop()
+	if rec := installedRecovery(t, ctx, s, victim, cut); rec != nil {
+		markRecovery(tl, rec)
+	}
 
 	acks, err := ledger.ReadLedger(filepath.Join(ledgerDir, string(podA.UID)+".log"))
 	must(t, err)
@@ -87,9 +99,38 @@ func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *cl
 	}
 	zombieRefused(t, ctx, s, dp, handle, victim, epochA)
 	t.Log(tl.table(fmt.Sprintf("Power cut of %s → the installed Vigil recovers its StatefulSet on %s", victim, podB.Spec.NodeName)))
-	t.Logf("figures: power cut → replacement writing on %s %.1fs; epochs %s %d → fence %d → %s %d",
-		podB.Spec.NodeName, time.Since(cut).Seconds(), victim, epochA, g[victim].Epoch, podB.Spec.NodeName, g[podB.Spec.NodeName].Epoch)
+	t.Logf("figures: power cut (acting manager on the cut node: %t) → replacement writing on %s %.1fs; epochs %s %d → fence %d → %s %d",
+		failover, podB.Spec.NodeName, time.Since(cut).Seconds(), victim, epochA, g[victim].Epoch, podB.Spec.NodeName, g[podB.Spec.NodeName].Epoch)
 	installedReturn(t, ctx, s, victim, string(podA.UID))
+}
+
+// installedRecovery is the installed manager's NodeRecovery of node's
+// failure at cut once it reached Recovered (nil, with the test failed, if
+// none did within a minute).
+func installedRecovery(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string, cut time.Time) *v1alpha1.NodeRecovery {
+	t.Helper()
+	rc, err := v1alpha1.NewForConfig(s.RESTConfig())
+	must(t, err)
+	var rec *v1alpha1.NodeRecovery
+	err = sandbox.Poll(ctx, time.Minute, "NodeRecovery of "+node+" Recovered", func(ctx context.Context) (bool, string, error) {
+		recs, err := rc.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for i := range recs.Items {
+			r := &recs.Items[i]
+			if r.Spec.NodeName == node && r.Status.DetectedAt != nil && !r.Status.DetectedAt.Time.Before(cut.Add(-time.Second)) {
+				rec = r
+				return v1alpha1.PhaseOrder(r.Status.Phase) >= v1alpha1.PhaseOrder(v1alpha1.PhaseRecovered), string(r.Status.Phase), nil
+			}
+		}
+		return false, fmt.Sprintf("%d records, none for %s", len(recs.Items), node), nil
+	}, nil)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return rec
 }
 
 // installedReturn boots the fenced node again: its kubelet starts the
@@ -120,43 +161,83 @@ func installedReturn(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node
 
 // pickVictim is a node whose power cut the loop recovers from: not node-1,
 // which holds the datapath's disk, nor the CSI controller's node (its
-// sidecars attach the replacement's volume); of those, one without the
-// acting manager if there is one.
+// sidecars attach the replacement's volume).
 func pickVictim(t *testing.T, ctx context.Context, c kubernetes.Interface) string {
 	t.Helper()
-	pods, err := c.CoreV1().Pods(vigil.Namespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.CoreV1().Pods(vigil.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=csi-controller"})
 	must(t, err)
-	lease, err := c.CoordinationV1().Leases(vigil.Namespace).Get(ctx, "vigil-manager", metav1.GetOptions{})
-	must(t, err)
-	holder := ""
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
-	avoid, leader := map[string]string{"node-1": "the datapath's disk"}, ""
+	avoid := map[string]string{"node-1": "the datapath's disk"}
 	for _, p := range pods.Items {
-		switch comp := p.Labels["app.kubernetes.io/component"]; {
-		case comp == "csi-controller":
-			avoid[p.Spec.NodeName] = "the CSI controller"
-		case comp == "manager" && strings.HasPrefix(holder, p.Name+"_"):
-			leader = p.Spec.NodeName
-		}
+		avoid[p.Spec.NodeName] = "the CSI controller"
 	}
-	var fallback string
 	for _, n := range []string{"node-2", "node-3"} {
-		if _, ok := avoid[n]; ok {
-			continue
-		}
-		if n != leader {
-			t.Logf("power cut victim %s (avoided: %v; acting manager on %s)", n, avoid, leader)
+		if _, ok := avoid[n]; !ok {
+			t.Logf("power cut victim %s (avoided: %v)", n, avoid)
 			return n
 		}
-		fallback = n
 	}
-	if fallback == "" {
-		t.Fatalf("no node to cut: avoided %v", avoid)
+	t.Fatalf("no node to cut: avoided %v", avoid)
+	return ""
+}
+
+// actingManager is the pod of the acting manager (the holder of the Lease
+// vigil-manager, whose identity is POD-NAME_UUID) and its node.
+func actingManager(t *testing.T, ctx context.Context, c kubernetes.Interface) (string, string) {
+	t.Helper()
+	lease, err := c.CoordinationV1().Leases(vigil.Namespace).Get(ctx, vigil.ManagerLeaseName, metav1.GetOptions{})
+	must(t, err)
+	pods, err := c.CoreV1().Pods(vigil.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=manager"})
+	must(t, err)
+	for _, p := range pods.Items {
+		if lease.Spec.HolderIdentity != nil && strings.HasPrefix(*lease.Spec.HolderIdentity, p.Name+"_") {
+			return p.Name, p.Spec.NodeName
+		}
 	}
-	t.Logf("power cut victim %s, which runs the acting manager (avoided: %v): the other takes over first", fallback, avoid)
-	return fallback
+	return "", ""
+}
+
+// placeActingManager makes the power cut of victim measure what the test
+// asks: by default the recovery of the application alone, so an acting
+// manager on victim is moved away first; with
+// VIGIL_E2E_CUT_ACTING_MANAGER=1 the failover too, so the acting manager is
+// moved onto victim (its other replica must run there). It reports whether
+// the acting manager runs on victim.
+func placeActingManager(t *testing.T, ctx context.Context, c kubernetes.Interface, victim string) bool {
+	t.Helper()
+	pod, node := actingManager(t, ctx, c)
+	want := os.Getenv("VIGIL_E2E_CUT_ACTING_MANAGER") == "1"
+	if (node == victim) != want {
+		moveActingManager(t, ctx, c, pod)
+		pod, node = actingManager(t, ctx, c)
+	}
+	if (node == victim) != want {
+		t.Fatalf("the acting manager %s runs on %s; VIGIL_E2E_CUT_ACTING_MANAGER=%t wants it on the victim %s: %t (no replica there to take over?)",
+			pod, node, want, victim, want)
+	}
+	t.Logf("acting manager %s on %s: the power cut of %s %s", pod, node, victim,
+		map[bool]string{true: "takes it down too (its other replica takes over when the Lease expires)", false: "leaves it acting"}[want])
+	return want
+}
+
+// moveActingManager deletes the acting manager's pod (a graceful stop: it
+// releases the Lease) and waits until another replica holds the Lease and
+// the Deployment has its two replicas available again.
+func moveActingManager(t *testing.T, ctx context.Context, c kubernetes.Interface, pod string) {
+	t.Helper()
+	t0 := time.Now()
+	must(t, c.CoreV1().Pods(vigil.Namespace).Delete(ctx, pod, metav1.DeleteOptions{}))
+	must(t, sandbox.Poll(ctx, 2*time.Minute, "the Lease held by another manager and 2 managers available", func(ctx context.Context) (bool, string, error) {
+		holder, _ := actingManager(t, ctx, c)
+		d, err := c.AppsV1().Deployments(vigil.Namespace).Get(ctx, "vigil-manager", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return holder != "" && holder != pod && d.Status.AvailableReplicas == 2, fmt.Sprintf("holder %q, %d available", holder, d.Status.AvailableReplicas), nil
+	}, func(ctx context.Context) string {
+		return sandbox.DescribePods(ctx, c, vigil.Namespace, "app.kubernetes.io/component=manager")
+	}))
+	holder, node := actingManager(t, ctx, c)
+	t.Logf("the acting manager %s stopped: %s on %s holds the Lease, 2 managers available again %.1fs later", pod, holder, node, time.Since(t0).Seconds())
 }
 
 // grantsOf is the datapath's attachment rows of volume handle, by node.

@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
 // timeline records when each event was first seen, relative to a start (the power
-// cut), and prints them as a table.
+// cut), and prints them as a table in the order of their times. It is safe
+// for concurrent use (a recoveryWatch marks it while the test does).
 type timeline struct {
+	mu    sync.Mutex
 	start time.Time
 	order []string
 	at    map[string]time.Duration
@@ -20,6 +24,8 @@ func newTimeline(start time.Time) *timeline {
 
 // mark records event at now unless it was seen before.
 func (tl *timeline) mark(event string, now time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
 	if _, ok := tl.at[event]; ok {
 		return
 	}
@@ -28,11 +34,16 @@ func (tl *timeline) mark(event string, now time.Time) {
 }
 
 func (tl *timeline) seen(event string) (time.Duration, bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
 	d, ok := tl.at[event]
 	return d, ok
 }
 
 func (tl *timeline) table(title string) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	sort.SliceStable(tl.order, func(i, j int) bool { return tl.at[tl.order[i]] < tl.at[tl.order[j]] })
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%s\n| t (s) | event |\n| ---: | --- |\n", title)
 	for _, e := range tl.order {
