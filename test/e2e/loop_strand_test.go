@@ -92,7 +92,7 @@ func (e *loopEnv) newOptedOutApp(t *testing.T, name, node string) loopApp {
 	a := e.newAppClaim(t, name)
 	grace := int64(1)
 	ss := sandbox.Workload{Namespace: loopNS, Name: name, Nodes: []string{node}, Claims: []string{a.claim},
-		TerminationGracePeriodSeconds: &grace}.StatefulSet(1)
+		TerminationGracePeriodSeconds: &grace, Image: e.writer.Image, WriterLedgerDir: e.writer.WriterLedgerDir}.StatefulSet(1)
 	ss.Spec.Template.Annotations = map[string]string{vigil.ReapAnnotation: "false"}
 	_, err := c.AppsV1().StatefulSets(loopNS).Create(ctx, ss, metav1.CreateOptions{})
 	must(t, err)

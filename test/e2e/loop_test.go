@@ -27,6 +27,7 @@ import (
 	"github.com/vigil-storage/vigil/datapath"
 	dpclient "github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/images"
 	"github.com/vigil-storage/vigil/settings"
 )
 
@@ -34,10 +35,14 @@ import (
 // `vigil-manager run` wired to the datapath: nothing in these tests fences,
 // taints, reaps or frees an attachment; the manager does all of it.
 const (
-	loopName   = "e2e-loop"
-	loopSubnet = "10.213.176.0/24"
-	loopNS     = "loop"
-	loopNodes  = 3
+	loopName      = "e2e-loop"
+	loopSubnet    = "10.213.176.0/24"
+	loopPodSubnet = "10.219.0.0/16"
+	// The kwok loop's (TestLoopKwok).
+	loopKwokName   = "e2e-loop-kwok"
+	loopKwokSubnet = "10.213.177.0/24"
+	loopNS         = "loop"
+	loopNodes      = 3
 	// loopSettings is the manager's settings ConfigMap, as in deploy/: the
 	// manager reads and watches it; a person (the test, as admin) writes it.
 	loopSettings = "vigil-settings"
@@ -58,25 +63,53 @@ type loopEnv struct {
 	writer sandbox.Workload
 }
 
-// TestLoop is the end-to-end proof, one sandbox for all of its cases, run
-// in order (each leaves every node healthy and untainted for the next).
+// TestLoop is the end-to-end proof on real nodes: one sandbox of 3 real
+// nodes (a kubelet, containerd, a CNI bridge and kube-proxy each, the engine
+// inside each as its kubelet's CSI node plugin) for all of its cases, run in
+// order (each leaves every node healthy and untainted for the next). Every
+// application pod is a container of the writer image appending fsync'd
+// records to its Vigil volume; the real kubelets stage, publish, unpublish
+// and unstage.
 func TestLoop(t *testing.T) {
-	e := upLoop(t)
-	for _, c := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"PowerCut", e.testPowerCut},
+	e := upLoopWith(t, loopSpec{name: loopName, subnet: loopSubnet, workDir: "vigil-e2e-loop", realNodes: true, podSubnet: loopPodSubnet})
+	runLoopCases(t, []loopCase{
+		{"PowerCut", e.testRealPowerCut},
 		{"Zombie", e.testZombie},
 		{"ControlPlaneOutage", e.testControlPlaneOutage},
 		{"DatapathOnlyCut", e.testDatapathOnlyCut},
 		{"FenceNeverStrands", e.testFenceNeverStrands},
 		{"GracefulEngineRestart", e.testGracefulEngineRestart},
 		{"AttachmentPolicies", e.testAttachmentPolicies},
-		{"CrashLoop", e.testCrashLoop},
 		{"DeleteClaim", e.testDeleteClaim},
 		{"AccessModes", e.testAccessModes},
-	} {
+		{"UIRecovery", e.testUIRecovery},
+	})
+}
+
+// TestLoopKwok is the closed loop on kwok nodes with the kubelet stand-in,
+// for what only the control loop decides: the power cut's figure without a
+// kubelet's node-status sync (beside TestLoop/PowerCut's on real nodes), and
+// the crash-loop deletion, whose CrashLoopBackOff status the test writes as a
+// kubelet would (a real kubelet would overwrite it, and a real crash loop
+// takes minutes of back-off).
+func TestLoopKwok(t *testing.T) {
+	e := upLoop(t)
+	runLoopCases(t, []loopCase{
+		{"PowerCut", e.testPowerCut},
+		{"CrashLoop", e.testCrashLoop},
+	})
+}
+
+// loopCase is one case of a closed-loop sandbox.
+type loopCase struct {
+	name string
+	run  func(*testing.T)
+}
+
+// runLoopCases runs cases in order; a failed case skips the ones after it,
+// which share its sandbox.
+func runLoopCases(t *testing.T, cases []loopCase) {
+	for _, c := range cases {
 		if !t.Run(c.name, c.run) {
 			t.Logf("%s failed; the cases after it share its sandbox and are skipped", c.name)
 			return
@@ -90,12 +123,17 @@ type loopSpec struct {
 	managerArgs           []string
 	// outageGrace is the datapath's --token-review-outage-grace; 0: its default.
 	outageGrace time.Duration
+	// realNodes runs real nodes (sandbox.KubeletReal) on podSubnet, the
+	// applications' pods containers of the writer image; else kwok nodes.
+	realNodes bool
+	podSubnet string
 }
 
-// upLoop brings up the loop sandbox: 3 nodes, the stack, the CRDs, and the
-// manager with delete-both, the fast trigger and immediate attachment recovery.
+// upLoop brings up the kwok loop sandbox: 3 nodes, the stack, the CRDs, and
+// the manager with delete-both, the fast trigger and immediate attachment
+// recovery.
 func upLoop(t *testing.T) *loopEnv {
-	return upLoopWith(t, loopSpec{name: loopName, subnet: loopSubnet, workDir: "vigil-e2e-loop"})
+	return upLoopWith(t, loopSpec{name: loopKwokName, subnet: loopKwokSubnet, workDir: "vigil-e2e-loop-kwok"})
 }
 
 // upLoopWith is upLoop for the sandbox spec names (a name, subnet and work
@@ -114,9 +152,19 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 		if loops := loopsUnder(t, workDir); len(loops) > 0 {
 			t.Errorf("after sandbox down, loop devices backed under %s: %v", workDir, loops)
 		}
+		if spec.realNodes {
+			if left, err := sandbox.Leftovers(spec.name, workDir); err != nil || len(left) > 0 {
+				t.Errorf("after sandbox down (%v): %s", err, strings.Join(left, "\n"))
+			}
+		}
 	})
 	cfg := sandbox.Config{Name: spec.name, WorkDir: workDir, Nodes: loopNodes, NodeMonitorGracePeriod: nodeMonitorGrace,
 		DefaultTolerationSeconds: tolerationSeconds, Subnet: spec.subnet, AuditLog: true}
+	var writer sandbox.Workload
+	if spec.realNodes {
+		writer = realLoopNodes(t, &cfg, spec.podSubnet)
+	}
+	t0 := time.Now()
 	cfg.Logf = t.Logf
 	downAtEnd(t, workDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -126,11 +174,29 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 		t.Fatalf("sandbox up: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := collectAudit(s, "loop"); err != nil {
+		if err := collectAudit(s, spec.name); err != nil {
 			t.Error(err)
 		}
 	})
-	return startLoop(t, ctx, s, spec)
+	e := startLoop(t, ctx, s, spec)
+	e.writer = writer
+	t.Logf("%d %s nodes, the stack and the manager up in %.1fs", loopNodes, cfg.Kubelet, time.Since(t0).Seconds())
+	return e
+}
+
+// realLoopNodes makes cfg a sandbox of real nodes on podSubnet that imports
+// the pause and writer images, and returns the applications' writer (its
+// image and a ledger directory the writer, as sandbox.WriterUID, may write).
+func realLoopNodes(t *testing.T, cfg *sandbox.Config, podSubnet string) sandbox.Workload {
+	t.Helper()
+	requireRealNodes(t)
+	files, pause := realNodeImages(t, images.Pause, images.Writer)
+	writerImage, err := images.Ref(images.Writer, "dev", nil)
+	must(t, err)
+	cfg.Kubelet, cfg.NodeImages, cfg.PauseImage, cfg.PodSubnet = sandbox.KubeletReal, files, pause, podSubnet
+	ledgers := t.TempDir()
+	must(t, os.Chmod(ledgers, 0o777))
+	return sandbox.Workload{Image: writerImage, WriterLedgerDir: ledgers}
 }
 
 // startLoop runs the closed loop on sandbox s: the stack, the CRDs, the

@@ -12,41 +12,29 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/sandbox"
-	"github.com/vigil-storage/vigil/sandbox/images"
 	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
-// TestRealNodes_LoopPowerCut is TestLoop's PowerCut on real nodes: 3 nodes,
-// each a real kubelet, containerd and kube-proxy with its engine inside it as
-// the kubelet's CSI node plugin (no kubelet stand-in), the stack's host
-// processes and `vigil-manager run`. A StatefulSet's pod is a container of
-// the writer image that appends fsync'd records to its Vigil volume and
-// acknowledges each in a ledger on the host. Its node loses power (kubelet,
-// containerd, the container and the engine at once). The manager fences,
-// taints, reaps and frees the attachment; the real kubelet of another node
-// stages and publishes the volume and starts the replacement's container,
-// which finds every record the old one acknowledged; the old node's grant is
-// fenced (a write as that node at its old epoch is refused). Started again,
-// the node is let back only once its engine cleaned up and removed the taint.
-func TestRealNodes_LoopPowerCut(t *testing.T) {
-	requireRealNodes(t)
-	nodeImages, pause := realNodeImages(t, images.Pause, images.Writer)
-	writerImage, err := images.Ref(images.Writer, "dev", nil)
-	must(t, err)
-	t0 := time.Now()
-	s := upRealNodes(t, sandbox.Config{Name: "e2e-realloop", WorkDir: filepath.Join(os.TempDir(), "vigil-e2e-realloop"), Nodes: loopNodes,
-		NodeImages: nodeImages, PauseImage: pause, Subnet: "10.213.131.0/24", PodSubnet: "10.217.0.0/16"}, 3*time.Minute)
+// testRealPowerCut is the power cut on real nodes: a StatefulSet's pod is a
+// container of the writer image that appends fsync'd records to its Vigil
+// volume and acknowledges each in a ledger on the host. Its node loses power
+// (kubelet, containerd, the container and the engine at once). The manager
+// fences, taints, reaps and frees the attachment; the real kubelet of
+// another node stages and publishes the volume and starts the replacement's
+// container, which finds every record the old one acknowledged; the old
+// node's grant is fenced (a write as that node at its old epoch is refused).
+// Started again, the node is let back only once its engine cleaned up and
+// removed the taint. The timeline says where the seconds go
+// (recoveryWatch).
+func (e *loopEnv) testRealPowerCut(t *testing.T) {
 	ctx := context.Background()
-	e := startLoop(t, ctx, s, loopSpec{name: "e2e-realloop"})
-	t.Logf("3 real nodes, the stack (each engine registered with its kubelet) and the manager up in %.1fs", time.Since(t0).Seconds())
-	ledgers := t.TempDir()
-	must(t, os.Chmod(ledgers, 0o777)) // the writer runs as sandbox.WriterUID
-	e.writer = sandbox.Workload{Image: writerImage, WriterLedgerDir: ledgers}
-
+	s := e.s
+	ledgers := e.writer.WriterLedgerDir
 	app := e.newLoopApp(t, "rpc", "node-1")
 	podA := e.waitRunning(t, e.waitAppPod(t, app, "", "", 90*time.Second), 90*time.Second)
 	victim := podA.Spec.NodeName
@@ -57,23 +45,22 @@ func TestRealNodes_LoopPowerCut(t *testing.T) {
 	e.waitAcks(t, ledgerA, 20, 60*time.Second)
 	t.Logf("pod %s's container on %s writes through the real kubelet's mount %s (epoch %d)", podA.Name, victim, targetA, epochA)
 
+	w := &recoveryWatch{c: s.Client(), ns: loopNS, selector: "app=" + app.name, oldUID: string(podA.UID), victim: victim, pv: app.pv, handle: app.handle,
+		podVolumeDir: func(node, uid string) string { return s.PodVolumeDir(node, types.UID(uid), app.pv) },
+		ledger:       func(uid string) string { return sandbox.LedgerFile(ledgers, uid) }}
 	start := time.Now()
 	must(t, s.Stop(victim))
 	tl := newTimeline(start)
 	tl.mark("power cut of "+victim+" (its kubelet, containerd, the writer's container and its engine SIGKILLed)", time.Now())
+	w.start(tl)
 	podB := e.waitAppPod(t, app, string(podA.UID), victim, 90*time.Second)
 	nodeB := podB.Spec.NodeName
-	tl.mark("replacement scheduled on "+nodeB, time.Now())
 	epochB := waitAttached(t, ctx, s, app.pv, nodeB)
-	tl.mark("replacement's VolumeAttachment attached on "+nodeB, time.Now())
 	e.waitVolumesInUse(t, nodeB, app.handle)
-	tl.mark(nodeB+"'s kubelet reported the volume in use (status.volumesInUse, its node-status sync)", time.Now())
 	targetB := waitPublished(t, ctx, s, nodeB, podB, app.pv)
-	tl.mark("the kubelet of "+nodeB+" staged and published the volume", time.Now())
 	podB = e.waitRunning(t, podB, 60*time.Second)
-	tl.mark("replacement Running", time.Now())
 	e.waitAcks(t, sandbox.LedgerFile(ledgers, string(podB.UID)), 1, 60*time.Second)
-	tl.mark("replacement's writer acknowledged its first record", time.Now())
+	w.stop()
 
 	rec := e.waitRecovery(t, victim, start, v1alpha1.PhaseRecovered, 60*time.Second)
 	e.checkRecovery(t, rec, app, podA.UID, podB.UID)

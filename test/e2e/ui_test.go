@@ -152,7 +152,7 @@ func textOf(sel string, out *string) chromedp.Action {
 // history` name the UI's changes and who made them, the nodes page shows the
 // cluster (without a datapath, and says so), and an overlay file that blocks
 // acting brings the banner to the open page and takes it away when removed.
-// TestUI_BrowserRecovery shows a recovery the closed loop makes.
+// TestLoop/UIRecovery shows a recovery the closed loop makes.
 func TestUI_Browser(t *testing.T) {
 	installCRD(t)
 	r := startUIManager(t)
@@ -311,6 +311,6 @@ func TestUI_Browser(t *testing.T) {
 		if strings.Contains(text, "cannot be shown") {
 			t.Errorf("recoveries page: %q", text)
 		}
-		// TestUI_BrowserRecovery shows one the closed loop made.
+		// TestLoop/UIRecovery shows one the closed loop made.
 	})
 }
