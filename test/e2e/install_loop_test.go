@@ -35,7 +35,9 @@ import (
 // writer writing there, every record the old pod acknowledged on the volume;
 // the old node fenced at the datapath (its row revoked at a newer epoch) and
 // a write as that node at its old epoch refused; then the node booted again,
-// its engine cleaning up and removing the fenced taint (installedReturn).
+// its engine cleaning up and removing the fenced taint (installedReturn);
+// then the engines and the managers upgraded while the replacement writes
+// (installedUpgrade).
 func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *client.Client) {
 	c := s.Client()
 	victim := pickVictim(t, ctx, c)
@@ -102,6 +104,15 @@ func installedLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, dp *cl
 	t.Logf("figures: power cut (acting manager on the cut node: %t) → replacement writing on %s %.1fs; epochs %s %d → fence %d → %s %d",
 		failover, podB.Spec.NodeName, time.Since(cut).Seconds(), victim, epochA, g[victim].Epoch, podB.Spec.NodeName, g[podB.Spec.NodeName].Epoch)
 	installedReturn(t, ctx, s, victim, string(podA.UID))
+	installedUpgrade(t, ctx, s, ledgerDir, podB, pv.Name, handle, g[podB.Spec.NodeName].Epoch, func() map[string]uint64 {
+		live := map[string]uint64{}
+		for n, a := range grantsOf(t, ctx, dp, handle) {
+			if a.Live() {
+				live[n] = a.Epoch
+			}
+		}
+		return live
+	})
 }
 
 // installedRecovery is the installed manager's NodeRecovery of node's

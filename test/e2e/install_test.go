@@ -32,7 +32,10 @@ import (
 // identity's call. Then the closed loop runs against what was installed
 // (installedLoop): a StatefulSet's writer container, a power cut of its
 // node, the replacement Running elsewhere with every acknowledged record,
-// the old node fenced, then booted again and untainted by its engine.
+// the old node fenced, then booted again and untainted by its engine; then
+// the upgrade procedure (installedUpgrade): the engines and the managers
+// rolled to another image tag while the replacement writes, which sees
+// nothing but a pause.
 func TestInstall_RealNodes(t *testing.T) {
 	requireRealNodes(t)
 	nodeImages, pause := installImages(t)
@@ -73,8 +76,14 @@ func installImages(t *testing.T) ([]string, string) {
 	if err != nil {
 		t.Fatalf("build the images: %v", err)
 	}
+	// The same vigil image under another tag, for the upgrade (installedUpgrade).
+	upgrade, err := images.Build(ctx, images.Options{Out: t.TempDir(), SourceDir: filepath.Join("..", ".."), VigilBinDir: bin,
+		Tag: upgradeTag, Only: []string{images.Vigil}})
+	if err != nil {
+		t.Fatalf("build the vigil image tagged %s: %v", upgradeTag, err)
+	}
 	var files []string
-	for _, r := range res {
+	for _, r := range append(res, upgrade...) {
 		files = append(files, r.File)
 	}
 	pause, err := images.Ref(images.Pause, "dev", nil)
