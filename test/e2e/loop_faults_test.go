@@ -348,9 +348,12 @@ func (e *loopEnv) testCrashLoop(t *testing.T) {
 	podA := e.waitAppPod(t, app, "", "", 60*time.Second)
 	waitStackPodRunningIn(t, ctx, e, podA)
 	e.crashLoop(t, podA, 4)
-	podB := e.waitAppPod(t, app, string(podA.UID), "", 60*time.Second)
-	t.Logf("crash-looping pod %s deleted; replacement %s on %s", podA.UID, podB.UID, podB.Spec.NodeName)
-	waitStackPodRunningIn(t, ctx, e, podB)
+	// The replacement that runs: kwok may delete the StatefulSet's first
+	// new pod of the same name as it removes the old one (seen once:
+	// three pods cl-0 scheduled within 0.6 s, the manager's deletion
+	// counted once).
+	podB := e.waitAppPodRunning(t, app, string(podA.UID), 60*time.Second)
+	t.Logf("crash-looping pod %s deleted; replacement %s running on %s", podA.UID, podB.UID, podB.Spec.NodeName)
 	e.crashLoop(t, podB, 9)
 	time.Sleep(3 * time.Second)
 	p, err := e.s.Client().CoreV1().Pods(loopNS).Get(ctx, podB.Name, metav1.GetOptions{})
@@ -374,6 +377,29 @@ func (e *loopEnv) crashLoop(t *testing.T, pod corev1.Pod, restarts int32) {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off restarting failed container"}}}}
 	_, err = e.s.Client().CoreV1().Pods(loopNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	must(t, err)
+}
+
+// waitAppPodRunning waits for a pod of app other than notUID, not being
+// deleted, Running, and returns it.
+func (e *loopEnv) waitAppPodRunning(t *testing.T, app loopApp, notUID string, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	must(t, sandbox.Poll(context.Background(), timeout, "a Running pod of "+app.name+" other than "+notUID, func(ctx context.Context) (bool, string, error) {
+		pods, err := e.s.Client().CoreV1().Pods(loopNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app.name})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var seen []string
+		for _, p := range pods.Items {
+			seen = append(seen, fmt.Sprintf("%s %s", p.UID, p.Status.Phase))
+			if string(p.UID) != notUID && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				pod = p
+				return true, "", nil
+			}
+		}
+		return false, strings.Join(seen, ", "), nil
+	}, e.describe))
+	return pod
 }
 
 func waitStackPodRunningIn(t *testing.T, ctx context.Context, e *loopEnv, pod corev1.Pod) {

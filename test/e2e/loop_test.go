@@ -180,7 +180,7 @@ func upLoopWith(t *testing.T, spec loopSpec) *loopEnv {
 	})
 	e := startLoop(t, ctx, s, spec)
 	e.writer = writer
-	t.Logf("%d %s nodes, the stack and the manager up in %.1fs", loopNodes, cfg.Kubelet, time.Since(t0).Seconds())
+	t.Logf("%d %s nodes, the stack and the manager up in %.1fs", loopNodes, map[bool]string{true: "real", false: "kwok"}[spec.realNodes], time.Since(t0).Seconds())
 	return e
 }
 
