@@ -267,11 +267,18 @@ func (s *Store) forget(v *volume) {
 // create of this server was waiting for it (its outcome was unknown here).
 func (s *Store) adopt(id string) {
 	cv, _, ok := s.ctl.AppliedVolume(id)
-	if !ok || cv.Server != s.ctl.Self() {
+	if !ok {
+		return
+	}
+	if cv.Server != s.ctl.Self() {
+		s.forgetPrepared(cv)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.vols[id] == nil && !s.closed {
+		s.unprepareLocked(cv.Name, id)
+	}
 	if _, busy := s.prov.fileOps[id]; busy || s.vols[id] != nil || s.closed {
 		return // its create publishes it
 	}

@@ -81,7 +81,17 @@
 // metadata (HolderAddressKey) and, on the bulk channel, as the first line of
 // the message (holder.go; TestClient_Group_IOGoesToTheHolder).
 // Data files no volume of the group names are logged and kept, not removed:
-// a server behind the group may not know a volume yet. A Store without a
+// a server behind the group may not know a volume yet. A create names the
+// server that holds the new volume's data (placement.go): the Go client
+// given the servers takes the one with the most free capacity, has it make
+// the data file (PrepareVolume), commits the create at the leader naming it
+// (CreatePlacedVolume) and confirms that server applied it, so no volume is
+// committed whose file is not durable on its server
+// (TestClient_Group_CreatePlacesOnTheServerWithMostFreeSpace,
+// TestClient_Group_CreateBadInputAndNoSpace,
+// TestStore_PlacedCreate_PreparedFileAndBadInput); a prepared file whose
+// create is never committed keeps its size promised for PrepareHold and is
+// then one of those kept files. A Store without a
 // Control keeps all of it in datapath.db as described below; the package's
 // other tests use it so.
 //

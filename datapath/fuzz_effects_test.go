@@ -295,6 +295,9 @@ var effects = map[string]effect{
 	wire.MethodWaitApplied: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("confirmed an apply though the store has no control group")
 	},
+	wire.MethodPrepareVolume: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("prepared a volume though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

@@ -118,6 +118,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodGroupVolumes:     func() wire.Message { return &wire.Empty{} },
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 	wire.MethodWaitApplied:      func() wire.Message { return &wire.WaitAppliedRequest{} },
+	wire.MethodPrepareVolume:    func() wire.Message { return &wire.CreateVolumeRequest{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -409,6 +410,8 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodGroupVolumes, &wire.Empty{}},
 		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
 		{wire.MethodWaitApplied, &wire.WaitAppliedRequest{Index: 1, Term: 1, TimeoutNanos: 1e9}},
+		{wire.MethodPrepareVolume, &wire.CreateVolumeRequest{Name: "pvc-p", Size: 4096, Access: "rwo"}},
+		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-q", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1"}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for
 	// node-1's own acts, the controller for the rest.

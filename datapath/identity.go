@@ -131,6 +131,7 @@ var methodAccess = map[string]access{
 	wire.MethodGroupVolumes:     controllerOnly,
 	wire.MethodClearFailure:     controllerOnly,
 	wire.MethodWaitApplied:      controllerOnly,
+	wire.MethodPrepareVolume:    controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,
 	wire.MethodRelease:          controllerOrOwnNode,

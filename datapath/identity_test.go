@@ -35,6 +35,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodGroupVolumes, true, false, false},
 		{wire.MethodClearFailure, true, false, false},
 		{wire.MethodWaitApplied, true, false, false},
+		{wire.MethodPrepareVolume, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},
 		{wire.MethodRelease, true, true, false},

@@ -52,7 +52,11 @@ type provisioning struct {
 	creating map[string]*pendingCreate // name -> its create in flight
 	deleting map[string]chan struct{}  // id -> closed when its delete has ended
 	fileOps  map[string]struct{}       // ids whose data file is made or removed
-	promised int64                     // sizes of the creates in flight
+	// prepared: by name, the volumes whose data file PrepareVolume made
+	// for a create to be committed naming this server (placement.go);
+	// their ids stay in fileOps and their sizes in promised.
+	prepared map[string]*preparedVolume
+	promised int64 // sizes of the creates in flight
 	// unreserved is the part of promised whose blocks are not yet reserved
 	// on disk (free space on disk does not show it yet).
 	unreserved int64
@@ -64,7 +68,8 @@ type provisioning struct {
 }
 
 func newProvisioning() provisioning {
-	return provisioning{creating: map[string]*pendingCreate{}, deleting: map[string]chan struct{}{}, fileOps: map[string]struct{}{}}
+	return provisioning{creating: map[string]*pendingCreate{}, deleting: map[string]chan struct{}{}, fileOps: map[string]struct{}{},
+		prepared: map[string]*preparedVolume{}}
 }
 
 func (p *provisioning) at(step, id string) {

@@ -19,9 +19,18 @@ var serviceDesc = grpc.ServiceDesc{
 	ServiceName: wire.ServiceName,
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
-		method(wire.MethodCreateVolume, func(s *Store, r *wire.CreateVolumeRequest) (wire.Message, error) {
-			v, err := s.CreateVolume(r.Name, r.Size, AccessMode(r.Access))
-			return volumeToWire(v), err
+		confirmMethod(wire.MethodCreateVolume, func(s *Store, r *wire.CreateVolumeRequest, p *pendingApply) (wire.Message, error) {
+			if r.ID == "" && r.Server == "" {
+				v, err := s.CreateVolume(r.Name, r.Size, AccessMode(r.Access))
+				return volumeToWire(v), err
+			}
+			if p == nil {
+				return nil, fmt.Errorf("%w: create volume %q placed on server %s: the client must confirm with that server (%s)", ErrInvalidArgument, r.Name, r.Server, wire.ConfirmMetadataKey)
+			}
+			v, err := s.createPlaced(r.ID, r.Name, r.Size, AccessMode(r.Access), r.Server, p)
+			out := volumeToWire(v)
+			out.Pending = p.toWire()
+			return out, err
 		}),
 		confirmMethod(wire.MethodDeleteVolume, func(s *Store, r *wire.VolumeRef, p *pendingApply) (wire.Message, error) {
 			err := s.deleteVolume(r.ID, p)
@@ -147,6 +156,13 @@ var serviceDesc = grpc.ServiceDesc{
 		}),
 		methodCtx(wire.MethodWaitApplied, func(ctx context.Context, s *Store, r *wire.WaitAppliedRequest) (wire.Message, error) {
 			return &wire.Empty{}, s.WaitApplied(ctx, r.Index, r.Term, time.Duration(r.TimeoutNanos))
+		}),
+		method(wire.MethodPrepareVolume, func(s *Store, r *wire.CreateVolumeRequest) (wire.Message, error) {
+			if r.ID != "" || r.Server != "" {
+				return nil, fmt.Errorf("%w: prepare volume %q: a prepare names no id or server (the server draws the id and is itself the server)", ErrInvalidArgument, r.Name)
+			}
+			v, server, err := s.PrepareVolume(r.Name, r.Size, AccessMode(r.Access))
+			return &wire.PreparedVolume{ID: v.ID, Server: server}, err
 		}),
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -12,8 +12,18 @@ import (
 
 // CreateVolume creates a volume, idempotently by name: asking again with the same
 // name, size and mode returns the existing volume; a different size or mode gets
-// ErrAlreadyExists. ErrNoSpace when the server's capacity cannot hold it.
+// ErrAlreadyExists. ErrNoSpace when the server's capacity cannot hold it. Given
+// the group's servers (WithServers), it places the volume's data on the server
+// with the most free capacity (placement.go).
 func (c *Client) CreateVolume(ctx context.Context, name string, size int64, mode datapath.AccessMode) (datapath.Volume, error) {
+	if len(c.group.servers) > 1 {
+		if err := datapath.ValidVolume(name, size, mode); err != nil {
+			return datapath.Volume{}, err // refused before any server is asked
+		}
+		if v, handled, err := c.createPlaced(ctx, name, size, mode); handled {
+			return v, err
+		}
+	}
 	var resp wire.Volume
 	err := c.invoke(ctx, wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode)}, &resp, retrySafe)
 	if err != nil {

@@ -118,16 +118,21 @@ func controllerClient(t *testing.T, srvs []*datapathtest.Server, opts ...client.
 	return c
 }
 
-// volumeOn creates a volume whose data server i holds (the leader creates
-// on itself) and grants it to node. Should the leadership move during the
+// volumeOn creates a volume whose data server i holds (a client given no
+// servers creates at the leader, which holds the data) and grants it to
+// node through c. Should the leadership move during the
 // create, it tries again under another name.
 func volumeOn(t *testing.T, ctx context.Context, c *client.Client, srvs []*datapathtest.Server, i int, name, node string) (datapath.Volume, uint64) {
 	t.Helper()
+	at, err := client.Dial(ctx, srvs[i].Addr, srvs[i].Token) // no servers: the create of before, at the leader
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer at.Close()
 	var v datapath.Volume
 	for attempt := 0; ; attempt++ {
 		leadOn(t, srvs, i)
-		var err error
-		v, err = c.CreateVolume(ctx, fmt.Sprintf("%s-%d", name, attempt), 1<<20, datapath.AccessRWO)
+		v, err = at.CreateVolume(ctx, fmt.Sprintf("%s-%d", name, attempt), 1<<20, datapath.AccessRWO)
 		if err == nil {
 			if _, gerr := srvs[i].Store.GetVolume(v.ID); gerr == nil {
 				break

@@ -41,9 +41,22 @@ func TestClient_Group_FollowerRefusesWithTheLeaderAndTheClientFindsIt(t *testing
 		t.Fatal(err)
 	}
 	defer c.Close()
-	v, err := c.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
+	placed, err := c.CreateVolume(ctx, "pvc-placed", 1<<20, datapath.AccessRWO)
 	if err != nil {
 		t.Fatalf("create through a client that knows the servers: %v", err)
+	}
+	if _, err := srvs[1].Store.GetVolume(placed.ID); err != nil {
+		t.Fatalf("the volume's data is not on the server dialed, first of those with the most free space: %v", err)
+	}
+	// A client given no servers creates at the leader, which holds the data.
+	atLeader, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atLeader.Close()
+	v, err := atLeader.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := srvs[0].Store.GetVolume(v.ID); err != nil {
 		t.Fatalf("the volume's data is not on the leader that created it: %v", err)

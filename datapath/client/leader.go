@@ -96,6 +96,13 @@ func (c *Client) follow(method, addr string, err error) bool {
 	return true
 }
 
+// leaderAddr is the server the client takes for the leader.
+func (c *Client) leaderAddr() string {
+	c.group.mu.Lock()
+	defer c.group.mu.Unlock()
+	return c.group.leader
+}
+
 // maxRedirects bounds how often one call follows the leader.
 func (c *Client) maxRedirects() int { return 2*len(c.group.servers) + 2 }
 

@@ -40,6 +40,22 @@ func StartGroupTimed(t testing.TB, n int, timing raftstate.Timing) []*Server {
 // itself), so a test can slow down or hold a server's apply.
 func StartGroupWrapped(t testing.TB, n int, timing raftstate.Timing, wrap func(i int, g *raftstate.Group) datapath.Control) []*Server {
 	t.Helper()
+	return StartGroupWith(t, n, GroupConfig{Timing: timing, Wrap: wrap})
+}
+
+// GroupConfig says how StartGroupWith runs the group.
+type GroupConfig struct {
+	Timing raftstate.Timing
+	// Wrap, when set, gives server i's Control (a nil answer: the member).
+	Wrap func(i int, g *raftstate.Group) datapath.Control
+	// Capacity, when set, is server i's capacity (default 1 TiB).
+	Capacity func(i int) int64
+}
+
+// StartGroupWith is StartGroup as cfg says.
+func StartGroupWith(t testing.TB, n int, cfg GroupConfig) []*Server {
+	t.Helper()
+	timing, wrap := cfg.Timing, cfg.Wrap
 	nt := newNodeTokens()
 	out := make([]*Server, n)
 	lis := make([]net.Listener, n)
@@ -75,7 +91,11 @@ func StartGroupWrapped(t testing.TB, n int, timing raftstate.Timing, wrap func(i
 				ctl = w
 			}
 		}
-		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: 1 << 40, Control: ctl})
+		capacity := int64(1 << 40)
+		if cfg.Capacity != nil {
+			capacity = cfg.Capacity(i)
+		}
+		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: capacity, Control: ctl})
 		if err != nil {
 			t.Fatalf("open datapath store %d: %v", i, err)
 		}

@@ -18,10 +18,16 @@ func (*Empty) Unmarshal(b []byte) error {
 }
 
 // CreateVolumeRequest asks for a volume, idempotently by name.
+// ID and Server, set together, commit a volume a server prepared
+// (PrepareVolume) under that id with its data on that server; they are
+// encoded only when set, so a request without them is the one clients sent
+// before placement.
 type CreateVolumeRequest struct {
 	Name   string
 	Size   int64
 	Access string
+	ID     string
+	Server string
 }
 
 func (m *CreateVolumeRequest) MarshalAppend(b []byte) []byte {
@@ -29,6 +35,10 @@ func (m *CreateVolumeRequest) MarshalAppend(b []byte) []byte {
 	e.str(m.Name)
 	e.i64(m.Size)
 	e.str(m.Access)
+	if m.ID != "" || m.Server != "" {
+		e.str(m.ID)
+		e.str(m.Server)
+	}
 	return e.b
 }
 
@@ -37,20 +47,29 @@ func (m *CreateVolumeRequest) Unmarshal(b []byte) error {
 	m.Name = d.str("name")
 	m.Size = d.i64("size")
 	m.Access = d.str("access")
+	if d.err == nil && len(d.b) > 0 {
+		m.ID = d.str("id")
+		m.Server = d.str("server")
+	}
 	return d.finish("CreateVolumeRequest")
 }
 
-// Volume describes one volume.
+// Volume describes one volume. Pending follows it, as the answer to a
+// placed create that asked to confirm, only when set (never in a list).
 type Volume struct {
 	ID, Name    string
 	Size        int64
 	Access      string
 	CreatedUnix int64 // nanoseconds since the Unix epoch
+	Pending     *Pending
 }
 
 func (m *Volume) MarshalAppend(b []byte) []byte {
 	e := encoder{b}
 	m.enc(&e)
+	if m.Pending != nil {
+		m.Pending.enc(&e)
+	}
 	return e.b
 }
 
@@ -73,6 +92,7 @@ func (m *Volume) dec(d *decoder) {
 func (m *Volume) Unmarshal(b []byte) error {
 	d := decoder{b: b}
 	m.dec(&d)
+	m.Pending = decPending(&d)
 	return d.finish("Volume")
 }
 

@@ -4,6 +4,29 @@ package wire
 // control group (WaitAppliedRequest); the answer is Empty.
 const MethodWaitApplied = "WaitApplied"
 
+// MethodPrepareVolume asks a server to make the data file of a new volume
+// (CreateVolumeRequest without ID and Server) for a create the client then
+// commits at the leader naming it; the answer is a PreparedVolume.
+const MethodPrepareVolume = "PrepareVolume"
+
+// PreparedVolume is the answer to PrepareVolume: the new volume's id and
+// the id of the server that holds its data file.
+type PreparedVolume struct{ ID, Server string }
+
+func (m *PreparedVolume) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.ID)
+	e.str(m.Server)
+	return e.b
+}
+
+func (m *PreparedVolume) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.ID = d.str("id")
+	m.Server = d.str("server")
+	return d.finish("PreparedVolume")
+}
+
 // ConfirmMetadataKey, sent with a change (Grant, Fence, Release,
 // DeleteVolume, FenceNode), says the client confirms with every server
 // that holds a touched volume's data that it applied the change

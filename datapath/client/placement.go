@@ -1,0 +1,129 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
+)
+
+// Placement: a client given the group's servers (WithServers) places a new
+// volume's data itself. It asks every server its free capacity at once,
+// takes the one with the most among those that answer within
+// capacityWait, has it make the data file (PrepareVolume), commits the
+// create at the leader naming that server, and confirms with that server
+// that it applied the create (datapath/placement.go says what becomes of a
+// prepared file whose create is never committed). A group whose servers do
+// not know PrepareVolume (a release before placement) gets the create of
+// before: the leader places the data on itself.
+
+// capacityWait bounds the wait for the servers' free capacity.
+const capacityWait = 2 * time.Second
+
+// createPlaced creates the volume on the server with the most free space;
+// handled is false when the servers do not know placement.
+func (c *Client) createPlaced(ctx context.Context, name string, size int64, mode datapath.AccessMode) (v datapath.Volume, handled bool, err error) {
+	addr, err := c.roomiest(ctx)
+	if err != nil {
+		return datapath.Volume{}, true, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	prep, err := c.prepareAt(ctx, addr, name, size, mode)
+	if leader := c.leaderAddr(); errors.Is(err, datapath.ErrNoSpace) && leader != addr {
+		// A create again of a volume the roomiest server has not applied yet
+		// looks new there; the leader applied every create it committed.
+		if p, lerr := c.prepareAt(ctx, leader, name, size, mode); lerr == nil {
+			prep, err = p, nil
+		}
+	}
+	if status.Code(err) == codes.Unimplemented {
+		return datapath.Volume{}, false, nil
+	}
+	if err != nil {
+		return datapath.Volume{}, true, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	var resp wire.Volume
+	req := &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode), ID: prep.ID, Server: prep.Server}
+	if err := c.invoke(confirming(ctx), wire.MethodCreateVolume, req, &resp, retrySafe); err != nil {
+		return datapath.Volume{}, true, err
+	}
+	if err := notApplied("create volume "+name, c.confirm(ctx, resp.Pending)); err != nil {
+		return datapath.Volume{}, true, err
+	}
+	return volumeFromWire(&resp), true, nil
+}
+
+// prepareAt asks the server at addr to prepare the volume.
+func (c *Client) prepareAt(ctx context.Context, addr, name string, size int64, mode datapath.AccessMode) (wire.PreparedVolume, error) {
+	var prep wire.PreparedVolume
+	conn, err := c.connAt(addr)
+	if err != nil {
+		return prep, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	err = conn.Invoke(ctx, wire.FullMethod(wire.MethodPrepareVolume), &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode)}, &prep)
+	if err != nil && status.Code(err) != codes.Unimplemented {
+		return prep, fmt.Errorf("prepare its data file on datapath server %s: %w", addr, datapath.FromStatus(err))
+	}
+	return prep, err
+}
+
+// roomiest is the address of the server with the most free capacity among
+// those that answer; near ties go to the one listed first.
+func (c *Client) roomiest(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(capacityWait, c.opts.timeout))
+	defer cancel()
+	servers := c.group.servers
+	free := make([]int64, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, addr := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			free[i], errs[i] = c.capacityAt(ctx, addr)
+		}()
+	}
+	wg.Wait()
+	most := int64(-1)
+	for i := range servers {
+		if errs[i] == nil {
+			most = max(most, free[i])
+		}
+	}
+	if most < 0 {
+		return "", fmt.Errorf("no datapath server told its free capacity: %w", errors.Join(errs...))
+	}
+	for i := range servers {
+		if errs[i] == nil && free[i] >= most-most/roomTolerance {
+			return servers[i], nil
+		}
+	}
+	return "", errors.New("unreachable")
+}
+
+// roomTolerance: servers whose free capacity is within 1/roomTolerance of
+// the most count as tied, and the first listed of them (the Dial address
+// first) is taken, so servers on one disk, whose free space moves a little
+// with every write, do not take turns at random.
+const roomTolerance = 64
+
+// capacityAt asks the server at addr for the bytes it can still promise.
+func (c *Client) capacityAt(ctx context.Context, addr string) (int64, error) {
+	conn, err := c.connAt(addr)
+	if err != nil {
+		return 0, err
+	}
+	var resp wire.Int
+	if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodCapacity), &wire.Empty{}, &resp); err != nil {
+		return 0, fmt.Errorf("%s: %w", addr, datapath.FromStatus(err))
+	}
+	return resp.Value, nil
+}
