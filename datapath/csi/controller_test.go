@@ -465,6 +465,7 @@ func TestStatusFromError_Sentinels(t *testing.T) {
 		{datapath.ErrUnauthenticated, codes.Unauthenticated},
 		{datapath.ErrNoSpace, codes.ResourceExhausted},
 		{fmt.Errorf("flush: %w", datapath.ErrVolumeFailed), codes.DataLoss},
+		{fmt.Errorf("grant: %w, datapath-1 at 10.0.0.2:7070", datapath.ErrNotApplied), codes.Unavailable},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable},

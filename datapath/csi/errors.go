@@ -33,6 +33,9 @@ var codeForSentinel = []struct {
 	// A flush of the volume's data failed: writes may be lost, and its I/O
 	// is refused until an operator clears the failure.
 	{datapath.ErrVolumeFailed, codes.DataLoss},
+	// Committed, but the server that holds the volume's data has not
+	// confirmed it applied it: not done yet; the sidecars call again.
+	{datapath.ErrNotApplied, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }
