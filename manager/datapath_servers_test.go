@@ -50,7 +50,8 @@ func TestDatapathStatus_ServersOfTheGroup(t *testing.T) {
 
 // TestDialDatapath_ListFindsTheLeader: a manager command given the servers
 // as a list, a follower first, dials the follower and sends a change to the
-// leader by itself.
+// leader by itself (a create's commit; its data goes to the server with the
+// most free space).
 func TestDialDatapath_ListFindsTheLeader(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
 	token := writeFile(t, "ctl", srvs[0].Token+"\n")
@@ -68,7 +69,12 @@ func TestDialDatapath_ListFindsTheLeader(t *testing.T) {
 	if err := app.Run([]string{"t", "--addr", list, "--token-file", token}); err != nil {
 		t.Fatalf("create through a list whose first server is a follower: %v", err)
 	}
-	if _, err := srvs[0].Store.GetVolume(created.ID); err != nil {
-		t.Fatalf("the volume is not on the leader: %v", err)
+	if _, _, ok := srvs[0].Group.AppliedVolume(created.ID); !ok {
+		t.Fatalf("the leader does not know the volume %s it committed", created.ID)
+	}
+	// Its data is on the server with the most free space, the first listed
+	// among equals.
+	if _, err := srvs[2].Store.GetVolume(created.ID); err != nil {
+		t.Fatalf("the volume is not on the first server listed: %v", err)
 	}
 }

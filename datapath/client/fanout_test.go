@@ -83,7 +83,12 @@ func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ctl.Close()
-	v, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the leader, srvs[0]
+	atLeader, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token) // given no servers: the create of before, at the leader
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atLeader.Close()
+	v, err := atLeader.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the leader, srvs[0]
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,7 +149,12 @@ func TestClient_Group_DialAddressDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ctl.Close()
-	a, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the first leader, srvs[0]
+	atLeader, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token) // given no servers: the create of before, at the leader
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atLeader.Close()
+	a, err := atLeader.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the first leader, srvs[0]
 	if err != nil {
 		t.Fatal(err)
 	}
