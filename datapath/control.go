@@ -114,6 +114,10 @@ type Control interface {
 	ImportLeave(ctx context.Context, l NodeLeave) error
 	AppliedVolume(id string) (ControlVolume, []Attachment, bool)
 	AppliedVolumes() []ControlVolume
+	// Volumes is every volume of the group, current: a barrier committed by
+	// a majority through this server as leader and applied here first, so
+	// nothing committed before the call is missing; ErrNotLeader elsewhere.
+	Volumes(ctx context.Context) ([]ControlVolume, error)
 	AppliedLeaves() []NodeLeave
 	// GroupStatus is every member of the group as this server sees it,
 	// sorted by id, this server's own row complete (Self).

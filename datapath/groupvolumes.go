@@ -23,16 +23,27 @@ type GroupVolume struct {
 	Epoch  uint64
 }
 
-// GroupVolumes reports every volume of the control group as this server
-// applied it, sorted by name, with the server holding each one's data; a
-// Store without a Control reports its own volumes, with no server.
+// GroupVolumes reports every volume of the control group, sorted by name,
+// with the server holding each one's data; a Store without a Control
+// reports its own volumes, with no server. With a Control it answers only
+// as the leader and current (Control.Volumes): the fence back end takes the
+// volumes a silent server holds from it, and a list that misses a volume
+// created just before would hide a live grant, which the manager would take
+// for proof that the node cannot write there. A follower refuses with
+// ErrNotLeader naming the leader, which the client follows.
 func (s *Store) GroupVolumes() ([]GroupVolume, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	var out []GroupVolume
 	if s.ctl != nil {
-		for _, cv := range s.ctl.AppliedVolumes() {
+		ctx, cancel := s.ctlContext()
+		defer cancel()
+		cvs, err := s.ctl.Volumes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, cv := range cvs {
 			out = append(out, GroupVolume{ID: cv.ID, Name: cv.Name, Server: cv.Server, Epoch: cv.Epoch})
 		}
 	} else {

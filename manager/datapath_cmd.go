@@ -133,7 +133,7 @@ func groupStatus(ctx context.Context, c *cli.Context, dp *client.Client, addr st
 	if err != nil {
 		return nil, statusView{}, fmt.Errorf("datapath at %s: servers: %w", addr, err)
 	}
-	vols, err := dp.GroupVolumes(ctx)
+	vols, err := groupVolumes(ctx, c, dp, addr)
 	if status.Code(err) == codes.Unimplemented {
 		return nil, statusView{}, fmt.Errorf("datapath at %s does not report its group's volumes (a release before this one): upgrade vigil-datapath", addr)
 	}
@@ -141,6 +141,40 @@ func groupStatus(ctx context.Context, c *cli.Context, dp *client.Client, addr st
 		return nil, statusView{}, fmt.Errorf("datapath at %s: volumes of the group: %w", addr, err)
 	}
 	return rows, statusOf(rows, vols), nil
+}
+
+// groupVolumes asks for the group's volumes, which only the leader answers
+// (current, through a barrier): the server at addr, and when it is not the
+// leader, the leader it names. During an election no server is the leader:
+// it asks again until ctx ends, since a status is most wanted just then.
+func groupVolumes(ctx context.Context, c *cli.Context, dp *client.Client, addr string) ([]datapath.GroupVolume, error) {
+	for {
+		vols, err := dp.GroupVolumes(ctx)
+		var re *datapath.RemoteError
+		if err == nil || !errors.Is(err, datapath.ErrNotLeader) {
+			return vols, err
+		}
+		if errors.As(err, &re) && re.LeaderAddress != "" && re.LeaderAddress != addr {
+			if vols, err = groupVolumesAt(ctx, c, re.LeaderAddress); err == nil || !errors.Is(err, datapath.ErrNotLeader) {
+				return vols, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// groupVolumesAt asks the server at addr, the leader, for the group's volumes.
+func groupVolumesAt(ctx context.Context, c *cli.Context, addr string) ([]datapath.GroupVolume, error) {
+	leader, err := dialDatapath(ctx, c, "", addr, client.WithTimeout(2*time.Second), client.WithRetries(1))
+	if err != nil {
+		return nil, fmt.Errorf("the leader at %s: %w", addr, err)
+	}
+	defer leader.Close()
+	return leader.GroupVolumes(ctx)
 }
 
 // printVolumes prints the volumes the server at addr holds, with their

@@ -184,3 +184,40 @@ func TestClient_ServerNodes_ASilentServerDoesNotHoldTheOthers(t *testing.T) {
 		t.Fatalf("ServerNodes took %s with a silent server; want it to stop waiting shortly after the first answer", took)
 	}
 }
+
+// TestClient_GroupVolumes_OnlyTheLeaderAnswersCurrent: the group's list of
+// volumes, from which the fence back end learns what a silent server holds,
+// comes from the leader through a barrier. A client dialed to a follower
+// is sent to the leader; a leader cut off from the majority refuses rather
+// than answer from what it applied, which may miss a volume created just
+// before (a live grant there would then look absent).
+func TestClient_GroupVolumes_OnlyTheLeaderAnswersCurrent(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctl, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token, client.WithServers(srvs[0].Addr, srvs[2].Addr),
+		client.WithTimeout(time.Second), client.WithRetries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	v, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the leader, srvs[0]
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := ctl.GroupVolumes(ctx)
+	if err != nil || len(vs) != 1 || vs[0].ID != v.ID || vs[0].Server == "" {
+		t.Fatalf("group volumes through a follower: %+v, %v; want %s with its server", vs, err, v.ID)
+	}
+
+	lone, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithTimeout(3*time.Second), client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lone.Close()
+	srvs[1].Stop()
+	srvs[2].Stop()
+	if vs, err := lone.GroupVolumes(ctx); err == nil {
+		t.Fatalf("group volumes from a leader cut off from the majority: %+v; want a refusal, not its applied state", vs)
+	}
+}

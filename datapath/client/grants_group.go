@@ -11,8 +11,8 @@ import (
 // GroupNodeGrants is NodeGrants for a caller that can use a partial answer
 // (the manager's fence back end): every server is asked for the node's rows
 // on the volumes it holds; those that do not answer are named, and so are
-// the volumes they hold, as the leader (which applied every change it
-// acknowledged) places them. It fails when no server answered, or when
+// the volumes they hold, as the leader places them (current: through a
+// barrier, so no volume committed before the call is missing). It fails when no server answered, or when
 // servers did not answer and the leader is not among those that did: which
 // volumes the silent servers hold is then not known. Without WithServers,
 // or when every server answered, Unknown and Silent are empty.

@@ -32,10 +32,13 @@ func WithServers(addrs ...string) Option {
 	return func(o *options) { o.servers = append(o.servers, addrs...) }
 }
 
-// leaderMethods are the calls that change the control state.
+// leaderMethods are the calls only the leader answers: the changes of the
+// control state, and the current list of the group's volumes.
 var leaderMethods = map[string]bool{
 	wire.MethodCreateVolume: true, wire.MethodDeleteVolume: true, wire.MethodGrant: true, wire.MethodFence: true,
 	wire.MethodRelease: true, wire.MethodFenceNode: true, wire.MethodLeave: true,
+	// Not a change, but answered only by the leader, current (Store.GroupVolumes).
+	wire.MethodGroupVolumes: true,
 }
 
 // leaders is the client's view of the group: its servers, the one it takes
