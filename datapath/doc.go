@@ -438,9 +438,12 @@
 // TLS, Fence latency (p50,
 // p99) while four nodes write to the same volume (control=bbolt: a Store
 // without a Control; control=raft: a one-member group, as serve runs it;
-// control=raft3: three servers in one group on loopback), FenceNode of a rack (50
+// control=raft3: three servers in one group on loopback, the leader holding
+// the volume; control=raft3,holder=follower: a follower holding it, each
+// fence the leader's commit and the follower's confirmation), FenceNode of a rack (50
 // nodes with 40 volumes each, one call per node at once: 2,000 durable
-// fences), the Nodes report of 500 nodes, and NodeGrants of one node among
+// fences; BenchmarkClient_FenceNode_Group3 the same on three servers, the
+// volumes spread over the three), the Nodes report of 500 nodes, and NodeGrants of one node among
 // 2,000 volumes. BenchmarkStore_FenceNode_50Nodes in this package reports how
 // many bbolt commits the rack's fences took, BenchmarkStore_WriteAt_Session
 // what the write sessions' check costs a 4 KiB and a 1 MiB write;
@@ -451,4 +454,13 @@
 // HTTP/2 framing and two socket copies cost several times the CPU of a local
 // file write; the bulk channel leaves one socket copy on the client (writev of
 // header and payload) and a splice into the page cache on the server.
+//
+// On the 2-core development machine, shared with other builds (load
+// average 6-9), 2,000 fences under writes each: with the leader holding the
+// volume p50 6.7 ms, p99 49 ms; with a follower holding it p50 9.4 ms, p99
+// 63 ms (at load 5: 6.3 and 53 ms against 2.7 and 35 ms). The rack on three
+// servers: 84 ms per round, 23,700 fences/s.
+//
+//	go test -run '^$' -bench 'Fence_UnderWrites/control=raft3' -benchtime 2000x ./datapath/client/
+//	go test -run '^$' -bench 'FenceNode_Group3' -benchtime 5x ./datapath/client/
 package datapath
