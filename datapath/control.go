@@ -56,7 +56,10 @@ import (
 // will confirm (a client from before WaitApplied) is refused with
 // ErrHeldElsewhere before anything is proposed, as it was before (ctlCheckHere,
 // ctlCheckHeldHere), so no client reports such a change done on commit
-// alone. A server that does not confirm within the client's bound (it is
+// alone; a FenceNode whose check read a state the new leader had not brought
+// up to date, and whose entry then fenced such volumes after all, gets
+// ErrNotApplied instead of success
+// (TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone). A server that does not confirm within the client's bound (it is
 // down, cut off from the group, or behind) makes the call fail with
 // ErrNotApplied naming it: the change is committed, and takes effect when
 // that server applies it, but it is not reported done

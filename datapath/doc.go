@@ -52,7 +52,8 @@
 // TestStoreControl_ChangesGoThroughTheGroupAndSurviveRestart). When that
 // server is the leader, the call returns after its apply; when it is another
 // server, the leader answers with the log entry and that server's address,
-// and the Go client asks it (WaitApplied, the controller identity only)
+// and the Go client asks it (WaitApplied, any authenticated caller: an
+// engine's own Release is confirmed too)
 // before it reports the change done; a server that does not confirm within
 // the bound (client.WithApplyWait, 5 s) makes the call fail with
 // ErrNotApplied (gRPC Unavailable, reason NOT_APPLIED) naming it, the change

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
@@ -140,8 +141,11 @@ func (s *Store) ctlFenceNode(node string, pend *pendingApply) ([]FencedVolume, e
 	ctx, cancel := s.ctlContext()
 	defer cancel()
 	fs, err := s.ctl.FenceNode(ctx, node) // one entry; each volume's write lock is taken as its server applies it
-	if err != nil || pend == nil {
+	if err != nil {
 		return fs, err
+	}
+	if pend == nil {
+		return fs, s.heldElsewhereAfter(node, fs)
 	}
 	for _, f := range fs {
 		pend.add(s, f.VolumeID, s.holderOf(f.VolumeID))
@@ -161,4 +165,24 @@ func (p *pendingApply) toWire() *wire.Pending {
 		out.Holders = append(out.Holders, wire.PendingHolder{ID: id, Address: p.addresses[id], Volumes: p.holders[id]})
 	}
 	return out
+}
+
+// heldElsewhereAfter is the error of a FenceNode, for a client that does not
+// confirm, that fenced volumes other servers hold: the check before it read
+// this server's applied state, which a leader new to the role may not have
+// brought up to date, and the group's entry fenced them all. They are fenced
+// in the group but not reported so, since their servers may not have
+// applied it.
+func (s *Store) heldElsewhereAfter(node string, fs []FencedVolume) error {
+	var elsewhere []string
+	for _, f := range fs {
+		if h := s.holderOf(f.VolumeID); h != "" && h != s.ctl.Self() {
+			elsewhere = append(elsewhere, f.VolumeID+" on "+h)
+		}
+	}
+	if len(elsewhere) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: fence node %s: the group fenced it on volumes whose data other servers hold (%s), which this client does not confirm with; "+
+		"not reported done (a client of this release confirms)", ErrNotApplied, node, strings.Join(elsewhere[:min(len(elsewhere), 5)], ", "))
 }

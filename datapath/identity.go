@@ -130,7 +130,7 @@ var methodAccess = map[string]access{
 	wire.MethodServers:          controllerOnly,
 	wire.MethodGroupVolumes:     controllerOnly,
 	wire.MethodClearFailure:     controllerOnly,
-	wire.MethodWaitApplied:      controllerOnly,
+	wire.MethodWaitApplied:      anyRole, // an engine's own Release is confirmed too
 	wire.MethodPrepareVolume:    controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,

@@ -34,7 +34,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodServers, true, false, false},
 		{wire.MethodGroupVolumes, true, false, false},
 		{wire.MethodClearFailure, true, false, false},
-		{wire.MethodWaitApplied, true, false, false},
+		{wire.MethodWaitApplied, true, true, true},
 		{wire.MethodPrepareVolume, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},

@@ -199,6 +199,10 @@ func TestClient_Group_OldLeadersVolumesChangeAfterALeaderChange(t *testing.T) {
 	c := controllerClient(t, srvs)
 	v, e1 := volumeOn(t, ctx, c, srvs, 0, "old", "n1")
 	leadOn(t, srvs, 2)
+	index, term := srvs[0].Group.LastApplied()
+	if err := srvs[2].Group.WaitApplied(ctx, index, term); err != nil {
+		t.Fatal(err)
+	}
 	l := srvs[2].Store
 	if _, err := l.Fence(v.ID, "n1"); !errors.Is(err, datapath.ErrHeldElsewhere) {
 		t.Fatalf("a fence at the leader by a caller that does not confirm: %v; want ErrHeldElsewhere", err)
@@ -216,8 +220,13 @@ func TestClient_Group_OldLeadersVolumesChangeAfterALeaderChange(t *testing.T) {
 		t.Fatalf("grant of the old leader's volume to a new node: %d, %v; want epoch %d", e3, err, e2+1)
 	}
 	assertRow(t, srvs[0].Store, v.ID, "n2", datapath.StateGranted, e3)
-	if err := c.Release(ctx, v.ID, "n2"); err != nil {
-		t.Fatalf("release: %v", err)
+	eng, err := client.Dial(ctx, srvs[1].Addr, srvs[1].NodeToken("n2"), client.WithServers(srvs[0].Addr, srvs[2].Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.Release(ctx, v.ID, "n2"); err != nil {
+		t.Fatalf("the engine's own release of a volume a follower holds: %v", err)
 	}
 	assertRow(t, srvs[0].Store, v.ID, "n2", datapath.StateReleased, e3)
 	if err := c.DeleteVolume(ctx, v.ID); err != nil {
@@ -327,8 +336,9 @@ func TestClient_Group_FenceNode_OneHolderDown(t *testing.T) {
 }
 
 // TestClient_WaitApplied_BadInputAndIdentity: WaitApplied refuses an index
-// or term of 0 and an engine's identity, and changes nothing; an index the
-// server applied is confirmed at once.
+// or term of 0 and a caller it cannot authenticate, and changes nothing; an
+// engine may ask (its own Release of a volume a follower holds is confirmed
+// so); an index the server applied is confirmed at once.
 func TestClient_WaitApplied_BadInputAndIdentity(t *testing.T) {
 	srvs, _ := startHeldGroup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -341,13 +351,21 @@ func TestClient_WaitApplied_BadInputAndIdentity(t *testing.T) {
 			t.Errorf("WaitApplied(%d, %d): %v; want ErrInvalidArgument saying both must be positive", tc.index, tc.term, err)
 		}
 	}
+	bad, err := client.Dial(ctx, srvs[1].Addr, "not-a-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.WaitApplied(ctx, index, term); !errors.Is(err, datapath.ErrUnauthenticated) {
+		t.Errorf("WaitApplied with a token the server does not know: %v; want ErrUnauthenticated", err)
+	}
 	e, err := client.Dial(ctx, srvs[1].Addr, srvs[1].NodeToken("n1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := e.WaitApplied(ctx, index, term); !errors.Is(err, datapath.ErrPermissionDenied) {
-		t.Errorf("WaitApplied as an engine: %v; want ErrPermissionDenied", err)
+	if err := e.WaitApplied(ctx, index, term); err != nil {
+		t.Errorf("WaitApplied as an engine (its own Release is confirmed so): %v", err)
 	}
 	assertRow(t, srvs[0].Store, v.ID, "n1", datapath.StateGranted, 1)
 	w, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token)
@@ -357,5 +375,41 @@ func TestClient_WaitApplied_BadInputAndIdentity(t *testing.T) {
 	defer w.Close()
 	if err := w.WaitApplied(ctx, index, term); err != nil {
 		t.Errorf("WaitApplied of an index the server applied: %v", err)
+	}
+}
+
+// TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone: a leader new
+// to the role whose applied state is behind (it has not applied the grant
+// yet) cannot tell, before it proposes, that a FenceNode of a caller that
+// does not confirm touches a volume another server holds; the group's entry
+// fences it all the same. The call is then not reported done
+// (ErrNotApplied), since the volume's server was never asked.
+func TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone(t *testing.T) {
+	srvs, held := startHeldGroup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := controllerClient(t, srvs)
+	v, _ := volumeOn(t, ctx, c, srvs, 0, "behind", "n0")
+	if err := c.Release(ctx, v.ID, "n0"); err != nil {
+		t.Fatal(err)
+	}
+	release := held[2].hold() // server 2 applies nothing from here on
+	defer release()
+	if _, err := c.Grant(ctx, v.ID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	leadOn(t, srvs, 2)
+	done := make(chan error, 1)
+	go func() {
+		fs, err := srvs[2].Store.FenceNode("n1")
+		if err == nil {
+			err = fmt.Errorf("reported %+v fenced", fs)
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // FenceNode has read server 2's state, behind the grant
+	release()
+	if err := <-done; !errors.Is(err, datapath.ErrNotApplied) || !strings.Contains(err.Error(), v.ID+" on datapath-0") {
+		t.Fatalf("FenceNode at a leader behind, for a caller that does not confirm: %v; want ErrNotApplied naming %s on datapath-0", err, v.ID)
 	}
 }
