@@ -59,7 +59,10 @@ import (
 // alone; a FenceNode whose check read a state the new leader had not brought
 // up to date, and whose entry then fenced such volumes after all, gets
 // ErrNotApplied instead of success
-// (TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone). A server that does not confirm within the client's bound (it is
+// (TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone). A leader
+// that does not know a volume it is asked to change brings its state up to
+// date first (Current), so the volume's server is confirmed with even then
+// (TestClient_Group_NewLeaderBehindStillConfirmsWithTheHolder). A server that does not confirm within the client's bound (it is
 // down, cut off from the group, or behind) makes the call fail with
 // ErrNotApplied naming it: the change is committed, and takes effect when
 // that server applies it, but it is not reported done
@@ -136,6 +139,10 @@ type Control interface {
 	// term or a later one (as LastApplied counts), or ctx ends; it refuses
 	// when its state is not the group's.
 	WaitApplied(ctx context.Context, index, term uint64) error
+	// Current returns once this server's applied state holds every change
+	// committed before the call (a barrier through it as leader); a
+	// follower gets ErrNotLeader.
+	Current(ctx context.Context) error
 	// PushCommit has the leader tell the followers its commit index now,
 	// so that one that holds a changed volume's data applies the change
 	// without waiting for the next append; it does not wait.

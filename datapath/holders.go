@@ -80,9 +80,17 @@ func (s *Store) ctlChangeElsewhere(volumeID string, pend *pendingApply, change f
 	if err := s.ctl.CheckLeader(); err != nil {
 		return 0, err
 	}
-	holder := s.holderOf(volumeID)
 	ctx, cancel := s.ctlContext()
 	defer cancel()
+	holder := s.holderOf(volumeID)
+	if holder == "" {
+		// Unknown here: a leader new to the role may not have applied its
+		// create yet, and the change must not go unconfirmed for that.
+		if err := s.ctl.Current(ctx); err != nil {
+			return 0, err
+		}
+		holder = s.holderOf(volumeID)
+	}
 	e, err := change(ctx)
 	if err != nil {
 		return 0, err

@@ -395,6 +395,9 @@ func TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone(t *testing.T) {
 	}
 	release := held[2].hold() // server 2 applies nothing from here on
 	defer release()
+	if err := c.Release(ctx, v.ID, "n0"); err != nil { // server 2 stops at this entry (a release again still touches the volume)
+		t.Fatal(err)
+	}
 	if _, err := c.Grant(ctx, v.ID, "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -411,5 +414,31 @@ func TestClient_Group_NewLeaderBehindDoesNotReportAFenceNodeDone(t *testing.T) {
 	release()
 	if err := <-done; !errors.Is(err, datapath.ErrNotApplied) || !strings.Contains(err.Error(), v.ID+" on datapath-0") {
 		t.Fatalf("FenceNode at a leader behind, for a caller that does not confirm: %v; want ErrNotApplied naming %s on datapath-0", err, v.ID)
+	}
+}
+
+// TestClient_Group_NewLeaderBehindStillConfirmsWithTheHolder: a leader new
+// to the role that has not applied a volume's create yet still finds the
+// server that holds it (it brings its state up to date first) and the fence
+// is confirmed with that server: while that server applies nothing, the
+// fence is not reported done.
+func TestClient_Group_NewLeaderBehindStillConfirmsWithTheHolder(t *testing.T) {
+	srvs, held := startHeldGroup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := controllerClient(t, srvs, client.WithApplyWait(500*time.Millisecond))
+	w, _ := volumeOn(t, ctx, c, srvs, 0, "first", "n9")
+	releaseLeader := held[2].hold() // server 2 applies nothing from here on
+	defer releaseLeader()
+	if err := c.Release(ctx, w.ID, "n9"); err != nil { // server 2 stops at this entry
+		t.Fatal(err)
+	}
+	v, _ := volumeOn(t, ctx, c, srvs, 0, "behind", "n1")
+	leadOn(t, srvs, 2)
+	releaseHolder := held[0].hold()
+	defer releaseHolder()
+	go func() { time.Sleep(100 * time.Millisecond); releaseLeader() }()
+	if _, err := c.Fence(ctx, v.ID, "n1"); !errors.Is(err, datapath.ErrNotApplied) || !strings.Contains(err.Error(), "datapath-0") {
+		t.Fatalf("fence through a leader behind while the holder applies nothing: %v; want ErrNotApplied naming datapath-0", err)
 	}
 }

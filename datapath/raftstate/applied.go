@@ -125,3 +125,7 @@ func (g *Group) PushCommit() {
 	}
 	_ = g.raft.Barrier(0)
 }
+
+// Current returns once this server, as leader, applied every change
+// committed before the call (datapath.Control).
+func (g *Group) Current(ctx context.Context) error { return g.current(ctx) }
