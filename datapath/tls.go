@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -90,4 +91,62 @@ func IsLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// PeerTLS returns the TLS configurations of a server's connections with the
+// other servers of its group (the Raft transport): mutual TLS, each server
+// presenting its serving certificate both ways (certFile and keyFile,
+// reloaded as ServerTLS does). accept asks every connecting peer for its
+// certificate and takes it only when it chains to the CA in caFile as a
+// serving certificate valid for self, this server's own host as its peers
+// know it: the servers share a certificate (deploy/'s names every server,
+// the sandbox's every node), and another serving certificate of the same CA
+// (the manager's) is refused. dial verifies the dialed server for the host
+// dialed (set ServerName on a clone).
+func PeerTLS(certFile, keyFile, caFile, self string) (accept, dial *tls.Config, err error) {
+	if caFile == "" || self == "" {
+		return nil, nil, fmt.Errorf("%w: peer TLS needs a CA file and this server's host (got %q and %q)", ErrInvalidArgument, caFile, self)
+	}
+	srv, err := ServerTLS(certFile, keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: peer CA: %v", ErrInvalidArgument, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("%w: peer CA %s holds no PEM certificate", ErrInvalidArgument, caFile)
+	}
+	own := func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return srv.GetCertificate(nil) }
+	accept = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: srv.GetCertificate, ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error { return verifyPeer(raw, roots, self) }}
+	dial = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, GetClientCertificate: own}
+	return accept, dial, nil
+}
+
+// verifyPeer checks a connecting peer's certificate chain: of roots, for
+// server authentication, valid for host.
+func verifyPeer(raw [][]byte, roots *x509.CertPool, host string) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("%w: the peer sent no certificate", ErrUnauthenticated)
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, b := range raw {
+		c, err := x509.ParseCertificate(b)
+		if err != nil {
+			return fmt.Errorf("%w: the peer's certificate: %v", ErrUnauthenticated, err)
+		}
+		certs[i] = c
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	if err != nil {
+		return fmt.Errorf("%w: the peer's certificate is not a server certificate of this group (valid for %s, of its CA): %v", ErrUnauthenticated, host, err)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/devcerts"
 )
 
 // groupServer is one `serve` child of a three-server group.
@@ -22,6 +23,7 @@ type groupServer struct {
 	cmd       *exec.Cmd
 	addr      string // where it listens
 	advertise string // --advertise-address
+	ca        string // --raft-ca-file, the CA of its certificate
 	ready     chan struct{}
 }
 
@@ -33,8 +35,11 @@ func startGroupServe(t *testing.T, args [][]string) []*groupServer {
 	for i, a := range args {
 		g := &groupServer{ready: make(chan struct{})}
 		for j := range a {
-			if a[j] == "--advertise-address" {
+			switch a[j] {
+			case "--advertise-address":
 				g.advertise = a[j+1]
+			case "--raft-ca-file":
+				g.ca = a[j+1]
 			}
 		}
 		g.cmd = exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
@@ -71,7 +76,7 @@ func startGroupServe(t *testing.T, args [][]string) []*groupServer {
 
 // role asks server g for its own role, as the controller.
 func (g *groupServer) role(ctx context.Context) (datapath.ServerStatus, error) {
-	c, err := client.Dial(ctx, g.addr, "controller-token-0123", client.WithTimeout(time.Second), client.WithRetries(0))
+	c, err := client.Dial(ctx, g.addr, "controller-token-0123", client.WithCAFile(g.ca), client.WithTimeout(time.Second), client.WithRetries(0))
 	if err != nil {
 		return datapath.ServerStatus{}, err
 	}
@@ -91,12 +96,17 @@ func (g *groupServer) role(ctx context.Context) (datapath.ServerStatus, error) {
 // TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM: three `serve`
 // processes that listen on 127.0.0.1 and are known to each other by the
 // name localhost (--raft-advertise, as a StatefulSet's pods by their DNS
-// names) and to clients by their --advertise-address form one group; the
+// names) and to clients by their --advertise-address form one group, Raft
+// over mutual TLS with their shared certificate (--raft-ca-file); the
 // leader records the advertised datapath address. On SIGTERM the leader
 // hands the leadership over before it exits, so another server leads at
 // once, not after the group's heartbeat timeout (0.5 s, then an election).
 func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	tokens := writeFile(t, "tokens", serveTokens)
+	certs, err := devcerts.WriteServerFiles(t.TempDir(), []string{"127.0.0.1", "localhost"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var raftPorts []string
 	for range 3 {
 		_, port, _ := net.SplitHostPort(freeAddr(t))
@@ -110,7 +120,8 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	for i, p := range raftPorts {
 		args = append(args, []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--token-file", tokens,
 			"--server-id", fmt.Sprintf("dp-%d", i), "--raft-listen", "127.0.0.1:" + p, "--raft-advertise", "localhost:" + p,
-			"--raft-peers", strings.Join(peers, ","), "--advertise-address", fmt.Sprintf("dp-%d.example:9600", i)})
+			"--raft-peers", strings.Join(peers, ","), "--advertise-address", fmt.Sprintf("dp-%d.example:9600", i),
+			"--tls-cert-file", certs.Cert, "--tls-private-key-file", certs.Key, "--raft-ca-file", certs.CA})
 	}
 	srvs := startGroupServe(t, args)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

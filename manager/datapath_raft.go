@@ -33,8 +33,10 @@ const (
 	// --listen: recorded in the group, named in the redirects of the
 	// others (the leader's address, a volume's holder's).
 	flagServeAdvertise = "advertise-address"
-	flagServeRaftDir   = "raft-dir"
-	flagServeMetrics   = "metrics-address"
+	// flagServeRaftCA makes the Raft transport mutual TLS.
+	flagServeRaftCA  = "raft-ca-file"
+	flagServeRaftDir = "raft-dir"
+	flagServeMetrics = "metrics-address"
 	// flagServeRaftInsecure lets the Raft transport off loopback while the
 	// clients' port serves TLS (--insecure is for the clients' port, and
 	// contradicts TLS there).
@@ -59,11 +61,15 @@ func datapathServeRaftFlags() []cli.Flag {
 				"since the group knows its members and the volumes whose data each holds by it"},
 		&cli.StringFlag{Name: flagServeRaftListen, EnvVars: []string{"VIGIL_DATAPATH_RAFT_LISTEN"},
 			Usage: "host:port the control group's Raft transport listens on and the other servers reach this one at; empty (a lone server): " +
-				"Raft runs in process with no port. Raft's messages are not encrypted or authenticated yet: off loopback only with --" + flagServeInsecure +
+				"Raft runs in process with no port. Off loopback only with --" + flagServeRaftCA + " (mutual TLS), or in the clear with --" + flagServeInsecure +
 				" or --" + flagServeRaftInsecure},
 		&cli.BoolFlag{Name: flagServeRaftInsecure, EnvVars: []string{"VIGIL_DATAPATH_RAFT_INSECURE"},
 			Usage: "let --" + flagServeRaftListen + " off loopback while the clients' port serves TLS: Raft's messages then cross that network " +
 				"in the clear and unauthenticated, so only on a network no one else reaches (the sandbox's node links)"},
+		&cli.StringFlag{Name: flagServeRaftCA, EnvVars: []string{"VIGIL_DATAPATH_RAFT_CA_FILE"}, TakesFile: true,
+			Usage: "Raft over mutual TLS: the CA of the servers' certificates; each server presents its serving certificate (--" + flagServeTLSCert +
+				") both ways, and takes a peer only when its certificate is of this CA and valid for this server's own Raft host " +
+				"(--" + flagServeRaftAdvertise + " or --" + flagServeRaftListen + "), as a certificate the servers share is; lets --" + flagServeRaftListen + " off loopback"},
 		&cli.StringFlag{Name: flagServeAdvertise, EnvVars: []string{"VIGIL_DATAPATH_ADVERTISE_ADDRESS"},
 			Usage: "host:port clients reach this server at, when not --listen (which then may be 0.0.0.0:PORT): recorded in the control group, " +
 				"and named to a client that asked another server for a change (the leader's address) or for a volume's I/O (its holder's); " +
@@ -88,9 +94,12 @@ type raftFlags struct {
 	// advertise is --advertise-address: this server's datapath address as
 	// recorded in the group; "" for the listen address.
 	advertise string
-	peers     []raftstate.Server
-	dir       string
-	metrics   string // --metrics-address
+	// peerCA is --raft-ca-file (Raft over mutual TLS with the serving
+	// certificate, cert and key); "" for plain TCP.
+	peerCA, cert, key string
+	peers             []raftstate.Server
+	dir               string
+	metrics           string // --metrics-address
 }
 
 // parseRaftFlags checks the control group's flags, before anything is
@@ -115,7 +124,7 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	}
 	listen, peers, advertise := c.String(flagServeRaftListen), c.String(flagServeRaftPeers), c.String(flagServeRaftAdvertise)
 	if listen == "" {
-		for flag, v := range map[string]string{flagServeRaftPeers: peers, flagServeRaftAdvertise: advertise} {
+		for flag, v := range map[string]string{flagServeRaftPeers: peers, flagServeRaftAdvertise: advertise, flagServeRaftCA: c.String(flagServeRaftCA)} {
 			if v != "" {
 				return f, cliflags.Usagef("--%s needs --%s: the other servers must reach this one", flag, flagServeRaftListen)
 			}
@@ -127,10 +136,13 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	if err != nil || port == "0" || host == "" {
 		return f, cliflags.Usagef("--%s %q: want HOST:PORT with a fixed port (the other servers record it)", flagServeRaftListen, listen)
 	}
-	if !datapath.IsLoopback(host) && !c.Bool(flagServeInsecure) && !c.Bool(flagServeRaftInsecure) {
-		return f, cliflags.Usagef("--%s %s is off loopback, and Raft's messages are neither encrypted nor authenticated yet: "+
-			"keep it on loopback, or pass --%s (or --%s, which leaves the clients' port on TLS) on a network you trust",
-			flagServeRaftListen, listen, flagServeInsecure, flagServeRaftInsecure)
+	if err := f.parsePeerTLS(c); err != nil {
+		return f, err
+	}
+	if !datapath.IsLoopback(host) && !c.Bool(flagServeInsecure) && !c.Bool(flagServeRaftInsecure) && f.peerCA == "" {
+		return f, cliflags.Usagef("--%s %s is off loopback: give --%s (Raft over mutual TLS with the servers' certificate), keep it on loopback, "+
+			"or pass --%s (or --%s, which leaves the clients' port on TLS) to send Raft's messages in the clear on a network you trust",
+			flagServeRaftListen, listen, flagServeRaftCA, flagServeInsecure, flagServeRaftInsecure)
 	}
 	f.self.RaftAddress = listen
 	if advertise != "" {
@@ -160,6 +172,21 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	return f, cliflags.Usagef("--%s does not list this server (--%s %s)", flagServeRaftPeers, flagServeServerID, f.self.ID)
 }
 
+// parsePeerTLS checks --raft-ca-file against the flags it needs and
+// contradicts.
+func (f *raftFlags) parsePeerTLS(c *cli.Context) error {
+	f.peerCA, f.cert, f.key = c.String(flagServeRaftCA), c.String(flagServeTLSCert), c.String(flagServeTLSKey)
+	switch {
+	case f.peerCA == "":
+		return nil
+	case f.cert == "" || f.key == "":
+		return cliflags.Usagef("--%s needs --%s and --%s: each server presents its serving certificate to the others", flagServeRaftCA, flagServeTLSCert, flagServeTLSKey)
+	case c.Bool(flagServeRaftInsecure):
+		return cliflags.Usagef("--%s contradicts --%s: Raft over TLS or in the clear, not both", flagServeRaftCA, flagServeRaftInsecure)
+	}
+	return nil
+}
+
 // checkAdvertise refuses an advertised address (--flag) no one can dial.
 func checkAdvertise(flag, advertise string) error {
 	h, p, err := net.SplitHostPort(advertise)
@@ -177,6 +204,14 @@ func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics
 	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics}
 	if f.listen != "" {
 		cfg.Address, cfg.Advertise = f.listen, f.self.RaftAddress
+	}
+	if f.peerCA != "" {
+		host, _, _ := net.SplitHostPort(f.self.RaftAddress)
+		accept, dial, err := datapath.PeerTLS(f.cert, f.key, f.peerCA, host)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flagServeRaftCA, err)
+		}
+		cfg.PeerTLS = &raftstate.PeerTLS{Accept: accept, Dial: dial}
 	}
 	if f.self.RaftAddress == raftstate.InProcessAddress {
 		cfg.Transport = raftstate.InProcessTransport()

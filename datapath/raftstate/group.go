@@ -75,6 +75,8 @@ type Config struct {
 	// address behind a NAT. It is resolved afresh at every dial, never
 	// turned into an IP.
 	Advertise string
+	// PeerTLS, when set, makes every Raft connection mutual TLS.
+	PeerTLS *PeerTLS
 	// Transport, when set, carries Raft's messages instead of TCP on
 	// Address (tests: raft.InmemTransport). Close closes it.
 	Transport raft.Transport
@@ -283,8 +285,8 @@ func (g *Group) openTransport(cfg Config, logger hclog.Logger) error {
 		return nil
 	}
 	var err error
-	if cfg.Advertise != "" {
-		stream, err := listenAdvertised(cfg.Address, cfg.Advertise)
+	if cfg.Advertise != "" || cfg.PeerTLS != nil {
+		stream, err := listenAdvertised(cfg.Address, cfg.Advertise, cfg.PeerTLS)
 		if err != nil {
 			g.closeStores()
 			return err

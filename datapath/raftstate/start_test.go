@@ -2,16 +2,20 @@ package raftstate
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/devcerts"
 )
 
 // freeAddrs returns n loopback addresses with ports free right now.
@@ -79,6 +83,11 @@ func TestStart_EveryLeaderRecordsItself(t *testing.T) {
 // `serve --raft-peers` does on three nodes; with advertise, each listens on
 // 127.0.0.1 and the peers name it localhost (Config.Advertise).
 func startThree(t *testing.T, advertise bool) (groups []*Group, peers []Server, dpAddrs []string) {
+	return startThreeWith(t, advertise, nil)
+}
+
+// startThreeWith is startThree with each server's Raft over peer's TLS.
+func startThreeWith(t *testing.T, advertise bool, peer *PeerTLS) (groups []*Group, peers []Server, dpAddrs []string) {
 	t.Helper()
 	raftAddrs, dpAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
 	for i := range raftAddrs {
@@ -103,6 +112,7 @@ func startThree(t *testing.T, advertise bool) (groups []*Group, peers []Server, 
 			if advertise {
 				cfg.Advertise = peers[i].RaftAddress
 			}
+			cfg.PeerTLS = peer
 			groups[i], errs[i] = Start(ctx, cfg, self, peers)
 		}()
 	}
@@ -167,4 +177,112 @@ func leaderOf(t *testing.T, groups []*Group, not int) int {
 	}
 	t.Fatalf("no leader other than %d within 5 s", not)
 	return -1
+}
+
+// TestStart_PeerTLS: three servers whose Raft connections are mutual TLS,
+// each presenting the servers' shared certificate (for localhost) both
+// ways, form a group and commit. A peer that presents no certificate, one
+// of another CA, or one of the same CA not valid for the servers' name is
+// refused before it is heard.
+func TestStart_PeerTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devcerts.NewCA("servers", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue([]string{"localhost"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := devcerts.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}
+	for f, b := range map[string][]byte{files.CA: ca.CertPEM(), files.Cert: cert, files.Key: key} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accept, dial, err := datapath.PeerTLS(files.Cert, files.Key, files.CA, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, peers, _ := startThreeWith(t, true, &PeerTLS{Accept: accept, Dial: dial})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := leaderOf(t, groups, -1)
+	if _, err := groups[l].CreateVolumeWithID(ctx, "vol-0123456789abcdef", "pvc-1", 1<<20, datapath.AccessRWO, peers[l].ID); err != nil {
+		t.Fatalf("create through the leader of a group over TLS: %v", err)
+	}
+
+	other, err := devcerts.NewCA("other", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCert, otherKey, _ := other.Issue([]string{"localhost"}, time.Hour)
+	// rogue connects with a certificate (nil: none) and starts an RPC; it
+	// returns nil when the server waits for the rest (heard), the error
+	// otherwise (the handshake or the connection refused).
+	rogue := func(certPEM, keyPEM []byte) error {
+		c := &tls.Config{RootCAs: dial.RootCAs, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+		if certPEM != nil {
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Certificates = []tls.Certificate{pair}
+		}
+		conn, err := tls.Dial("tcp", peers[l].RaftAddress, c)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write([]byte{0}); err != nil {
+			return err
+		}
+		_, err = conn.Read(make([]byte, 1))
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("answered")
+		}
+		return err
+	}
+	if err := rogue(nil, nil); err == nil {
+		t.Error("a peer without a certificate was heard")
+	}
+	if err := rogue(otherCert, otherKey); err == nil {
+		t.Error("a peer with another CA's certificate was heard")
+	}
+	elsewhere, elsewhereKey, _ := ca.Issue([]string{"manager.example"}, time.Hour)
+	if err := rogue(elsewhere, elsewhereKey); err == nil {
+		t.Error("a peer with a certificate of the same CA for another name was heard")
+	}
+	if err := rogue(cert, key); err != nil {
+		t.Errorf("a peer with the servers' certificate was not heard: %v", err)
+	}
+}
+
+// TestStart_PeerTLS_IPAddresses: the same over servers known by their IP
+// addresses (the sandbox's nodes), the shared certificate naming the IP.
+func TestStart_PeerTLS_IPAddresses(t *testing.T) {
+	dir := t.TempDir()
+	files, err := devcerts.WriteServerFiles(dir, []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accept, dial, err := datapath.PeerTLS(files.Cert, files.Key, files.CA, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, peers, _ := startThreeWith(t, false, &PeerTLS{Accept: accept, Dial: dial})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := leaderOf(t, groups, -1)
+	if _, err := groups[l].CreateVolumeWithID(ctx, "vol-0123456789abcdef", "pvc-1", 1<<20, datapath.AccessRWO, peers[l].ID); err != nil {
+		t.Fatalf("create through the leader of a group over TLS by IP: %v", err)
+	}
+	if err := groups[l].TransferLeadership(); err != nil {
+		t.Fatalf("hand over to a follower over TLS by IP: %v", err)
+	}
 }
