@@ -88,21 +88,7 @@ func (s *Store) appliedByName(name string) (ControlVolume, bool) {
 // beginPrepare is beginCreate that also finds a volume of the name this
 // server prepared.
 func (s *Store) beginPrepare(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, Volume{}, errClosed
-		}
-		if wait := s.nameBusyLocked(name); wait != nil {
-			s.mu.Unlock()
-			<-wait
-			continue
-		}
-		p, v, err := s.preparedOrPromiseLocked(name, size, mode)
-		s.mu.Unlock()
-		return p, v, err
-	}
+	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.preparedOrPromiseLocked(name, size, mode) })
 }
 
 // preparedOrPromiseLocked is beginPrepare once nothing of name is in flight.

@@ -102,6 +102,12 @@ func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, 
 // pending: the caller makes it. A create or delete of the name in flight is
 // waited for first.
 func (s *Store) beginCreate(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
+	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.promiseLocked(name, size, mode) })
+}
+
+// onceNameFree waits until no create or delete of name is in flight, then
+// runs begin under s.mu.
+func (s *Store) onceNameFree(name string, begin func() (*pendingCreate, Volume, error)) (*pendingCreate, Volume, error) {
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -113,7 +119,7 @@ func (s *Store) beginCreate(name string, size int64, mode AccessMode) (*pendingC
 			<-wait
 			continue
 		}
-		p, v, err := s.promiseLocked(name, size, mode)
+		p, v, err := begin()
 		s.mu.Unlock()
 		return p, v, err
 	}
