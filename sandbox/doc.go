@@ -238,7 +238,8 @@
 // N nodes (AddProcess), in the node's network namespace on its IP, in its
 // cgroup on a real node, with its data, Raft directory and boot id under the
 // node's directory, its server id the node's name and its peers the others'
-// IPs (Raft in the clear, --raft-insecure, over the node links only). So a
+// IPs (Raft over mutual TLS with the stack's certificate, which names every
+// server's node IP, --raft-ca-file). So a
 // power cut of the node (Stop) kills its server, and a partition of the node
 // cuts it off: PartitionDatapath then drops the servers' client and Raft ports
 // over the node's link both ways (the node's engine still reaches its own
