@@ -80,7 +80,7 @@ func (c *Client) prepareAt(ctx context.Context, addr, name string, size int64, m
 func (c *Client) roomiest(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(capacityWait, c.opts.timeout))
 	defer cancel()
-	servers := c.group.servers
+	servers := c.members(ctx)
 	free := make([]int64, len(servers))
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
@@ -107,6 +107,49 @@ func (c *Client) roomiest(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("unreachable")
+}
+
+// members is the client's servers that the group records as members, in
+// the client's order: a create may place the data only on a member (the
+// state machine refuses another), and a server started with the others
+// (bootstrapped with peers) is recorded once it led (each records itself
+// when it leads), so a follower that never led is left out. The record is
+// the leader's report: every row but its own is a recorded member, and the
+// leader recorded itself when it took the lead (a server's own row is there
+// even before it is recorded). When the record cannot be read, or names
+// none of the client's servers, every server is a candidate, as before.
+func (c *Client) members(ctx context.Context) []string {
+	rep, err := c.serversAt(ctx, "")
+	if err != nil {
+		return c.group.servers
+	}
+	for _, m := range rep.Servers {
+		if m.Role == datapath.RoleLeader && !m.Self && m.Address != "" {
+			if rep, err = c.serversAt(ctx, m.Address); err != nil {
+				return c.group.servers
+			}
+			break
+		}
+	}
+	recorded := map[string]bool{}
+	for _, m := range rep.Servers {
+		if m.Self && m.Role != datapath.RoleLeader {
+			return c.group.servers // no leader known: the record is not the leader's
+		}
+		if m.Address != "" {
+			recorded[m.Address] = true
+		}
+	}
+	var out []string
+	for _, addr := range c.group.servers {
+		if recorded[addr] {
+			out = append(out, addr)
+		}
+	}
+	if len(out) == 0 {
+		return c.group.servers
+	}
+	return out
 }
 
 // roomTolerance: servers whose free capacity is within 1/roomTolerance of
