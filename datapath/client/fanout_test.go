@@ -77,12 +77,7 @@ func TestClient_Group_NodeGrantsComeFromEveryHolder(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctl, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token, client.WithServers(srvs[0].Addr, srvs[2].Addr),
-		client.WithTimeout(time.Second), client.WithRetries(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
+	ctl := controllerClient(t, []*datapathtest.Server{srvs[1], srvs[0], srvs[2]}, client.WithTimeout(time.Second), client.WithRetries(1))
 	atLeader, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token) // given no servers: the create of before, at the leader
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +190,8 @@ func TestClient_GroupVolumes_OnlyTheLeaderAnswersCurrent(t *testing.T) {
 	srvs := datapathtest.StartGroup(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctl, err := client.Dial(ctx, srvs[1].Addr, srvs[1].Token, client.WithServers(srvs[0].Addr, srvs[2].Addr),
-		client.WithTimeout(time.Second), client.WithRetries(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
-	v, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the leader, srvs[0]
+	ctl := controllerClient(t, []*datapathtest.Server{srvs[1], srvs[0], srvs[2]}, client.WithTimeout(time.Second), client.WithRetries(1))
+	v, err := ctl.CreateVolume(ctx, "pvc-a", 1<<20, datapath.AccessRWO) // on the roomiest member
 	if err != nil {
 		t.Fatal(err)
 	}
