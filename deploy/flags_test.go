@@ -348,16 +348,21 @@ func checkServerList(objs []*unstructured.Unstructured, svc corev1.Service, list
 }
 
 // checkRaftPeers: the datapath's --raft-peers name every server, its id its
-// pod's name, at its stable name and Raft port.
+// pod's name, at its stable name and Raft port, then (after @) its clients'
+// port, so the group records every server's datapath address at once.
 func checkRaftPeers(objs []*unstructured.Unstructured, list string) error {
 	servers, err := datapathServers(objs, "raft")
 	if err != nil {
 		return err
 	}
+	clients, err := datapathServers(objs, "datapath")
+	if err != nil {
+		return err
+	}
 	var want []string
-	for _, srv := range servers {
+	for i, srv := range servers {
 		pod, _, _ := strings.Cut(srv, ".")
-		want = append(want, pod+"="+srv)
+		want = append(want, pod+"="+srv+"@"+clients[i])
 	}
 	if list != strings.Join(want, ",") {
 		return fmt.Errorf("want %s", strings.Join(want, ","))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,7 +99,8 @@ func (g *groupServer) role(ctx context.Context) (datapath.ServerStatus, error) {
 // name localhost (--raft-advertise, as a StatefulSet's pods by their DNS
 // names) and to clients by their --advertise-address form one group, Raft
 // over mutual TLS with their shared certificate (--raft-ca-file); the
-// leader records the advertised datapath address. On SIGTERM the leader
+// leader records every server's advertised datapath address at once (the
+// peer list gives them). On SIGTERM the leader
 // hands the leadership over before it exits, so another server leads at
 // once, not after the group's heartbeat timeout (0.5 s, then an election).
 func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
@@ -114,7 +116,7 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	}
 	var peers []string
 	for i, p := range raftPorts {
-		peers = append(peers, fmt.Sprintf("dp-%d=localhost:%s", i, p))
+		peers = append(peers, fmt.Sprintf("dp-%d=localhost:%s@dp-%d.example:9600", i, p, i))
 	}
 	var args [][]string
 	for i, p := range raftPorts {
@@ -142,6 +144,23 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	if leader < 0 {
 		t.Fatal("no server leads")
 	}
+	c, err := client.Dial(ctx, srvs[leader].addr, "controller-token-0123", client.WithCAFile(srvs[leader].ca), client.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rep, err := c.Servers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Servers { // every server recorded at once, not only the leader
+		if i := strings.TrimPrefix(s.ID, "dp-"); s.Address != srvs[atoi(t, i)].advertise || s.RaftAddress != "localhost:"+raftPorts[atoi(t, i)] {
+			t.Errorf("the leader's record of %s: %+v; want %s and localhost:%s", s.ID, s, srvs[atoi(t, i)].advertise, raftPorts[atoi(t, i)])
+		}
+	}
+	if len(rep.Servers) != 3 {
+		t.Errorf("the leader records %d servers, want 3: %+v", len(rep.Servers), rep.Servers)
+	}
 	if err := srvs[leader].cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +183,13 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
 }

@@ -78,8 +78,11 @@ func datapathServeRaftFlags() []cli.Flag {
 			Usage: "host:port the other servers reach this one at, when not --" + flagServeRaftListen + " (which then may be 0.0.0.0:PORT): " +
 				"a stable name, such as a StatefulSet pod's DNS name, resolved afresh at each connection; this server's entry of --" + flagServeRaftPeers + " names it"},
 		&cli.StringFlag{Name: flagServeRaftPeers, EnvVars: []string{"VIGIL_DATAPATH_RAFT_PEERS"},
-			Usage: "the group's servers as ID=HOST:PORT,... (this server among them, at --" + flagServeRaftListen + "), to bootstrap a new group " +
-				"on first start (ignored once the raft directory holds state); empty: a one-member group of this server alone"},
+			Usage: "the group's servers as ID=RAFT_HOST:PORT@DATAPATH_HOST:PORT,... (this server among them, at --" + flagServeRaftListen +
+				" and at --" + flagServeAdvertise + " or --" + flagServeListen + "), to bootstrap a new group on first start (ignored once the raft directory " +
+				"holds state): the first leader records every server with its datapath address at once, so a new volume may be placed on any of them; " +
+				"the form of before, ID=RAFT_HOST:PORT without @, is still taken, each server then recorded with its datapath address once it has led; " +
+				"empty: a one-member group of this server alone"},
 		&cli.StringFlag{Name: flagServeRaftDir, EnvVars: []string{"VIGIL_DATAPATH_RAFT_DIR"},
 			Usage: "directory of the control group's log, term and snapshots; default: raft/ under --data-dir"},
 		&cli.StringFlag{Name: flagServeMetrics, EnvVars: []string{"VIGIL_DATAPATH_METRICS_ADDRESS"},
@@ -164,6 +167,9 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 				flag = flagServeRaftAdvertise
 			}
 			return f, cliflags.Usagef("--%s lists this server (%s) at %s, but --%s is %s", flagServeRaftPeers, p.ID, p.RaftAddress, flag, f.self.RaftAddress)
+		}
+		if p.ID == f.self.ID && p.DatapathAddress != "" && f.advertise != "" && p.DatapathAddress != f.advertise {
+			return f, cliflags.Usagef("--%s lists this server (%s) serving clients at %s, but --%s is %s", flagServeRaftPeers, p.ID, p.DatapathAddress, flagServeAdvertise, f.advertise)
 		}
 		if p.ID == f.self.ID {
 			return f, nil

@@ -94,7 +94,7 @@ func stackServers(cfg StackConfig, st *state) []StackServer {
 func datapathServerSpec(cfg StackConfig, stk *Stack, workDir string, security []string) ProcessSpec {
 	peers := make([]string, len(stk.DatapathServers))
 	for i, srv := range stk.DatapathServers {
-		peers[i] = srv.Node + "=" + srv.RaftAddress
+		peers[i] = srv.Node + "=" + srv.RaftAddress + "@" + srv.Address
 	}
 	args := []string{filepath.Join(cfg.VigilBinDir, BinVigilDatapath), "serve",
 		"--listen", net.JoinHostPort("$VIGIL_NODE_IP", strconv.Itoa(stk.DatapathPort)),

@@ -111,9 +111,11 @@ func (c *Client) roomiest(ctx context.Context) (string, error) {
 
 // members is the client's servers that the group records as members, in
 // the client's order: a create may place the data only on a member (the
-// state machine refuses another), and a server started with the others
-// (bootstrapped with peers) is recorded once it led (each records itself
-// when it leads), so a follower that never led is left out. The record is
+// state machine refuses another). Servers bootstrapped with a peer list
+// that gives their datapath addresses are all recorded at once; with the
+// list of before (no addresses), a server is recorded once it led (each
+// records itself when it leads), so a follower that never led is left
+// out. The record is
 // the leader's report: every row but its own is a recorded member, and the
 // leader recorded itself when it took the lead (a server's own row is there
 // even before it is recorded). When the record cannot be read, or names

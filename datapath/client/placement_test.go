@@ -21,7 +21,7 @@ const mib = 1 << 20
 func startSizedGroup(t *testing.T) []*datapathtest.Server {
 	t.Helper()
 	sizes := []int64{64 * mib, 256 * mib, 128 * mib}
-	return datapathtest.StartGroupWith(t, 3, datapathtest.GroupConfig{Timing: raftstate.DefaultTiming, Capacity: func(i int) int64 { return sizes[i] }})
+	return datapathtest.StartGroupWith(t, 3, datapathtest.GroupConfig{Timing: raftstate.DefaultTiming, Capacity: func(i, _ int) int64 { return sizes[i] }})
 }
 
 // holderIndex is the server whose store holds the volume, -1 for none.
@@ -187,5 +187,47 @@ func TestStore_PlacedCreate_PreparedFileAndBadInput(t *testing.T) {
 	defer plain.Close()
 	if _, _, err := plain.PrepareVolume("x", mib, datapath.AccessRWO); !errors.Is(err, datapath.ErrInvalidArgument) {
 		t.Fatalf("prepare at a store without a control group: %v; want ErrInvalidArgument", err)
+	}
+}
+
+// TestClient_Group_BootstrappedFollowerThatNeverLedTakesACreate: three
+// servers bootstrapped together with each one's datapath address in the
+// peer list are members from the start, so a create lands on the roomiest
+// server even when it is a follower that never led (before, only servers
+// that had led were recorded, and placement kept to them).
+func TestClient_Group_BootstrappedFollowerThatNeverLedTakesACreate(t *testing.T) {
+	roomiest := -1
+	srvs := datapathtest.StartGroupWith(t, 3, datapathtest.GroupConfig{Timing: raftstate.DefaultTiming, Bootstrap: true,
+		Capacity: func(i, leader int) int64 {
+			switch {
+			case i == leader:
+				return 64 * mib
+			case roomiest < 0:
+				roomiest = i
+				return 256 * mib
+			}
+			return 128 * mib
+		}})
+	leader := -1
+	for i, s := range srvs {
+		if s.Group.IsLeader() {
+			leader = i
+		}
+	}
+	if leader < 0 || roomiest < 0 || roomiest == leader {
+		t.Fatalf("leader %d, roomiest %d: want a leader and another server the roomiest", leader, roomiest)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := controllerClient(t, srvs)
+	v, err := c.CreateVolume(ctx, "a", 16*mib, datapath.AccessRWO)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if got := holderIndex(srvs, v.ID); got != roomiest {
+		t.Fatalf("volume a is on server %d; want server %d, the roomiest (a follower that never led; server %d leads)", got, roomiest, leader)
+	}
+	if !srvs[leader].Group.IsLeader() {
+		t.Fatal("the leadership moved during the test; the follower may have led")
 	}
 }

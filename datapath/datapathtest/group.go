@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,8 +49,14 @@ type GroupConfig struct {
 	Timing raftstate.Timing
 	// Wrap, when set, gives server i's Control (a nil answer: the member).
 	Wrap func(i int, g *raftstate.Group) datapath.Control
-	// Capacity, when set, is server i's capacity (default 1 TiB).
-	Capacity func(i int) int64
+	// Capacity, when set, is server i's capacity (default 1 TiB); leader is
+	// the server that leads when the stores open.
+	Capacity func(i, leader int) int64
+	// Bootstrap starts the n servers at once with one peer list that gives
+	// each one's Raft and datapath address (as `serve --raft-peers
+	// ID=RAFT@DATAPATH` on n nodes), instead of server 0 alone adding the
+	// others; any of them may lead.
+	Bootstrap bool
 }
 
 // StartGroupWith is StartGroup as cfg says.
@@ -68,6 +75,48 @@ func StartGroupWith(t testing.TB, n int, cfg GroupConfig) []*Server {
 			t.Fatalf("listen: %v", err)
 		}
 		out[i] = &Server{Token: nt.controller, Dir: t.TempDir(), auth: nt, Addr: lis[i].Addr().String()}
+	}
+	if cfg.Bootstrap {
+		startTogether(t, ctx, out, groups, timing)
+	} else {
+		startGrown(t, ctx, out, groups, timing)
+	}
+	leader := -1
+	for i, g := range groups {
+		if g.IsLeader() {
+			leader = i
+		}
+	}
+	for i, s := range out {
+		var ctl datapath.Control = groups[i]
+		if wrap != nil {
+			if w := wrap(i, groups[i]); w != nil {
+				ctl = w
+			}
+		}
+		capacity := int64(1 << 40)
+		if cfg.Capacity != nil {
+			capacity = cfg.Capacity(i, leader)
+		}
+		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: capacity, Control: ctl})
+		if err != nil {
+			t.Fatalf("open datapath store %d: %v", i, err)
+		}
+		srv, err := datapath.NewServer(store, nt)
+		if err != nil {
+			t.Fatalf("datapath server: %v", err)
+		}
+		s.Store, s.Group = store, groups[i]
+		s.stop = serve(t, srv, lis[i], store, groups[i])
+	}
+	return out
+}
+
+// startGrown starts server 0's group member alone, and has it add the others.
+func startGrown(t testing.TB, ctx context.Context, out []*Server, groups []*raftstate.Group, timing raftstate.Timing) {
+	t.Helper()
+	for i := range out {
+		var err error
 		id := fmt.Sprintf("datapath-%d", i)
 		cfg := raftstate.Config{ID: id, Dir: out[i].Dir + "/raft", Address: "127.0.0.1:0", Timing: timing, LogOutput: io.Discard}
 		self := raftstate.Server{ID: id, DatapathAddress: out[i].Addr}
@@ -84,27 +133,40 @@ func StartGroupWith(t testing.TB, n int, cfg GroupConfig) []*Server {
 			t.Fatalf("control group member %s: %v", id, err)
 		}
 	}
-	for i, s := range out {
-		var ctl datapath.Control = groups[i]
-		if wrap != nil {
-			if w := wrap(i, groups[i]); w != nil {
-				ctl = w
-			}
-		}
-		capacity := int64(1 << 40)
-		if cfg.Capacity != nil {
-			capacity = cfg.Capacity(i)
-		}
-		store, err := datapath.Open(s.Dir, datapath.Options{Capacity: capacity, Control: ctl})
+}
+
+// startTogether starts every server's group member at once with one peer
+// list of them all, their datapath addresses included.
+func startTogether(t testing.TB, ctx context.Context, out []*Server, groups []*raftstate.Group, timing raftstate.Timing) {
+	t.Helper()
+	peers := make([]raftstate.Server, len(out))
+	for i := range out {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("open datapath store %d: %v", i, err)
+			t.Fatalf("listen: %v", err)
 		}
-		srv, err := datapath.NewServer(store, nt)
-		if err != nil {
-			t.Fatalf("datapath server: %v", err)
-		}
-		s.Store, s.Group = store, groups[i]
-		s.stop = serve(t, srv, lis[i], store, groups[i])
+		peers[i] = raftstate.Server{ID: fmt.Sprintf("datapath-%d", i), RaftAddress: l.Addr().String(), DatapathAddress: out[i].Addr}
+		_ = l.Close() // a free port now, for the member to listen on
 	}
-	return out
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := raftstate.Config{ID: peers[i].ID, Dir: out[i].Dir + "/raft", Address: peers[i].RaftAddress, Timing: timing, LogOutput: io.Discard}
+			groups[i], errs[i] = raftstate.Start(ctx, cfg, peers[i], peers)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, g := range groups {
+				if g != nil {
+					_ = g.Close()
+				}
+			}
+			t.Fatalf("control group member %s: %v", peers[i].ID, err)
+		}
+	}
 }

@@ -51,7 +51,9 @@
 // (TestFSM_Restore_DamagedSnapshotRefused). A one-member group grows to
 // three with AddServer and goes on without its first member
 // (TestGroup_OneMemberGrowsToThree); a member that holds volumes' data
-// cannot be removed.
+// cannot be removed. Servers bootstrapped together with a peer list that
+// gives each one's datapath address are all recorded with it by the first
+// leader, before any other leads (TestStart_EveryPeerRecordedAtOnce).
 //
 // Linearizability is checked with porcupine: four clients grant, fence,
 // release and read two volumes at random servers while the leader is killed

@@ -129,6 +129,10 @@ type Group struct {
 	// becomes the leader and finds it missing or different (recordSelf);
 	// nil when opened without Start.
 	self atomic.Pointer[Server]
+	// bootPeers are the peers this server bootstrapped the group with in
+	// this process (nil when it found Raft state), which a leader records
+	// when the group has no record of them (recordMembers).
+	bootPeers atomic.Pointer[[]Server]
 }
 
 // Open opens (or creates) a server's member in cfg.Dir. A new directory
@@ -190,36 +194,10 @@ func (g *Group) checkOnLeadership() {
 	go func() {
 		for range ch {
 			if g.failStop(g.fsm.Verify()) == nil {
-				g.recordSelf()
+				g.recordMembers()
 			}
 		}
 	}()
-}
-
-// recordSelf records this server (its node and datapath address) in the
-// group when it leads and the group's record of it is missing or
-// different: a server that was a follower at its start was never
-// recorded, and without its record clients refused by a follower are not
-// told where the leader serves, and the group's status leaves it out.
-func (g *Group) recordSelf() {
-	self := g.self.Load()
-	if self == nil || g.closed.Load() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.applyTimeout)
-	defer cancel()
-	members, err := g.Servers(ctx) // a barrier: the record as committed
-	if err != nil {
-		return // no longer the leader, or cut off: the next leader records itself
-	}
-	for _, m := range members {
-		if m == *self {
-			return
-		}
-	}
-	if _, err := g.apply(ctx, Command{Op: OpAddServer, Member: self}); err != nil {
-		g.logger.Warn("this server's record in the group not updated", "server", self.ID, "error", err)
-	}
 }
 
 func raftConfig(cfg Config) (*raft.Config, error) {
@@ -338,8 +316,9 @@ func (g *Group) Close() error {
 // and every peer of the list must bootstrap with the same list, or only one
 // of them with a one-member list and the others added with AddServer. A
 // server that already has Raft state gets ErrHasState and changes nothing.
-// After it, the leader records each peer with AddServer (its node and
-// datapath address; Raft itself knows only id and raft address).
+// Start then has the first leader record each peer with the node and
+// datapath address the list gives (Raft itself knows only id and raft
+// address).
 func (g *Group) Bootstrap(peers []Server) error {
 	if err := g.checkPeers(peers); err != nil {
 		return err
@@ -380,6 +359,9 @@ func (g *Group) checkPeers(peers []Server) error {
 		if p.ID == g.id {
 			if local := string(g.trans.LocalAddr()); p.RaftAddress != local {
 				return fmt.Errorf("%w: peer %d: this server (%s) is listed at %s but listens at %s", datapath.ErrInvalidArgument, i+1, g.id, p.RaftAddress, local)
+			}
+			if self := g.self.Load(); self != nil && p.DatapathAddress != "" && p.DatapathAddress != self.DatapathAddress {
+				return fmt.Errorf("%w: peer %d: this server (%s) is listed serving clients at %s but serves them at %s", datapath.ErrInvalidArgument, i+1, g.id, p.DatapathAddress, self.DatapathAddress)
 			}
 			self = true
 		}

@@ -30,9 +30,12 @@ func InProcessTransport() raft.Transport {
 // one-member group of this server alone); it waits for a leader; and when
 // this server leads, it records itself (node, datapath address, and its
 // Raft address if that moved) and reads through a barrier, so its applied
-// state is current when Start returns. A follower returns once it knows a
-// leader; its state catches up as it applies the log. self.RaftAddress
-// empty means the address the transport listens on.
+// state is current when Start returns; a group bootstrapped here, it also
+// records every peer with the addresses the list gives (recordPeers), so
+// each is a member with its datapath address before it ever leads. A
+// follower returns once it knows a leader; its state catches up as it
+// applies the log. self.RaftAddress empty means the address the transport
+// listens on.
 func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group, error) {
 	if cfg.ID != self.ID {
 		return nil, fmt.Errorf("%w: config id %q and member id %q differ", datapath.ErrInvalidArgument, cfg.ID, self.ID)
@@ -55,7 +58,10 @@ func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group
 
 func (g *Group) start(ctx context.Context, self Server, peers []Server) error {
 	g.self.Store(&self)
-	if err := g.Bootstrap(peers); err != nil && !errors.Is(err, ErrHasState) {
+	switch err := g.Bootstrap(peers); {
+	case err == nil:
+		g.bootPeers.Store(&peers)
+	case !errors.Is(err, ErrHasState):
 		return err
 	}
 	if err := g.waitLeader(ctx); err != nil {
@@ -66,6 +72,9 @@ func (g *Group) start(ctx context.Context, self Server, peers []Server) error {
 	}
 	if err := g.AddServer(ctx, self); err != nil {
 		return fmt.Errorf("record server %s in the group: %w", self.ID, err)
+	}
+	if err := g.recordPeers(ctx); err != nil {
+		return fmt.Errorf("record the group's bootstrap peers: %w", err)
 	}
 	_, err := g.Servers(ctx) // a barrier: every committed entry applied here
 	return err
@@ -91,26 +100,37 @@ func (g *Group) waitLeader(ctx context.Context) error {
 // white space.
 func ValidServerID(id string) error { return validServerID(id) }
 
-// ParsePeers reads a peer list "ID=HOST:PORT,ID=HOST:PORT,..." (white
-// space around items ignored). Each id and address must be well formed and
-// listed once.
+// ParsePeers reads a peer list "ID=RAFT[@DATAPATH],..." (white space around
+// items ignored): each server's id, the host:port of its Raft transport
+// and, after @, the host:port it serves clients at, which the group then
+// records for it from the start (without it, the server is recorded with
+// its datapath address only once it leads). Each id and address must be
+// well formed and listed once; an error names the item.
 func ParsePeers(s string) ([]Server, error) {
 	var out []Server
-	ids, addrs := map[string]bool{}, map[string]bool{}
+	ids, addrs := map[string]int{}, map[string]int{}
 	for i, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		id, addr, ok := strings.Cut(item, "=")
-		if !ok {
-			return nil, fmt.Errorf("%w: peer %d %q: want ID=HOST:PORT", datapath.ErrInvalidArgument, i+1, item)
+		if !ok || id == "" {
+			return nil, fmt.Errorf("%w: peer %d %q: want ID=HOST:PORT or ID=HOST:PORT@HOST:PORT (Raft address, then the datapath address)",
+				datapath.ErrInvalidArgument, i+1, item)
 		}
-		p := Server{ID: id, RaftAddress: addr}
+		raftAddr, dpAddr, _ := strings.Cut(addr, "@")
+		p := Server{ID: id, RaftAddress: raftAddr, DatapathAddress: dpAddr}
+		if strings.Contains(addr, "@") && dpAddr == "" {
+			return nil, fmt.Errorf("%w: peer %d %q: nothing after @; want the datapath address as HOST:PORT, or no @", datapath.ErrInvalidArgument, i+1, item)
+		}
 		if err := p.validate(); err != nil {
-			return nil, fmt.Errorf("peer %d: %w", i+1, err)
+			return nil, fmt.Errorf("peer %d %q: %w", i+1, item, err)
 		}
-		if ids[id] || addrs[addr] {
-			return nil, fmt.Errorf("%w: peer %d %q: id or address listed twice", datapath.ErrInvalidArgument, i+1, item)
+		if j, dup := ids[id]; dup {
+			return nil, fmt.Errorf("%w: peer %d %q: server id %s is listed twice (peers %d and %d)", datapath.ErrInvalidArgument, i+1, item, id, j, i+1)
 		}
-		ids[id], addrs[addr] = true, true
+		if j, dup := addrs[raftAddr]; dup {
+			return nil, fmt.Errorf("%w: peer %d %q: raft address %s is listed twice (peers %d and %d)", datapath.ErrInvalidArgument, i+1, item, raftAddr, j, i+1)
+		}
+		ids[id], addrs[raftAddr] = i+1, i+1
 		out = append(out, p)
 	}
 	return out, nil

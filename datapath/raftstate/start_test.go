@@ -83,12 +83,23 @@ func TestStart_EveryLeaderRecordsItself(t *testing.T) {
 // `serve --raft-peers` does on three nodes; with advertise, each listens on
 // 127.0.0.1 and the peers name it localhost (Config.Advertise).
 func startThree(t *testing.T, advertise bool) (groups []*Group, peers []Server, dpAddrs []string) {
-	return startThreeWith(t, advertise, nil)
+	return startThreeWith(t, threeOpts{advertise: advertise})
 }
 
-// startThreeWith is startThree with each server's Raft over peer's TLS.
-func startThreeWith(t *testing.T, advertise bool, peer *PeerTLS) (groups []*Group, peers []Server, dpAddrs []string) {
+// threeOpts: startThreeWith's options.
+type threeOpts struct {
+	advertise bool
+	peer      *PeerTLS // each server's Raft over this TLS
+	// full: the peer list gives each server's node and datapath address
+	// too (`serve --raft-peers ID=RAFT@DATAPATH`).
+	full    bool
+	metrics []*Metrics // server i's, when set
+}
+
+// startThreeWith is startThree as o says.
+func startThreeWith(t *testing.T, o threeOpts) (groups []*Group, peers []Server, dpAddrs []string) {
 	t.Helper()
+	advertise, peer, full := o.advertise, o.peer, o.full
 	raftAddrs, dpAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
 	for i := range raftAddrs {
 		addr := raftAddrs[i]
@@ -97,6 +108,9 @@ func startThreeWith(t *testing.T, advertise bool, peer *PeerTLS) (groups []*Grou
 			addr = net.JoinHostPort("localhost", port)
 		}
 		peers = append(peers, Server{ID: fmt.Sprintf("node-%d", i+1), RaftAddress: addr})
+		if full {
+			peers[i].Node, peers[i].DatapathAddress = peers[i].ID, dpAddrs[i]
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -113,6 +127,9 @@ func startThreeWith(t *testing.T, advertise bool, peer *PeerTLS) (groups []*Grou
 				cfg.Advertise = peers[i].RaftAddress
 			}
 			cfg.PeerTLS = peer
+			if o.metrics != nil {
+				cfg.Metrics = o.metrics[i]
+			}
 			groups[i], errs[i] = Start(ctx, cfg, self, peers)
 		}()
 	}
@@ -204,7 +221,7 @@ func TestStart_PeerTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, peers, _ := startThreeWith(t, true, &PeerTLS{Accept: accept, Dial: dial})
+	groups, peers, _ := startThreeWith(t, threeOpts{advertise: true, peer: &PeerTLS{Accept: accept, Dial: dial}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l := leaderOf(t, groups, -1)
@@ -275,7 +292,7 @@ func TestStart_PeerTLS_IPAddresses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, peers, _ := startThreeWith(t, false, &PeerTLS{Accept: accept, Dial: dial})
+	groups, peers, _ := startThreeWith(t, threeOpts{peer: &PeerTLS{Accept: accept, Dial: dial}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l := leaderOf(t, groups, -1)

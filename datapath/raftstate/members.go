@@ -1,0 +1,123 @@
+package raftstate
+
+import (
+	"context"
+
+	"github.com/hashicorp/raft"
+)
+
+// The group's record of its members. Raft's own configuration knows each
+// voter's id and Raft address only; the state machine records, with add-
+// server entries, where each serves clients (its datapath address) and its
+// node, which placement, redirects and status read. Two paths fill it:
+//
+//   - each server records itself whenever it leads and finds its record
+//     missing or different (it knows its own addresses best);
+//   - servers bootstrapped together (Start with peers) know each other's
+//     addresses from the peer list, so the first of them to lead records
+//     every peer the group has no record of yet, one add-server entry each,
+//     at once: a follower that never led is a member from the start, and a
+//     create may place its data there (TestStart_EveryPeerRecordedAtOnce).
+//
+// One add-server entry per peer rather than one entry for all: a server of
+// the release before knows add-server, so a group of both releases applies
+// the same record; should the leader stop half-way, the next leader (also
+// bootstrapped with the list) records the rest.
+
+// recordMembers records this server, then the bootstrap peers the group has
+// no record of, when it leads; a failure is logged and left to the next
+// leader.
+func (g *Group) recordMembers() {
+	if g.closed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.applyTimeout)
+	defer cancel()
+	if err := g.recordSelf(ctx); err != nil {
+		return // no longer the leader, or cut off: the next leader records itself
+	}
+	if err := g.recordPeers(ctx); err != nil {
+		g.logger.Warn("the bootstrap peers' records in the group not written", "error", err)
+	}
+}
+
+// recordSelf records this server (its node and datapath address) in the
+// group when it leads and the group's record of it is missing or
+// different: without its record, clients refused by a follower are not
+// told where the leader serves, and placement leaves it out.
+func (g *Group) recordSelf(ctx context.Context) error {
+	self := g.self.Load()
+	if self == nil {
+		return nil
+	}
+	members, err := g.Servers(ctx) // a barrier: the record as committed
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m == *self {
+			return nil
+		}
+	}
+	if _, err := g.apply(ctx, Command{Op: OpAddServer, Member: self}); err != nil {
+		g.logger.Warn("this server's record in the group not updated", "server", self.ID, "error", err)
+		return err
+	}
+	return nil
+}
+
+// recordPeers records each peer this server bootstrapped the group with
+// that the group has no record of, as the peer list gives it (one listed
+// with its datapath address), provided Raft
+// still has it as a voter at that Raft address (a peer removed since is not
+// brought back). A record the group has is never overwritten: the peer's
+// own, written when it leads, is the one that counts.
+func (g *Group) recordPeers(ctx context.Context) error {
+	peers := g.bootPeers.Load()
+	if peers == nil {
+		return nil
+	}
+	missing, err := g.unrecordedPeers(ctx, *peers)
+	if err != nil {
+		return err
+	}
+	for _, p := range missing {
+		if _, err := g.apply(ctx, Command{Op: OpAddServer, Member: &p}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unrecordedPeers is the peers, other than this server, listed with a
+// datapath address, that are voters at their listed Raft address and have
+// no record in the group (current). A peer listed without one (the form of
+// before) is left to record itself when it leads: a record without it
+// serves neither placement nor redirects.
+func (g *Group) unrecordedPeers(ctx context.Context, peers []Server) ([]Server, error) {
+	members, err := g.Servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[string]bool{}
+	for _, m := range members {
+		recorded[m.ID] = true
+	}
+	f := g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	voters := map[string]string{}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters[string(s.ID)] = string(s.Address)
+		}
+	}
+	var out []Server
+	for _, p := range peers {
+		if p.ID != g.id && p.DatapathAddress != "" && !recorded[p.ID] && voters[p.ID] == p.RaftAddress {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
