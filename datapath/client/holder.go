@@ -48,6 +48,9 @@ type holders struct {
 	// the one before did not answer (askElsewhere), not a holder a server
 	// named.
 	guessed map[string]bool
+	// namedDial marks the volumes a server named the Dial address the
+	// holder of.
+	namedDial map[string]bool
 }
 
 // holderOf returns the address vol's calls go to: its holder when a server
@@ -82,7 +85,12 @@ func (c *Client) toHolder(vol, addr string, err error) bool {
 	}
 	if re.HolderAddress == c.addr {
 		delete(c.holders.m, vol)
+		if c.holders.namedDial == nil {
+			c.holders.namedDial = map[string]bool{}
+		}
+		c.holders.namedDial[vol] = true
 	} else {
+		delete(c.holders.namedDial, vol)
 		c.holders.m[vol] = re.HolderAddress
 	}
 	delete(c.holders.guessed, vol)
@@ -193,20 +201,29 @@ func (c *Client) tlsFor(addr string, bulk bool) *tls.Config {
 	return cfg
 }
 
-// holderError names the volume's holder in err, a call's final error at
-// addr, when the call went to a holder other than the Dial address and the
-// holder did not answer (a refusal of the server's own is returned as it
-// is).
+// holderError says, in err, a call's final error at addr about vol, that
+// the volume is unavailable because the server holding its data does not
+// answer, naming that server, when the call was left unanswered in a group:
+// at a holder another server named, or at the Dial address once a server
+// named it the holder or every server was asked. A refusal of the server's
+// own is returned as it is, and so is any error of a client of one server.
 func (c *Client) holderError(vol, addr string, err error) error {
 	var re *datapath.RemoteError
-	if vol == "" || addr == c.addr || (errors.As(err, &re) && re.Sentinel != nil) {
+	if vol == "" || len(c.group.servers) < 2 || (errors.As(err, &re) && re.Sentinel != nil) {
 		return err
 	}
 	c.holders.mu.Lock()
 	guessed := c.holders.guessed[vol]
+	named := c.holders.namedDial[vol]
 	c.holders.mu.Unlock()
-	if guessed {
-		return fmt.Errorf("volume %s: no datapath server of the group answered (the last asked: %s): %w", vol, addr, err)
+	switch {
+	case addr == c.addr && named:
+		// A server named the Dial address the holder: it is.
+	case guessed:
+		return fmt.Errorf("volume %s is unavailable: no datapath server of the group answered for it (the last asked: %s): %w", vol, addr, err)
+	case addr == c.addr && !named:
+		return err
 	}
-	return fmt.Errorf("volume %s: its data is on datapath server %s, which did not answer: %w", vol, addr, err)
+	return fmt.Errorf("volume %s is unavailable: its data is on datapath server %s, which does not answer; its I/O and attach wait for that server, "+
+		"and volumes other servers hold are not affected: %w", vol, addr, err)
 }

@@ -105,8 +105,8 @@ func TestClient_Group_IOGoesToTheHolder(t *testing.T) {
 	defer eng.Close()
 	start := time.Now()
 	err = eng.WriteAt(ctx, a.ID, "n1", ea, 0, payload)
-	if err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
-		t.Fatalf("write to a volume whose holder is down: %v; want an error naming %s", err, srvs[0].Addr)
+	if want := "volume " + a.ID + " is unavailable: its data is on datapath server " + srvs[0].Addr + ", which does not answer"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("write to a volume whose holder is down: %v; want an error saying %q", err, want)
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("the write to a volume whose holder is down took %s; want it bounded by the client's retries", took)
@@ -190,8 +190,9 @@ func TestClient_Group_DialAddressDown(t *testing.T) {
 			t.Fatalf("read (bulk %v): %v", bulk, err)
 		}
 		start := time.Now()
-		if err := eng.WriteAt(ctx, a.ID, "n1", ea, 0, payload); err == nil || !strings.Contains(err.Error(), srvs[0].Addr) {
-			t.Fatalf("write to the volume of the down server: %v; want an error naming %s", err, srvs[0].Addr)
+		err = eng.WriteAt(ctx, a.ID, "n1", ea, 0, payload)
+		if want := "volume " + a.ID + " is unavailable: its data is on datapath server " + srvs[0].Addr + ", which does not answer"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("write (bulk %v) to the volume of the down server: %v; want an error saying %q", bulk, err, want)
 		}
 		if took := time.Since(start); took > 15*time.Second {
 			t.Fatalf("the write to the down server's volume took %s", took)
