@@ -236,3 +236,14 @@ const (
 	// SocketBufferSize is gRPC's read and write buffer size per connection.
 	SocketBufferSize = 256 << 10
 )
+
+// GroupStatus is the control group as a client that asked every server sees
+// it (client.GroupStatus): each member as it reports itself, or in role
+// unreachable when it did not answer; and the volumes with the server holding
+// each, as the leader applied them.
+type GroupStatus struct {
+	Servers []ServerStatus
+	// Volumes is known only when the leader answered (VolumesKnown).
+	Volumes      []GroupVolume
+	VolumesKnown bool
+}

@@ -1,0 +1,74 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+)
+
+// GroupStatus asks every server of the group (the Dial address and
+// WithServers) at once for the group as it sees it, and returns each member
+// as it reports itself, or in role unreachable (no last contact, no applied
+// index) when it did not answer; a member not among the client's servers is
+// shown as the answering servers list it. The members are the leader's list
+// when the leader answered, else the first answering server's. With the
+// leader's answer come the group's volumes and the server holding each, as
+// the leader applied them (VolumesKnown); without it they are not known. It
+// fails only when no server answered. A datapath without a group (a release
+// before it) reports no servers and no volumes.
+func (c *Client) GroupStatus(ctx context.Context) (datapath.GroupStatus, error) {
+	reps := make([]datapath.ServersReport, len(c.group.servers))
+	errs := c.each(func(i int, addr string) error {
+		var err error
+		reps[i], err = c.serversAt(ctx, addr)
+		return err
+	})
+	self := map[string]datapath.ServerStatus{}
+	asked := map[string]bool{}
+	members, leader := []datapath.ServerStatus(nil), ""
+	var failed []error
+	for i, err := range errs {
+		addr := c.group.servers[i]
+		asked[addr] = true
+		if err != nil {
+			failed = append(failed, fmt.Errorf("datapath %s: %w", addr, err))
+			continue
+		}
+		for _, s := range reps[i].Servers {
+			if !s.Self {
+				continue
+			}
+			self[s.ID] = s
+			if s.Role == datapath.RoleLeader {
+				members, leader = reps[i].Servers, addr
+			}
+		}
+		if members == nil {
+			members = reps[i].Servers
+		}
+	}
+	if len(failed) == len(errs) {
+		return datapath.GroupStatus{}, fmt.Errorf("group status: no datapath server answered: %w", errors.Join(failed...))
+	}
+	out := datapath.GroupStatus{Servers: make([]datapath.ServerStatus, 0, len(members))}
+	for _, m := range members {
+		switch s, ok := self[m.ID]; {
+		case ok:
+			m = s
+		case asked[m.Address]:
+			m.Role, m.LastContact, m.AppliedIndex = datapath.RoleUnreachable, time.Time{}, 0
+		}
+		m.Self = false
+		out.Servers = append(out.Servers, m)
+	}
+	if leader != "" {
+		vols, err := c.groupVolumesAt(ctx, leader)
+		if err == nil {
+			out.Volumes, out.VolumesKnown = vols, true
+		}
+	}
+	return out, nil
+}
