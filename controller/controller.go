@@ -88,6 +88,7 @@ type Controller struct {
 	outage     *controlPlaneWatch
 	deleted    deletedUIDs     // what this controller deleted, until its informers catch up
 	failedSeen map[string]bool // handles of failed volumes at the last poll (failed_volumes.go)
+	serverDown serverOutages   // volumes whose server does not answer (server_outage.go)
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[queueKey]
 

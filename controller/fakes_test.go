@@ -21,6 +21,7 @@ type fakeBackend struct {
 	epochs      map[string]uint64                    // handle → highest epoch
 	report      fenceapi.Report
 	failed      []fenceapi.FailedVolume
+	placement   fenceapi.Placement
 	err         error
 	fenceCalls  int
 	fenceAsked  [][]string // the handles of each FenceVolumes call, sorted
@@ -101,6 +102,21 @@ func (f *fakeBackend) Grants(_ context.Context, node string) ([]fenceapi.Grant, 
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+func (f *fakeBackend) setPlacement(p fenceapi.Placement) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.placement = p
+}
+
+func (f *fakeBackend) ServerPlacement(context.Context) (fenceapi.Placement, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return fenceapi.Placement{}, f.err
+	}
+	return f.placement, nil
 }
 
 func (f *fakeBackend) setFailed(fs ...fenceapi.FailedVolume) {

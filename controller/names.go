@@ -60,6 +60,13 @@ const (
 	// EventVolumeFailed (on a PersistentVolume): writing the volume's data to
 	// disk failed on the storage; its I/O is refused until an operator clears it.
 	EventVolumeFailed = "VigilVolumeFailed"
+	// EventVolumeServerDown (Warning, on a PersistentVolume): the storage
+	// server holding the volume's data does not answer; the volume's I/O and
+	// attach wait for it, other volumes are not affected.
+	EventVolumeServerDown = "VigilVolumeServerDown"
+	// EventVolumeServerBack (Normal, on a PersistentVolume): that server
+	// answers again.
+	EventVolumeServerBack = "VigilVolumeServerBack"
 )
 
 // RecoveryReasonControlPlaneOutage is the reason an open NodeRecovery gets

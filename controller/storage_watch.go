@@ -112,4 +112,5 @@ func (c *Controller) pollStorage(ctx context.Context, reachable, warnedSuppresse
 	c.outage.setHeartbeating(rep, threshold)
 	c.updateOutage(ctx)
 	c.pollFailedVolumes(ctx)
+	c.pollServerOutages(ctx)
 }

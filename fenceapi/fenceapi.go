@@ -120,3 +120,35 @@ type FailedVolume struct {
 	// volume's data, to let the volume take I/O again.
 	Clear string
 }
+
+// Roles of a storage server (Server.Role).
+const (
+	RoleLeader      = "leader"
+	RoleFollower    = "follower"
+	RoleCandidate   = "candidate"
+	RoleUnreachable = "unreachable"
+)
+
+// Server is one server of a storage back end made of several (the
+// datapath's control group), as the manager reached it.
+type Server struct {
+	ID, Node, Address string
+	// Role is one of the Role constants: RoleUnreachable when the server
+	// did not answer the manager.
+	Role string
+	// LastContact is the server's last contact with the group's leader:
+	// zero for the leader, an unreachable server, and when unknown.
+	LastContact time.Time
+}
+
+// Placement is which server holds each volume's data, for a back end whose
+// servers each hold some volumes: losing a server makes only its volumes
+// unavailable.
+type Placement struct {
+	// Servers are the back end's servers; none for a back end of one.
+	Servers []Server
+	// Holders maps a volume's handle to the ID of the server holding its
+	// data; nil when it is not known now (the group's leader did not
+	// answer), which proves nothing about any volume.
+	Holders map[string]string
+}
