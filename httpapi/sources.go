@@ -134,6 +134,31 @@ type NodeView struct {
 	// grants, and while it is down, fenced or tainted, the rows it was fenced
 	// on. Released rows and fenced rows of a past failure are left out.
 	Volumes []VolumeGrant `json:"volumes"`
+	// DatapathServer is the datapath server running on the node, when one
+	// does (the datapath's group of several servers); nil otherwise.
+	DatapathServer *DatapathServer `json:"datapathServer,omitempty"`
+}
+
+// Roles of DatapathServer.Role.
+const (
+	ServerLeader      = "leader"
+	ServerFollower    = "follower"
+	ServerCandidate   = "candidate"
+	ServerUnreachable = "unreachable"
+)
+
+// DatapathServer is one server of the datapath's group, as the manager
+// reached it.
+type DatapathServer struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// Role is leader, follower, candidate, or unreachable when it did not
+	// answer the manager: then the volumes it holds are unavailable.
+	Role string `json:"role"`
+	// LastContact is the server's last contact with the group's leader
+	// (followers only); like HeartbeatAgeSeconds it moves on its own, and
+	// the "nodes" event is not sent for it.
+	LastContact *time.Time `json:"lastContact,omitempty"`
 }
 
 // VolumeGrant is one node's row for one volume on the datapath.

@@ -31,6 +31,12 @@ type storageView interface {
 	Grants(ctx context.Context, node string) ([]fenceapi.Grant, error)
 }
 
+// placementView is a storageView of several servers that reports them
+// (the datapath's fence back end of a group does).
+type placementView interface {
+	ServerPlacement(ctx context.Context) (fenceapi.Placement, error)
+}
+
 // nodeSources are the manager's parts the nodes view is built from.
 type nodeSources struct {
 	verdicts nodeVerdicts
@@ -150,6 +156,9 @@ func (l *loopNodes) key() (string, bool) {
 	rep := nodesReport(in, l.now())
 	for i := range rep.Nodes {
 		rep.Nodes[i].HeartbeatAgeSeconds = nil
+		if s := rep.Nodes[i].DatapathServer; s != nil {
+			s.LastContact = nil
+		}
 	}
 	b, _ := json.Marshal(rep)
 	return string(b), true
@@ -179,6 +188,13 @@ func (l *loopNodes) pollStorage(ctx context.Context) *storagePoll {
 		return &storagePoll{At: at, Err: err}
 	}
 	p := &storagePoll{At: at, Conn: linkOf(r, at), Grants: map[string][]fenceapi.Grant{}}
+	if pv, ok := l.src.storage.(placementView); ok {
+		// Only when no server answers does this fail, and then so did
+		// Connectivity: the servers are not shown.
+		if pl, err := pv.ServerPlacement(ctx); err == nil {
+			p.Servers = pl.Servers
+		}
+	}
 	names := map[string]bool{}
 	if nodes, err := l.nodes.List(labels.Everything()); err == nil {
 		for _, n := range nodes {

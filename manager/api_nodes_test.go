@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/controller"
+	"github.com/vigil-storage/vigil/fenceapi"
 	"github.com/vigil-storage/vigil/fenceapi/fenceapitest"
 	"github.com/vigil-storage/vigil/httpapi"
 )
@@ -218,5 +219,53 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// placementStorage is the datapath fake with a group's servers.
+type placementStorage struct {
+	*fenceapitest.Fake
+	servers []fenceapi.Server
+	err     error
+}
+
+func (p placementStorage) ServerPlacement(context.Context) (fenceapi.Placement, error) {
+	return fenceapi.Placement{Servers: p.servers}, p.err
+}
+
+// The poll reads the datapath's servers when the storage reports them; a
+// follower's last contact, which moves at every poll, is not a change of
+// the view.
+func TestLoopNodes_Poll_ReadsTheServers(t *testing.T) {
+	f := newNodesFixture(t, false)
+	ctx := context.Background()
+	st := placementStorage{Fake: f.fake, servers: []fenceapi.Server{
+		{ID: "s1", Node: "node-1", Address: "a1", Role: fenceapi.RoleLeader},
+		{ID: "s2", Node: "node-2", Address: "a2", Role: fenceapi.RoleFollower, LastContact: reportNow},
+	}}
+	f.nodes.src.storage = st
+	f.nodes.poll(ctx)
+	got := byNodeName(f.report(t))
+	if s := got["node-1"].DatapathServer; s == nil || s.Role != fenceapi.RoleLeader {
+		t.Errorf("node-1 server %+v; want the leader", s)
+	}
+	if s := got["node-2"].DatapathServer; s == nil || s.Role != fenceapi.RoleFollower || s.LastContact == nil {
+		t.Errorf("node-2 server %+v; want a follower with its last contact", s)
+	}
+	key, _ := f.nodes.key()
+	st.servers[1].LastContact = reportNow.Add(time.Second)
+	f.nodes.poll(ctx)
+	if again, _ := f.nodes.key(); again != key {
+		t.Errorf("a new last contact changed the view's key:\n%s\n%s", key, again)
+	}
+	st.servers[1].Role = fenceapi.RoleUnreachable
+	f.nodes.poll(ctx)
+	if again, _ := f.nodes.key(); again == key {
+		t.Error("a server gone unreachable did not change the view's key")
+	}
+	f.nodes.src.storage = placementStorage{Fake: f.fake, err: errors.New("no server answered")}
+	f.nodes.poll(ctx)
+	if s := byNodeName(f.report(t))["node-1"].DatapathServer; s != nil {
+		t.Errorf("node-1 server %+v when the placement could not be read; want none", s)
 	}
 }

@@ -38,6 +38,9 @@ type storagePoll struct {
 	Conn map[string]nodeLink
 	// Grants are each node's rows, by node.
 	Grants map[string][]fenceapi.Grant
+	// Servers are the datapath's servers, each unreachable when it did not
+	// answer; none for a datapath of one server.
+	Servers []fenceapi.Server
 }
 
 // nodeLink is one node's link to the datapath, on the manager's clock.
@@ -217,6 +220,17 @@ func addStorage(v *httpapi.NodeView, s *storagePoll, st *controller.NodeStatus, 
 	if fencedRows && v.Tainted {
 		v.Fenced = true
 	}
+	v.DatapathServer = serverOn(v.Name, s.Servers)
+}
+
+// serverOn is the datapath server running on node, or nil.
+func serverOn(node string, servers []fenceapi.Server) *httpapi.DatapathServer {
+	for _, s := range servers {
+		if s.Node == node {
+			return &httpapi.DatapathServer{ID: s.ID, Address: s.Address, Role: s.Role, LastContact: timePtr(s.LastContact)}
+		}
+	}
+	return nil
 }
 
 func hasTaint(n *corev1.Node, key string) bool {

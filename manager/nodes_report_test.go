@@ -278,3 +278,45 @@ func BenchmarkNodesReport_500Nodes(b *testing.B) {
 		}
 	}
 }
+
+// Each node that runs a datapath server of the group shows it: its id,
+// address and role (leader, follower, or unreachable when it did not answer
+// the manager), a follower's last contact with the leader; a node without
+// one shows none, and so does every node without a datapath.
+func TestNodesReport_DatapathServers(t *testing.T) {
+	contact := before(300 * time.Millisecond)
+	servers := []fenceapi.Server{
+		{ID: "s1", Node: "n1", Address: "10.0.0.1:9600", Role: fenceapi.RoleLeader},
+		{ID: "s2", Node: "n2", Address: "10.0.0.2:9600", Role: fenceapi.RoleFollower, LastContact: contact},
+		{ID: "s3", Node: "n3", Address: "10.0.0.3:9600", Role: fenceapi.RoleUnreachable},
+		{ID: "s9", Node: "gone", Address: "10.0.0.9:9600", Role: fenceapi.RoleFollower},
+	}
+	nodes := []*corev1.Node{testNode("n1", corev1.ConditionTrue), testNode("n2", corev1.ConditionTrue),
+		testNode("n3", corev1.ConditionUnknown), testNode("n4", corev1.ConditionTrue)}
+	rep := nodesReport(nodesInput{Nodes: nodes, Leading: true, Storage: &storagePoll{At: reportNow, Servers: servers}}, reportNow)
+	got := byNodeName(rep)
+	for name, want := range map[string]*httpapi.DatapathServer{
+		"n1": {ID: "s1", Address: "10.0.0.1:9600", Role: "leader"},
+		"n2": {ID: "s2", Address: "10.0.0.2:9600", Role: "follower", LastContact: &contact},
+		"n3": {ID: "s3", Address: "10.0.0.3:9600", Role: "unreachable"},
+		"n4": nil,
+	} {
+		s := got[name].DatapathServer
+		switch {
+		case want == nil && s != nil:
+			t.Errorf("%s: server %+v; want none", name, *s)
+		case want != nil && (s == nil || s.ID != want.ID || s.Address != want.Address || s.Role != want.Role ||
+			(s.LastContact == nil) != (want.LastContact == nil) || s.LastContact != nil && !s.LastContact.Equal(*want.LastContact)):
+			t.Errorf("%s: server %+v; want %+v", name, s, want)
+		}
+	}
+	if _, ok := got["gone"]; ok {
+		t.Errorf("a server on a node that is neither a Node nor judged added a row: %+v", got["gone"])
+	}
+	rep = nodesReport(nodesInput{Nodes: nodes, Leading: true, Storage: &storagePoll{At: reportNow, Err: errors.New("refused")}}, reportNow)
+	for _, v := range rep.Nodes {
+		if v.DatapathServer != nil {
+			t.Errorf("%s: server %+v from a datapath that could not be read", v.Name, *v.DatapathServer)
+		}
+	}
+}

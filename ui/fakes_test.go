@@ -66,13 +66,18 @@ type fakeNodes struct{}
 func (fakeNodes) Nodes(context.Context) (httpapi.NodesReport, error) {
 	since, fenced := t0, t0.Add(400*time.Millisecond)
 	hb, silent := 0.8, 90.0
+	contact := t0.Add(89 * time.Second)
 	return httpapi.NodesReport{Verdicts: httpapi.VerdictsController, Datapath: httpapi.DatapathConnected, Nodes: []httpapi.NodeView{
 		{Name: "node-a", Verdict: httpapi.VerdictDown, Reason: "ready-unknown", Since: &since, HeartbeatAgeSeconds: &silent,
 			Fenced: true, FencedAt: &fenced, Tainted: true,
-			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "fenced"}}},
+			Volumes:        []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "fenced"}},
+			DatapathServer: &httpapi.DatapathServer{ID: "dp-a", Address: "10.0.0.1:9600", Role: httpapi.ServerUnreachable}},
 		{Name: "node-b", Verdict: httpapi.VerdictUp, Since: &since, HeartbeatAgeSeconds: &hb,
-			Volumes: []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "granted"}}},
-		{Name: "node-c", Verdict: httpapi.VerdictLeaving, Reason: "graceful stop announced", Leaving: true, Volumes: []httpapi.VolumeGrant{}},
+			Volumes:        []httpapi.VolumeGrant{{Handle: "vol-1", PV: "pv-db-0", Epoch: 8, State: "granted"}},
+			DatapathServer: &httpapi.DatapathServer{ID: "dp-b", Address: "10.0.0.2:9600", Role: httpapi.ServerLeader}},
+		{Name: "node-c", Verdict: httpapi.VerdictLeaving, Reason: "graceful stop announced", Leaving: true, Volumes: []httpapi.VolumeGrant{},
+			DatapathServer: &httpapi.DatapathServer{ID: "dp-c", Address: "10.0.0.3:9600", Role: httpapi.ServerFollower, LastContact: &contact}},
+		{Name: "node-d", Verdict: httpapi.VerdictUp, Since: &since, HeartbeatAgeSeconds: &hb, Volumes: []httpapi.VolumeGrant{}},
 	}}, nil
 }
 

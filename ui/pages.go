@@ -138,6 +138,17 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
+	"roleClass": func(role string) string {
+		switch role {
+		case httpapi.ServerLeader:
+			return "ok"
+		case httpapi.ServerFollower:
+			return "info"
+		case httpapi.ServerUnreachable:
+			return "bad"
+		}
+		return "warn"
+	},
 	"verdictClass": func(v string) string {
 		switch v {
 		case httpapi.VerdictUp, httpapi.VerdictReady:

@@ -202,7 +202,11 @@ func TestUI_NodesPage(t *testing.T) {
 		"1m30s ago</td>", // node-a's silent engine: heartbeat age
 		`<span class="pill bad">fenced</span> <time class="muted" datetime="2026-01-02T03:00:00Z">1m29.6s ago</time>`,
 		`<span class="pill info" data-role="verdict">leaving</span>`, "none since the datapath started",
-		"Verdicts: the manager's controllers", "the datapath, polled every second")
+		"Verdicts: the manager's controllers", "the datapath, polled every second",
+		`<span class="pill bad" data-role="server-role">unreachable</span> <code>dp-a</code> <span class="muted">10.0.0.1:9600</span><br><span class="small">does not answer: the volumes it holds are unavailable</span>`,
+		`<span class="pill ok" data-role="server-role">leader</span> <code>dp-b</code>`,
+		`<span class="pill info" data-role="server-role">follower</span> <code>dp-c</code> <span class="muted">10.0.0.3:9600</span><br><span class="muted small">leader heard <time datetime="2026-01-02T03:01:29Z">1.0s ago</time></span>`,
+		`<td data-role="server"><span class="muted">none</span></td>`)
 	_, part := f.get(t, PathNodes+"?partial=1")
 	if strings.Contains(part, "<html") || !strings.Contains(part, `id="node-node-b"`) {
 		t.Fatalf("partial = %s", part)
