@@ -22,8 +22,14 @@ import (
 	"github.com/vigil-storage/vigil/datapath/fencebackend"
 )
 
-// The datapath is the manager's fencing back end.
-var _ controller.FenceBackend = (*fencebackend.Backend)(nil)
+// The datapath is the manager's fencing back end; a client of its group
+// reports the group's servers and where each volume's data is, which the
+// back end passes on to the nodes view and the controllers.
+var (
+	_ controller.FenceBackend    = (*fencebackend.Backend)(nil)
+	_ fencebackend.GroupStatuser = (*client.Client)(nil)
+	_ placementView              = (*fencebackend.Backend)(nil)
+)
 
 // Flags of `vigil-manager run` that wire the closed loop: the fencing back end
 // and the NodeRecovery records.

@@ -62,13 +62,16 @@
 // sends that volume's calls to the holder from then on, at once, at most
 // twice per call, and opens the volume's write sessions afresh there
 // (holder.go; TestClient_Group_IOGoesToTheHolder, which also stops the
-// holder: its volumes' I/O fails within the retries, naming it, and the
-// other volumes' goes on). Heartbeat goes to every server (one that takes
+// holder: its volumes' I/O fails within the retries with an error that
+// says the volume is unavailable and names its holder, and the other
+// volumes' goes on). Heartbeat goes to every server (one that takes
 // it is enough); NodeGrants and FailedVolumes ask every server, each of
 // which reports the volumes it holds, and fail unless all answer, so a
 // server that does not answer never makes a node's live grant look absent;
 // ServerNodes returns the Nodes report of each server that answers, and
 // GroupNodeGrants a node's rows from the servers that answer with the
 // volumes of those that do not, as the leader places them (fanout.go,
-// grants_group.go). Everything else stays with Dial's address.
+// grants_group.go); GroupStatus asks every server for the group, marking
+// those that do not answer unreachable, with the volumes' holders from the
+// leader (group_status.go). Everything else stays with Dial's address.
 package client

@@ -36,6 +36,11 @@
 // datapath/client). Grants reads each volume's row from the server that
 // holds its data, as that server applied it: a volume whose fence it has not
 // applied still reads live there, and the next FenceVolumes fences it again.
+// ServerPlacement reports the group's servers, each unreachable when it did
+// not answer, and which server holds each volume's data, from the leader
+// (GroupStatuser; TestClient_GroupStatus_ServerDown in datapath/client): the
+// manager's nodes view shows the servers, and the controllers put an Event
+// on each PersistentVolume whose server does not answer.
 // Backend passes fenceapi/fenceapitest's conformance suite over a real
 // datapath server (backend_test.go).
 package fencebackend
