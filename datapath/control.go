@@ -86,6 +86,33 @@ type ControlVolume struct {
 	Server string
 	// Epoch is the highest epoch ever issued for the volume.
 	Epoch uint64
+	// Replicas, InSync and MemberEpoch are the volume's replica set
+	// (ReplicaSet: the servers that hold a copy, those whose copy is
+	// current, and the count of committed changes of either). All three
+	// are empty for a volume whose one copy Server holds (SingleCopy),
+	// as every volume created before replica sets existed is.
+	Replicas    []string
+	InSync      []string
+	MemberEpoch uint64
+}
+
+// ReplicaSet is the volume's replica set; SingleCopy on Server when none
+// is recorded.
+func (v ControlVolume) ReplicaSet() ReplicaSet {
+	if len(v.Replicas) == 0 {
+		return SingleCopy(v.ID, v.Server)
+	}
+	return ReplicaSet{VolumeID: v.ID, Holder: v.Server, Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
+}
+
+// SetReplicaSet records s as the volume's replica set, in its shortest
+// form: nothing for SingleCopy.
+func (v *ControlVolume) SetReplicaSet(s ReplicaSet) {
+	if s.IsSingleCopy() {
+		v.Replicas, v.InSync, v.MemberEpoch = nil, nil, 0
+		return
+	}
+	v.Replicas, v.InSync, v.MemberEpoch = s.Replicas, s.InSync, s.MemberEpoch
 }
 
 // NodeLeave is a graceful stop a node announced (Leave).

@@ -87,6 +87,16 @@ var (
 	// calling again (a fence moves the epoch once more) confirms once the
 	// server is back.
 	ErrNotApplied = errors.New("datapath: committed, not yet applied by the server that holds the data")
+	// ErrStaleMemberEpoch: a change of a volume's replica set, or a write
+	// to one of its replicas, carried a member epoch that is not the
+	// volume's current one: a committed change of its replicas or of
+	// which are in sync has replaced the caller's view. Nothing was
+	// changed or written; the caller reads the volume again.
+	ErrStaleMemberEpoch = errors.New("datapath: stale member epoch")
+	// ErrReplicaQuorum: a change of a volume's replica set would leave
+	// fewer than a majority of its replicas in sync (or none). Nothing was
+	// changed: the volume's I/O waits for a replica to return instead.
+	ErrReplicaQuorum = errors.New("datapath: a majority of the volume's replicas must stay in sync")
 )
 
 // NotLeaderError is ErrNotLeader naming the leader the server knows: its id

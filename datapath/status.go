@@ -39,6 +39,8 @@ var wireErrors = []struct {
 	{ErrHeldElsewhere, codes.FailedPrecondition, "HELD_ELSEWHERE"},
 	{ErrNotHolder, codes.FailedPrecondition, "NOT_HOLDER"},
 	{ErrNotApplied, codes.Unavailable, "NOT_APPLIED"},
+	{ErrStaleMemberEpoch, codes.Aborted, "STALE_MEMBER_EPOCH"},
+	{ErrReplicaQuorum, codes.FailedPrecondition, "REPLICA_QUORUM"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's
