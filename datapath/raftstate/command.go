@@ -33,9 +33,19 @@ const (
 	// as a data directory of the release before the group held them (its
 	// datapath.db); a volume already recorded is left as it is.
 	OpImportVolume Op = "import-volume"
+	// OpReplicaOutOfSync, OpReplicaInSync and OpReplaceReplica change a
+	// volume's replica set by datapath.ReplicaSet's rules, each moving its
+	// member epoch on. A server of a release before them refuses them as
+	// bad commands, so nothing may propose them until every server of the
+	// group runs this release (nothing does yet: no volume is created with
+	// more than one replica outside tests).
+	OpReplicaOutOfSync Op = "replica-out-of-sync"
+	OpReplicaInSync    Op = "replica-in-sync"
+	OpReplaceReplica   Op = "replace-replica"
 )
 
-var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer, OpImportVolume}
+var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer, OpImportVolume,
+	OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica}
 
 // commandVersion is the first byte of every encoded command: the encoding
 // that follows (1: JSON). A server that meets a higher one refuses the entry
@@ -74,6 +84,18 @@ type Command struct {
 	Created time.Time   `json:"created,omitempty"`
 	Epoch   uint64      `json:"epoch,omitempty"`
 	Rows    []ImportRow `json:"rows,omitempty"`
+	// Replicas: create of a volume with more than one copy (Server first,
+	// the holder); absent, Server's is the one copy. Absent in every entry
+	// of the releases before replica sets, which therefore read unchanged.
+	Replicas []string `json:"replicas,omitempty"`
+	// Replica, With, MemberEpoch: replica-out-of-sync, replica-in-sync and
+	// replace-replica (With: the server that takes Replica's place); the
+	// change was decided at MemberEpoch, and is refused at any other.
+	// replica-out-of-sync asked by a volume's writer also carries its Node
+	// and attach Epoch, and is refused unless that grant is live.
+	Replica     string `json:"replica,omitempty"`
+	With        string `json:"with,omitempty"`
+	MemberEpoch uint64 `json:"memberEpoch,omitempty"`
 }
 
 // ImportRow is one row of an attachment table as the log records it (an
@@ -189,7 +211,9 @@ func (c Command) validate() error {
 	var err error
 	switch c.Op {
 	case OpCreateVolume:
-		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server))
+		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server), c.validateReplicas())
+	case OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica:
+		err = c.validateReplicaChange()
 	case OpImportVolume:
 		err = c.validateImport()
 	case OpDeleteVolume:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -162,6 +163,8 @@ func (s *state) apply(c Command) result {
 			delete(s.leaves, c.Node)
 		}
 		return result{}
+	case OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica:
+		return s.changeReplicas(c)
 	case OpAddServer:
 		return result{err: s.addServer(*c.Member)}
 	case OpRemoveServer:
@@ -178,6 +181,10 @@ func (s *state) create(c Command) result {
 			return result{err: fmt.Errorf("%w: volume %q is %s with %d bytes and mode %s; asked for %d bytes and mode %s",
 				datapath.ErrAlreadyExists, c.Name, v.ID, v.Size, v.Access, c.Size, c.Access)}
 		}
+		if r := len(v.ReplicaSet().Replicas); r != max(len(c.Replicas), 1) {
+			return result{err: fmt.Errorf("%w: volume %q is %s with %d replicas; asked for %d",
+				datapath.ErrAlreadyExists, c.Name, v.ID, r, max(len(c.Replicas), 1))}
+		}
 		return result{volume: v}
 	}
 	if old, ok := s.vols[c.VolumeID]; ok {
@@ -187,7 +194,14 @@ func (s *state) create(c Command) result {
 		return result{err: fmt.Errorf("%w: volume %q placed on server %q, which is not a member; members are %s",
 			datapath.ErrInvalidArgument, c.Name, c.Server, s.memberList())}
 	}
+	if err := s.checkMembers(c.VolumeID, c.Replicas...); err != nil {
+		return result{err: err}
+	}
 	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.At.UTC().Truncate(time.Microsecond)}, Server: c.Server}
+	if len(c.Replicas) > 0 {
+		r := slices.Clone(c.Replicas)
+		v.SetReplicaSet(datapath.ReplicaSet{VolumeID: v.ID, Holder: c.Server, Replicas: r, InSync: slices.Clone(r)})
+	}
 	s.vols[v.ID] = &volState{vol: v, rows: map[string]rowState{}}
 	s.names[v.Name] = v.ID
 	return result{volume: v}
@@ -304,18 +318,12 @@ func (s *state) addServer(m Server) error {
 	return nil
 }
 
-// removeServer forgets a member, unless it holds volumes' data: those
-// volumes would have no copy left.
+// removeServer forgets a member, unless it holds a copy of volumes' data:
+// those volumes would lose it without a committed change of their replicas.
 func (s *state) removeServer(id string) error {
-	var held []string
-	for vid, vs := range s.vols {
-		if vs.vol.Server == id {
-			held = append(held, vid)
-		}
-	}
-	if len(held) > 0 {
-		sort.Strings(held)
-		return fmt.Errorf("%w: server %s holds the data of %d volumes (%s); delete them first", datapath.ErrInUse, id, len(held), strings.Join(held[:min(len(held), 5)], ", "))
+	if held := s.heldBy(id); len(held) > 0 {
+		return fmt.Errorf("%w: server %s holds the data of %d volumes (%s); delete them, or replace their replicas on it, first",
+			datapath.ErrInUse, id, len(held), strings.Join(held[:min(len(held), 5)], ", "))
 	}
 	delete(s.servers, id)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,33 +20,51 @@ import (
 )
 
 // The linearizability check: clients grant, fence, release and read the
-// attachment tables of two volumes through the group while servers are
-// killed, restarted and cut off; porcupine checks the history against the
+// attachment tables of two volumes, and take their replicas out of sync
+// and back (member epochs), through the group while servers are killed,
+// restarted and cut off; porcupine checks the history against the
 // sequential model below, which is the attachment table's rules
-// (datapath.AttachTable) applied one call at a time.
+// (datapath.AttachTable) and the replica set's (datapath.ReplicaSet)
+// applied one call at a time.
 
 var linNodes = [3]string{"n1", "n2", "n3"}
 
+// linServers are each volume's replicas: s1 holds it, s2 and s3 may fall
+// out of sync and come back.
+var linServers = [3]string{"s1", "s2", "s3"}
+
 type linInput struct {
-	op   string // grant, fence, release, read
-	vol  int
-	node int
-	use  datapath.GrantUse
+	op    string // grant, fence, release, read; out, in: replica out of sync, back in sync
+	vol   int
+	node  int // grant, fence, release
+	use   datapath.GrantUse
+	rep   int    // out, in: the replica (1 or 2)
+	asked uint64 // out, in: the member epoch the client decided at
 }
 
 type linOutput struct {
 	unknown bool // ErrNotCommitted: it may or may not have happened
 	refused bool // ErrAttachedElsewhere
+	stale   bool // ErrStaleMemberEpoch
+	quorum  bool // ErrReplicaQuorum
 	epoch   uint64
 	rows    [3]datapath.AttachRow // read; Use as datapath.Attachment shows it
+	// read, out, in: the volume's member epoch and in-sync replicas after it
+	memberEpoch uint64
+	inSync      [3]bool
 }
 
-// linState is one volume's table: the row of each node (zero: none).
-type linState [3]datapath.AttachRow
+// linState is one volume: the row of each node (zero: none), and its
+// replica set (created with every replica in sync).
+type linState struct {
+	rows        [3]datapath.AttachRow
+	outOfSync   [3]bool
+	memberEpoch uint64
+}
 
 func (s linState) table() datapath.AttachTable {
 	t := datapath.AttachTable{VolumeID: "vol-0000000000000000", Access: datapath.AccessRWO, Rows: map[string]datapath.AttachRow{}}
-	for i, r := range s {
+	for i, r := range s.rows {
 		if r.State != "" {
 			t.Rows[linNodes[i]] = r
 			t.Epoch = max(t.Epoch, r.Epoch)
@@ -54,20 +73,29 @@ func (s linState) table() datapath.AttachTable {
 	return t
 }
 
+// inSync is the replicas in sync, as a read shows them.
+func (s linState) inSync() [3]bool {
+	return [3]bool{!s.outOfSync[0], !s.outOfSync[1], !s.outOfSync[2]}
+}
+
 // shown is the rows as a read shows them (a row's use as GrantedUse).
 func (s linState) shown() [3]datapath.AttachRow {
-	for i := range s {
-		if s[i].State != "" {
-			s[i].Use = s[i].GrantedUse()
+	rows := s.rows
+	for i := range rows {
+		if rows[i].State != "" {
+			rows[i].Use = rows[i].GrantedUse()
 		}
 	}
-	return s
+	return rows
 }
 
 func linStep(state, input, output any) (bool, any) {
 	s, in, out := state.(linState), input.(linInput), output.(linOutput)
-	if in.op == "read" {
-		return out.rows == s.shown(), s
+	switch in.op {
+	case "read":
+		return out.rows == s.shown() && out.memberEpoch == s.memberEpoch && out.inSync == s.inSync(), s
+	case "out", "in":
+		return linReplicaStep(s, in, out)
 	}
 	t, node := s.table(), linNodes[in.node]
 	var (
@@ -84,14 +112,14 @@ func linStep(state, input, output any) (bool, any) {
 	}
 	next := s
 	if err == nil && step.Changed {
-		next[in.node] = step.Row
+		next.rows[in.node] = step.Row
 	}
 	switch {
 	case out.unknown:
 		return true, next
 	case out.refused:
 		return errors.Is(err, datapath.ErrAttachedElsewhere), s
-	case err != nil:
+	case out.stale || out.quorum || err != nil:
 		return false, s
 	case in.op == "grant":
 		return out.epoch == step.Row.Epoch, next
@@ -99,6 +127,43 @@ func linStep(state, input, output any) (bool, any) {
 		return out.epoch == step.Epoch, next
 	}
 	return true, next
+}
+
+// linReplicaStep is a replica's change as the specification says, written
+// here apart from datapath.ReplicaSet so that a fault in those rules shows
+// too: a change asked at another member epoch than the volume's is refused
+// as stale; one that would leave fewer than 2 of the 3 in sync is refused
+// at the floor; one that changes nothing keeps the member epoch; any other
+// moves it on by one.
+func linReplicaStep(s linState, in linInput, out linOutput) (bool, any) {
+	next, inSync := s, 0
+	for _, o := range s.outOfSync {
+		if !o {
+			inSync++
+		}
+	}
+	var wantErr error
+	switch {
+	case in.asked != s.memberEpoch:
+		wantErr = datapath.ErrStaleMemberEpoch
+	case s.outOfSync[in.rep] == (in.op == "out"): // nothing to change
+	case in.op == "out" && inSync-1 < 2:
+		wantErr = datapath.ErrReplicaQuorum
+	default:
+		next.outOfSync[in.rep] = in.op == "out"
+		next.memberEpoch++
+	}
+	switch {
+	case out.unknown:
+		return true, next
+	case out.stale:
+		return wantErr == datapath.ErrStaleMemberEpoch, s
+	case out.quorum:
+		return wantErr == datapath.ErrReplicaQuorum, s
+	case wantErr != nil || out.refused:
+		return false, s
+	}
+	return out.memberEpoch == next.memberEpoch && out.inSync == next.inSync(), next
 }
 
 var linModel = porcupine.Model{
@@ -121,11 +186,16 @@ var linModel = porcupine.Model{
 		case out.refused:
 			return fmt.Sprintf("%s(v%d, %s) -> refused", in.op, in.vol, linNodes[in.node])
 		case in.op == "read":
-			return fmt.Sprintf("read(v%d) -> %v", in.vol, out.rows)
+			return fmt.Sprintf("read(v%d) -> %v m%d %v", in.vol, out.rows, out.memberEpoch, out.inSync)
+		case in.op == "out" || in.op == "in":
+			return fmt.Sprintf("%s(v%d, %s at m%d) -> stale %t quorum %t m%d %v", in.op, in.vol, linServers[in.rep], in.asked, out.stale, out.quorum, out.memberEpoch, out.inSync)
 		}
 		return fmt.Sprintf("%s(v%d, %s) -> %d", in.op, in.vol, linNodes[in.node], out.epoch)
 	},
-	DescribeState: func(s any) string { return fmt.Sprint(s.(linState).shown()) },
+	DescribeState: func(s any) string {
+		st := s.(linState)
+		return fmt.Sprintf("%v m%d %v", st.shown(), st.memberEpoch, st.inSync())
+	},
 }
 
 // linHistory collects operations from concurrent clients.
@@ -157,9 +227,34 @@ func (h *linHistory) count() (changes, reads, unknown int) {
 	return changes, reads, unknown
 }
 
+// linMinMembers is the least member epoch changes a history worth
+// checking has.
+const linMinMembers = 10
+
+// memberCounts returns the replica changes that moved a member epoch, and
+// those refused as stale and at the quorum floor.
+func memberCounts(ops []porcupine.Operation) (moved, stale, floor int) {
+	for _, op := range ops {
+		in, out := op.Input.(linInput), op.Output.(linOutput)
+		switch {
+		case in.op != "out" && in.op != "in" || out.unknown:
+		case out.stale:
+			stale++
+		case out.quorum:
+			floor++
+		case out.memberEpoch > in.asked:
+			moved++
+		}
+	}
+	return moved, stale, floor
+}
+
 func (h *linHistory) enough() bool {
 	c, r, _ := h.count()
-	return c >= linMinChanges && r >= linMinReads
+	h.mu.Lock()
+	m, stale, _ := memberCounts(h.ops)
+	h.mu.Unlock()
+	return c >= linMinChanges && r >= linMinReads && m >= linMinMembers && stale > 0
 }
 
 func (h *linHistory) add(client int, in linInput, out linOutput, call, ret int64) {
@@ -191,6 +286,10 @@ func linCall(c *testCluster, ids []string, in linInput, rng *rand.Rand) (linOutp
 			return out, true
 		case errors.Is(err, datapath.ErrAttachedElsewhere):
 			return linOutput{refused: true}, true
+		case errors.Is(err, datapath.ErrStaleMemberEpoch):
+			return linOutput{stale: true}, true
+		case errors.Is(err, datapath.ErrReplicaQuorum):
+			return linOutput{quorum: true}, true
 		case errors.Is(err, ErrNotLeader):
 			target = max(c.leader(), 0)
 			time.Sleep(5 * time.Millisecond)
@@ -218,9 +317,24 @@ func linDo(g *Group, id string, in linInput) (linOutput, error) {
 		out.epoch, err = g.Fence(ctx, id, node)
 	case "release":
 		err = g.Release(ctx, id, node)
+	case "out", "in":
+		var v Volume
+		if in.op == "out" {
+			v, err = g.MarkReplicaOutOfSync(ctx, id, linServers[in.rep], in.asked, "", 0)
+		} else {
+			v, err = g.MarkReplicaInSync(ctx, id, linServers[in.rep], in.asked)
+		}
+		out.memberEpoch, out.inSync = linReplicas(v)
 	case "read":
-		var rows []datapath.Attachment
-		rows, err = g.Attachments(ctx, id)
+		// The table and the replica set read together, after a barrier.
+		if err = g.current(ctx); err != nil {
+			break
+		}
+		v, rows, ok := g.fsm.VolumeTable(id)
+		if !ok {
+			return out, fmt.Errorf("%w: volume %s", datapath.ErrNotFound, id)
+		}
+		out.memberEpoch, out.inSync = linReplicas(v)
 		for _, a := range rows {
 			for i, n := range linNodes {
 				if a.Node == n {
@@ -232,19 +346,38 @@ func linDo(g *Group, id string, in linInput) (linOutput, error) {
 	return out, err
 }
 
+// linReplicas is a volume's member epoch and which of linServers are in
+// sync.
+func linReplicas(v Volume) (uint64, [3]bool) {
+	set := v.ReplicaSet()
+	var in [3]bool
+	for i, id := range linServers {
+		in[i] = slices.Contains(set.InSync, id)
+	}
+	return set.MemberEpoch, in
+}
+
 func linClient(c *testCluster, ids []string, h *linHistory, client int, until time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(client), 7))
-	ops := []string{"grant", "grant", "fence", "release", "read", "read"}
+	ops := []string{"grant", "grant", "fence", "release", "read", "read", "out", "in"}
 	uses := []datapath.GrantUse{datapath.UseReadWrite, datapath.UseReadOnly}
+	var seen [2]uint64 // the member epoch this client last learned of each volume
 	// Past until, go on (faults over) until the history is long enough to
 	// mean something, for at most as long again: a loaded machine is slow.
 	for now := time.Now(); now.Before(until) || !h.enough() && now.Before(until.Add(until.Sub(h.start))); now = time.Now() {
-		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(2), node: rng.IntN(3), use: uses[rng.IntN(2)]}
+		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(2), node: rng.IntN(3), use: uses[rng.IntN(2)], rep: 1 + rng.IntN(2)}
+		in.asked = seen[in.vol]
 		call := h.now()
 		out, ok := linCall(c, ids, in, rng)
 		ret := h.now()
 		if ok {
 			h.add(client, in, out, call, ret)
+		}
+		switch {
+		case out.stale || out.unknown:
+			seen[in.vol]++ // a guess; a wrong one is refused as stale, which the check wants too
+		case ok && (in.op == "read" || in.op == "out" || in.op == "in") && !out.quorum:
+			seen[in.vol] = out.memberEpoch
 		}
 		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 	}
@@ -324,7 +457,7 @@ func runLinearizability(t *testing.T, d time.Duration) []porcupine.Operation {
 	for _, name := range []string{"pv-a", "pv-b"} {
 		var id string
 		err := c.retry(3*time.Second, func(g *Group) error {
-			v, err := g.CreateVolume(bg, name, 1<<20, datapath.AccessRWO, "s1")
+			v, err := g.CreateReplicatedVolume(bg, newVolumeID(), name, 1<<20, datapath.AccessRWO, linServers[:])
 			id = v.ID
 			return err
 		})
@@ -368,9 +501,11 @@ func checkHistory(t *testing.T, ops []porcupine.Operation) porcupine.CheckResult
 func TestLinearizability_GrantsFencesReleasesUnderFaults(t *testing.T) {
 	ops := runLinearizability(t, 3*time.Second)
 	writes, reads, unknown := (&linHistory{ops: ops}).count()
-	t.Logf("history: %d acknowledged changes, %d reads, %d of unknown outcome", writes, reads, unknown)
-	if writes < linMinChanges || reads < linMinReads {
-		t.Fatalf("too few operations to check: %d changes, %d reads", writes, reads)
+	members, stale, floor := memberCounts(ops)
+	t.Logf("history: %d acknowledged changes (%d of them member epochs), %d reads, %d of unknown outcome; refused: %d at a stale member epoch, %d at the quorum floor",
+		writes, members, reads, unknown, stale, floor)
+	if writes < linMinChanges || reads < linMinReads || members < linMinMembers || stale == 0 {
+		t.Fatalf("too few operations to check: %d changes, %d member epochs, %d reads, %d stale", writes, members, reads, stale)
 	}
 	if res := checkHistory(t, ops); res != porcupine.Ok {
 		t.Fatalf("porcupine: the history is not linearizable (%s)", res)
@@ -397,10 +532,23 @@ func TestLinearizability_CheckerCatchesAStaleRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := linOutput{}
-	out.rows[0] = datapath.AttachRow{Epoch: stale[0].Epoch, State: stale[0].State, Use: stale[0].Use}
-	h.add(1, linInput{op: "read", node: 0}, out, call, h.now())
-	ops := append([]porcupine.Operation{{ClientId: 2, Input: linInput{op: "grant", node: 0, use: datapath.UseReadWrite}, Output: linOutput{epoch: 1}, Call: -2, Return: -1}}, h.ops...)
+	readOf := func(rows []datapath.Attachment) linOutput {
+		out := linOutput{inSync: [3]bool{true, true, true}} // the model's volumes start with every replica in sync
+		out.rows[0] = datapath.AttachRow{Epoch: rows[0].Epoch, State: rows[0].State, Use: rows[0].Use}
+		return out
+	}
+	granted := porcupine.Operation{ClientId: 2, Input: linInput{op: "grant", node: 0, use: datapath.UseReadWrite}, Output: linOutput{epoch: 1}, Call: -2, Return: -1}
+	fresh, err := c.group(c.waitLeader(time.Second)).Attachments(bg, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := append([]porcupine.Operation{granted}, h.ops...)
+	ok = append(ok, porcupine.Operation{ClientId: 1, Input: linInput{op: "read"}, Output: readOf(fresh), Call: call, Return: h.now()})
+	if res := checkHistory(t, ok); res != porcupine.Ok {
+		t.Fatalf("the history with a current read %+v failed the check (%s): the model is wrong, not the read", fresh, res)
+	}
+	h.add(1, linInput{op: "read", node: 0}, readOf(stale), call, h.now())
+	ops := append([]porcupine.Operation{granted}, h.ops...)
 	if res := checkHistory(t, ops); res != porcupine.Illegal {
 		t.Fatalf("a read of %+v after a fence to epoch %d passed the check (%s)", stale, e, res)
 	}

@@ -35,13 +35,19 @@ type snapshotVolume struct {
 	Server  string              `json:"server"`
 	Epoch   uint64              `json:"epoch"`
 	Rows    []ImportRow         `json:"rows"`
+	// The replica set; absent for a single copy (so a snapshot of volumes
+	// created without replicas is byte for byte the releases' before).
+	Replicas    []string `json:"replicas,omitempty"`
+	InSync      []string `json:"inSync,omitempty"`
+	MemberEpoch uint64   `json:"memberEpoch,omitempty"`
 }
 
 func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
 	doc := snapshotDoc{Version: snapshotVersion, Applied: last, Volumes: []snapshotVolume{}, Leaves: []Leave{}, Servers: []Server{}}
 	for _, vs := range s.vols {
 		v := vs.vol
-		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []ImportRow{}}
+		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []ImportRow{},
+			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
 		for n, r := range vs.rows {
 			sv.Rows = append(sv.Rows, ImportRow{Node: n, Epoch: r.row.Epoch, State: r.row.State, Use: r.row.Use, Updated: r.updated})
 		}
@@ -108,6 +114,9 @@ func restoreVolume(sv snapshotVolume) (*volState, error) {
 	}
 	vs := &volState{vol: Volume{Volume: datapath.Volume{ID: sv.ID, Name: sv.Name, Size: sv.Size, Access: sv.Access, Created: sv.Created},
 		Server: sv.Server, Epoch: sv.Epoch}, rows: map[string]rowState{}}
+	if err := restoreReplicas(&vs.vol, sv.Replicas, sv.InSync, sv.MemberEpoch); err != nil {
+		return nil, err
+	}
 	for _, r := range sv.Rows {
 		if err := r.check(sv.Epoch); err != nil {
 			return nil, err
