@@ -96,6 +96,38 @@
 // Control keeps all of it in datapath.db as described below; the package's
 // other tests use it so.
 //
+// # Replicated volumes: the safety argument
+//
+// The control group records each volume's replica set (replicarules.go):
+// R copies on R distinct servers, the in-sync subset, and a member epoch
+// that every committed change of either moves on and nothing moves back.
+// A change is decided at a member epoch and refused at any other
+// (ErrStaleMemberEpoch), and refused when fewer than WriteQuorum(R) =
+// ⌈(R+1)/2⌉ replicas would stay in sync (ErrReplicaQuorum); TestReplicaSet
+// is the rules' specification, TestFSM_ReplicaSet_CommittedChanges and the
+// porcupine check in datapath/raftstate prove the group applies them. Data
+// still has one copy (the holder's) in this release; the rest of the
+// argument is the design the write path will follow (docs/architecture.md,
+// "Replicated volumes"):
+//
+//  1. The writer's engine sends each write, with (node, attach epoch, member
+//     epoch), to every replica; it is acknowledged only once on every
+//     in-sync replica and on at least WriteQuorum(R) of them.
+//  2. A replica that misses a write's deadline leaves the in-sync set only by
+//     a committed change, before the write is acknowledged without it; the
+//     floor makes a volume that lost a majority suspend, not shrink.
+//  3. A fence returns only once committed and applied by WriteQuorum(R) of
+//     the volume's replicas, each of which then refuses the fenced node.
+//  4. Two sets of WriteQuorum(R) among R share a replica (2⌈(R+1)/2⌉ > R,
+//     TestWriteQuorum), so every acknowledgement would need a replica that
+//     refuses: a fenced node's write is never acknowledged. At most it lands
+//     on a minority that had not applied the fence, and resync overwrites it.
+//  5. A replica joins the in-sync set only by a committed change, having
+//     applied every fence committed before it; a fence after it is on a
+//     majority of the new set; writes carry the member epoch, so an older set
+//     refuses them. The newest set is the only one that matters.
+//  6. Reads come only from a replica in sync at the current member epoch.
+//
 // # A failed flush is never forgotten
 //
 // After fdatasync fails, the kernel may drop the pages it could not write and

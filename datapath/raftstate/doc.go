@@ -11,7 +11,8 @@
 //
 // Every change is one command in the log: create and delete a volume (with
 // its placement), grant, fence, fence a node on every volume, release,
-// leave and clear a leave, add and remove a member. A call returns once a
+// leave and clear a leave, add and remove a member, and change a volume's
+// replica set. A call returns once a
 // majority committed the command and this server applied it, with the
 // result the state machine computed. The state machine is deterministic:
 // Apply reads no clock and draws no random number; the time recorded and a
@@ -55,10 +56,32 @@
 // gives each one's datapath address are all recorded with it by the first
 // leader, before any other leads (TestStart_EveryPeerRecordedAtOnce).
 //
+// Each volume records its replica set (replicas.go): the servers that hold
+// a copy of its data, the in-sync subset and a member epoch. Commands take a
+// replica out of sync, put it back and replace it, each by
+// datapath.ReplicaSet's rules and each moving the member epoch on by one;
+// a command decided at another member epoch, one that would leave fewer
+// than a majority in sync, and one naming a stranger or a server twice
+// change nothing and say why, as does a replica taken out by a writer whose
+// grant is no longer live (TestFSM_ReplicaSet_CommittedChanges,
+// TestFSM_ReplicaSet_BadInputChangesNothing). A volume created without
+// replicas is one copy on its server at member epoch 0, and the entries and
+// snapshots of the release before replica sets read so, its snapshots
+// encoding to the same bytes (TestFSM_ReleaseBeforeReplicaSets_LoadsUnchanged,
+// on testdata/release-single-copy, made with that release's code). Member
+// epochs never go back across leader kills, a catch-up from a snapshot and a
+// restart of every server (TestGroup_MemberEpochsNeverGoBack,
+// TestFSM_ReplicaSet_SnapshotRoundTrip). A server of the release before
+// refuses the replica commands as bad commands, so none may be proposed
+// until every server runs this release; nothing proposes them yet.
+//
 // Linearizability is checked with porcupine: four clients grant, fence,
-// release and read two volumes at random servers while the leader is killed
-// and restarted or cut off, and followers are cut off or restarted; the
-// history must fit one sequential order of datapath.AttachTable's rules
+// release and read two volumes, and take their replicas out of sync and
+// back at the member epoch they last saw, at random servers while the
+// leader is killed and restarted or cut off, and followers are cut off or
+// restarted; the history must fit one sequential order of
+// datapath.AttachTable's rules and of the member epoch's (written in the
+// test apart from datapath.ReplicaSet, so a fault there shows too)
 // (TestLinearizability_GrantsFencesReleasesUnderFaults). Reads answered from
 // a server's own state instead make the check fail
 // (TestLinearizability_CheckerCatchesAStaleRead).
@@ -119,7 +142,9 @@
 // A data directory holds raft.db (raft-boltdb: the log, the current term and
 // vote) and snapshots/ (the two newest). A snapshot is the whole state as
 // JSON with sorted lists, format version 1; an entry is one version byte
-// (1) and the command as JSON.
+// (1) and the command as JSON. A replica set is written only when it is not
+// a single copy at member epoch 0 (fields an older server does not know,
+// which it refuses by name rather than drop).
 //
 // # Performance
 //
