@@ -170,6 +170,12 @@ type Control interface {
 	// committed before the call (a barrier through it as leader); a
 	// follower gets ErrNotLeader.
 	Current(ctx context.Context) error
+	// Settled returns once this server's applied state holds every change
+	// proposed before the call that will ever be committed (the leader:
+	// Current; a follower: in touch with a leader that committed an entry
+	// of its term, and every command up to it applied here), so a volume it
+	// does not hold by then was never created; an error otherwise.
+	Settled(ctx context.Context) error
 	// PushCommit has the leader tell the followers its commit index now,
 	// so that one that holds a changed volume's data applies the change
 	// without waiting for the next append; it does not wait.
@@ -223,8 +229,9 @@ func (s *Store) openControlled(cv ControlVolume, failed *failureRecord) error {
 }
 
 // reportOrphans logs the data files no volume of the control state names. They
-// are not removed: a server whose state is behind the group's might not know
-// a volume yet.
+// are not removed here: a server whose state is behind the group's might not
+// know a volume yet; RemoveAbandoned removes them once they are old and this
+// server's state is settled.
 func (s *Store) reportOrphans() error {
 	entries, err := os.ReadDir(filepath.Join(s.dir, volumesDir))
 	if err != nil {

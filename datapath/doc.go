@@ -81,8 +81,13 @@
 // anything, naming the holder's datapath address in the ErrorInfo's
 // metadata (HolderAddressKey) and, on the bulk channel, as the first line of
 // the message (holder.go; TestClient_Group_IOGoesToTheHolder).
-// Data files no volume of the group names are logged and kept, not removed:
-// a server behind the group may not know a volume yet. A create names the
+// Data files no volume of the group names are logged at start and kept
+// until they are AbandonedAfter (10 min) old; then they are removed, but only
+// once this server's applied state is settled (Control.Settled: a server
+// behind the group may not know a volume yet) and no volume names them
+// (abandoned.go; TestStore_RemoveAbandoned_OldUnnamedFilesOnly,
+// TestStore_RemoveAbandoned_AfterARestart,
+// TestStore_RemoveAbandoned_NotSettledKeepsAll). A create names the
 // server that holds the new volume's data (placement.go): the Go client
 // given the servers takes the one with the most free capacity, has it make
 // the data file (PrepareVolume), commits the create at the leader naming it
@@ -92,7 +97,7 @@
 // TestClient_Group_CreateBadInputAndNoSpace,
 // TestStore_PlacedCreate_PreparedFileAndBadInput); a prepared file whose
 // create is never committed keeps its size promised for PrepareHold and is
-// then one of those kept files. A Store without a
+// then one of those files. A Store without a
 // Control keeps all of it in datapath.db as described below; the package's
 // other tests use it so.
 //

@@ -20,14 +20,16 @@ import (
 // was taken meanwhile by a volume elsewhere) leaves a data file no volume
 // names. Its size stays promised for PrepareHold, so a retried create of the
 // name finds the same prepared volume; after it, the promise is dropped and
-// the file is kept, as every data file no volume names is (reportOrphans):
-// a create committed late still finds it. Removing such a file is an
-// operator's act, after checking that no volume of the group names it
-// (`vigil-datapath status` lists them); the logs name it at every start.
+// the file is kept for a create committed late, until it is AbandonedAfter
+// old: then it is removed, once this server's state is settled and no
+// volume of the group names it (abandoned.go), at once or after a restart.
 
 // PrepareHold is how long a prepared volume's size stays promised while its
 // create is not committed.
 const PrepareHold = 2 * time.Minute
+
+// prepareHold is PrepareHold; tests shorten it.
+var prepareHold = PrepareHold
 
 // preparedVolume is a volume whose data file PrepareVolume made.
 type preparedVolume struct {
@@ -114,12 +116,13 @@ func (s *Store) keepPrepared(p *pendingCreate) {
 	close(p.done)
 	pv := &preparedVolume{rec: p.rec}
 	s.prov.prepared[p.rec.Name] = pv
-	pv.timer = time.AfterFunc(PrepareHold, func() {
+	hold := prepareHold
+	pv.timer = time.AfterFunc(hold, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.prov.prepared[p.rec.Name] == pv && s.unprepareLocked(p.rec.Name, p.rec.ID) {
-			s.log.Warn("datapath: a prepared volume's create was not committed in time; its data file is kept and no longer counted",
-				"volume", p.rec.ID, "name", p.rec.Name, "hold", PrepareHold)
+			s.log.Warn("datapath: a prepared volume's create was not committed in time; its data file is no longer counted, and removed once abandoned",
+				"volume", p.rec.ID, "name", p.rec.Name, "hold", hold, "removedAfter", AbandonedAfter)
 		}
 	})
 }
@@ -187,7 +190,7 @@ func (s *Store) createPlaced(id, name string, size int64, mode AccessMode, serve
 // forgetPrepared drops the promise of a volume this server prepared under
 // cv's name once the group created that name as another volume (cv, on
 // another server): the prepared id can no longer be committed under it. Its
-// file is kept, as every data file no volume names is.
+// file is removed once abandoned (RemoveAbandoned).
 func (s *Store) forgetPrepared(cv ControlVolume) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,6 +198,6 @@ func (s *Store) forgetPrepared(cv ControlVolume) {
 	if pv == nil || pv.rec.ID == cv.ID || !s.unprepareLocked(cv.Name, pv.rec.ID) {
 		return
 	}
-	s.log.Warn("datapath: the group created a prepared volume's name as another volume; the prepared data file is kept and no longer counted",
+	s.log.Warn("datapath: the group created a prepared volume's name as another volume; the prepared data file is no longer counted, and removed once abandoned",
 		"prepared", pv.rec.ID, "name", cv.Name, "volume", cv.ID, "server", cv.Server)
 }

@@ -66,6 +66,8 @@ type Store struct {
 	open     OpenFileFunc
 	// ctl, when set, holds the control state (control.go).
 	ctl Control
+	// stopSweep ends the sweep of abandoned data files (abandoned.go).
+	stopSweep chan struct{}
 
 	// mu guards vols, names, closed and prov. Every I/O holds it for
 	// reading (lookup), so it is held for writing only briefly: never across
@@ -148,6 +150,10 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("size of the file system under %s: %w", dir, err)
 		}
 		s.capacity = int64(st.Blocks) * int64(st.Bsize)
+	}
+	if s.ctl != nil {
+		s.stopSweep = make(chan struct{})
+		go s.sweepAbandoned(s.stopSweep)
 	}
 	return s, nil
 }
@@ -240,6 +246,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	if s.ctl != nil {
 		s.ctl.OnApplied(nil)
+		close(s.stopSweep)
 	}
 	var errs []error
 	for _, v := range s.vols {

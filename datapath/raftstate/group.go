@@ -115,6 +115,7 @@ type Group struct {
 	now          func() time.Time
 	logger       hclog.Logger
 	applyTimeout time.Duration
+	heartbeat    time.Duration // Raft's heartbeat timeout (Settled)
 	closed       atomic.Bool
 	stopped      atomic.Bool // shut down because its state diverged
 	observer     *raft.Observer
@@ -168,7 +169,7 @@ func Open(cfg Config) (*Group, error) {
 		return nil, err
 	}
 	g.fsm.logs = g.logs
-	g.logger = conf.Logger
+	g.logger, g.heartbeat = conf.Logger, conf.HeartbeatTimeout
 	g.raft, err = raft.NewRaft(conf, g.fsm, g.logs, g.stable, g.snaps, g.trans)
 	if err != nil {
 		g.closeStores()
