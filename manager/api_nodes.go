@@ -31,10 +31,10 @@ type storageView interface {
 	Grants(ctx context.Context, node string) ([]fenceapi.Grant, error)
 }
 
-// placementView is a storageView of several servers that reports them
-// (the datapath's fence back end of a group does).
-type placementView interface {
-	ServerPlacement(ctx context.Context) (fenceapi.Placement, error)
+// serversView is a storageView of several servers that reports them (the
+// datapath's fence back end of a group does).
+type serversView interface {
+	Servers(ctx context.Context) ([]fenceapi.Server, error)
 }
 
 // nodeSources are the manager's parts the nodes view is built from.
@@ -188,11 +188,11 @@ func (l *loopNodes) pollStorage(ctx context.Context) *storagePoll {
 		return &storagePoll{At: at, Err: err}
 	}
 	p := &storagePoll{At: at, Conn: linkOf(r, at), Grants: map[string][]fenceapi.Grant{}}
-	if pv, ok := l.src.storage.(placementView); ok {
+	if sv, ok := l.src.storage.(serversView); ok {
 		// Only when no server answers does this fail, and then so did
 		// Connectivity: the servers are not shown.
-		if pl, err := pv.ServerPlacement(ctx); err == nil {
-			p.Servers = pl.Servers
+		if servers, err := sv.Servers(ctx); err == nil {
+			p.Servers = servers
 		}
 	}
 	names := map[string]bool{}

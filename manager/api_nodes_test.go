@@ -229,8 +229,8 @@ type placementStorage struct {
 	err     error
 }
 
-func (p placementStorage) ServerPlacement(context.Context) (fenceapi.Placement, error) {
-	return fenceapi.Placement{Servers: p.servers}, p.err
+func (p placementStorage) Servers(context.Context) ([]fenceapi.Server, error) {
+	return p.servers, p.err
 }
 
 // The poll reads the datapath's servers when the storage reports them; a

@@ -28,7 +28,7 @@ import (
 var (
 	_ controller.FenceBackend    = (*fencebackend.Backend)(nil)
 	_ fencebackend.GroupStatuser = (*client.Client)(nil)
-	_ placementView              = (*fencebackend.Backend)(nil)
+	_ serversView                = (*fencebackend.Backend)(nil)
 )
 
 // Flags of `vigil-manager run` that wire the closed loop: the fencing back end

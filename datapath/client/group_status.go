@@ -14,12 +14,13 @@ import (
 // as it reports itself, or in role unreachable (no last contact, no applied
 // index) when it did not answer; a member not among the client's servers is
 // shown as the answering servers list it. The members are the leader's list
-// when the leader answered, else the first answering server's. With the
-// leader's answer come the group's volumes and the server holding each, as
-// the leader applied them (VolumesKnown); without it they are not known. It
+// when the leader answered, else the first answering server's. Asked for
+// the volumes, and given the leader's answer, it adds the group's volumes
+// and the server holding each, as the leader applied them (VolumesKnown);
+// without the leader's answer they are not known. It
 // fails only when no server answered. A datapath without a group (a release
 // before it) reports no servers and no volumes.
-func (c *Client) GroupStatus(ctx context.Context) (datapath.GroupStatus, error) {
+func (c *Client) GroupStatus(ctx context.Context, volumes bool) (datapath.GroupStatus, error) {
 	reps := make([]datapath.ServersReport, len(c.group.servers))
 	errs := c.each(func(i int, addr string) error {
 		var err error
@@ -64,7 +65,7 @@ func (c *Client) GroupStatus(ctx context.Context) (datapath.GroupStatus, error) 
 		m.Self = false
 		out.Servers = append(out.Servers, m)
 	}
-	if leader != "" {
+	if volumes && leader != "" {
 		vols, err := c.groupVolumesAt(ctx, leader)
 		if err == nil {
 			out.Volumes, out.VolumesKnown = vols, true

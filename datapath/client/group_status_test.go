@@ -31,7 +31,7 @@ func TestClient_GroupStatus_ServerDown(t *testing.T) {
 	srvs[2].Stop()
 	var st datapath.GroupStatus
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if st, err = ctl.GroupStatus(ctx); err == nil && st.VolumesKnown {
+		if st, err = ctl.GroupStatus(ctx, true); err == nil && st.VolumesKnown {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -62,5 +62,8 @@ func TestClient_GroupStatus_ServerDown(t *testing.T) {
 	}
 	if len(st.Volumes) != 1 || st.Volumes[0].ID != v.ID || st.Volumes[0].Server == "" {
 		t.Errorf("volumes %+v; want %s with its holder", st.Volumes, v.ID)
+	}
+	if st, err := ctl.GroupStatus(ctx, false); err != nil || st.VolumesKnown || st.Volumes != nil || len(st.Servers) != 3 {
+		t.Errorf("GroupStatus without the volumes: %+v, %v; want the 3 servers only", st, err)
 	}
 }

@@ -39,8 +39,9 @@
 // ServerPlacement reports the group's servers, each unreachable when it did
 // not answer, and which server holds each volume's data, from the leader
 // (GroupStatuser; TestClient_GroupStatus_ServerDown in datapath/client): the
-// manager's nodes view shows the servers, and the controllers put an Event
-// on each PersistentVolume whose server does not answer.
+// controllers put an Event on each PersistentVolume whose server does not
+// answer. Servers is the same without the volumes, for the manager's nodes
+// view, which polls every second.
 // Backend passes fenceapi/fenceapitest's conformance suite over a real
 // datapath server (backend_test.go).
 package fencebackend

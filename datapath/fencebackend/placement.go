@@ -11,7 +11,7 @@ import (
 // (datapath/client.Client): the group's members as the client reached
 // them, and the volumes with their holders from the leader.
 type GroupStatuser interface {
-	GroupStatus(ctx context.Context) (datapath.GroupStatus, error)
+	GroupStatus(ctx context.Context, volumes bool) (datapath.GroupStatus, error)
 }
 
 // ServerPlacement reports the datapath's servers, each unreachable when it
@@ -24,11 +24,25 @@ func (b *Backend) ServerPlacement(ctx context.Context) (fenceapi.Placement, erro
 	if !ok {
 		return fenceapi.Placement{}, nil
 	}
-	st, err := g.GroupStatus(ctx)
+	st, err := g.GroupStatus(ctx, true)
 	if err != nil {
 		return fenceapi.Placement{}, wrap("group status", err)
 	}
 	return placement(st), nil
+}
+
+// Servers reports the datapath's servers as ServerPlacement does, without
+// asking where the volumes are: for a view of the servers, polled often.
+func (b *Backend) Servers(ctx context.Context) ([]fenceapi.Server, error) {
+	g, ok := b.dp.(GroupStatuser)
+	if !ok {
+		return nil, nil
+	}
+	st, err := g.GroupStatus(ctx, false)
+	if err != nil {
+		return nil, wrap("group status", err)
+	}
+	return placement(st).Servers, nil
 }
 
 // placement is a group status in the fence API's terms.

@@ -1,6 +1,8 @@
 package fencebackend
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -37,5 +39,50 @@ func TestPlacement(t *testing.T) {
 				t.Fatalf("placement = %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// groupDatapath is a Datapath of a group: GroupStatus answers st, or err,
+// and records whether the volumes were asked for.
+type groupDatapath struct {
+	Datapath
+	st    datapath.GroupStatus
+	err   error
+	asked []bool
+}
+
+func (g *groupDatapath) GroupStatus(_ context.Context, volumes bool) (datapath.GroupStatus, error) {
+	g.asked = append(g.asked, volumes)
+	return g.st, g.err
+}
+
+// ServerPlacement asks for the volumes and Servers does not; a datapath
+// without a group reports nothing, and a group none of whose servers
+// answers is unavailable.
+func TestBackend_ServerPlacementAndServers(t *testing.T) {
+	ctx := context.Background()
+	g := &groupDatapath{st: datapath.GroupStatus{Servers: []datapath.ServerStatus{{ID: "s1", Node: "n1", Role: datapath.RoleLeader}},
+		Volumes: []datapath.GroupVolume{{ID: "v1", Server: "s1"}}, VolumesKnown: true}}
+	b := New(g)
+	p, err := b.ServerPlacement(ctx)
+	if err != nil || len(p.Servers) != 1 || p.Holders["v1"] != "s1" {
+		t.Fatalf("ServerPlacement = %+v, %v", p, err)
+	}
+	servers, err := b.Servers(ctx)
+	if err != nil || len(servers) != 1 || servers[0].Role != fenceapi.RoleLeader {
+		t.Fatalf("Servers = %+v, %v", servers, err)
+	}
+	if !reflect.DeepEqual(g.asked, []bool{true, false}) {
+		t.Errorf("volumes asked for %v; want by ServerPlacement only", g.asked)
+	}
+	g.err = errors.New("no datapath server answered")
+	if _, err := b.ServerPlacement(ctx); !errors.Is(err, fenceapi.ErrUnavailable) {
+		t.Errorf("ServerPlacement of a group that does not answer: %v; want ErrUnavailable", err)
+	}
+	if _, err := b.Servers(ctx); !errors.Is(err, fenceapi.ErrUnavailable) {
+		t.Errorf("Servers of a group that does not answer: %v; want ErrUnavailable", err)
+	}
+	if p, err := New(struct{ Datapath }{}).ServerPlacement(ctx); err != nil || p.Servers != nil || p.Holders != nil {
+		t.Errorf("ServerPlacement of a datapath without a group = %+v, %v; want nothing", p, err)
 	}
 }
