@@ -176,6 +176,11 @@ type Control interface {
 	// of its term, and every command up to it applied here), so a volume it
 	// does not hold by then was never created; an error otherwise.
 	Settled(ctx context.Context) error
+	// AddMember adds a server to the group, the leader only: recorded with
+	// its Raft and datapath addresses, then a voter. It refuses a server
+	// whose Raft address does not answer (adding it would leave the group
+	// waiting for it).
+	AddMember(ctx context.Context, id, raftAddress, datapathAddress string) error
 	// PushCommit has the leader tell the followers its commit index now,
 	// so that one that holds a changed volume's data applies the change
 	// without waiting for the next append; it does not wait.

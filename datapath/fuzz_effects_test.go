@@ -298,6 +298,9 @@ var effects = map[string]effect{
 	wire.MethodPrepareVolume: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("prepared a volume though the store has no control group")
 	},
+	wire.MethodAddServer: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("added a server though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

@@ -119,6 +119,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 	wire.MethodWaitApplied:      func() wire.Message { return &wire.WaitAppliedRequest{} },
 	wire.MethodPrepareVolume:    func() wire.Message { return &wire.CreateVolumeRequest{} },
+	wire.MethodAddServer:        func() wire.Message { return &wire.AddServerRequest{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -411,6 +412,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodClearFailure, &wire.VolumeRef{ID: fuzzVolumeID}},
 		{wire.MethodWaitApplied, &wire.WaitAppliedRequest{Index: 1, Term: 1, TimeoutNanos: 1e9}},
 		{wire.MethodPrepareVolume, &wire.CreateVolumeRequest{Name: "pvc-p", Size: 4096, Access: "rwo"}},
+		{wire.MethodAddServer, &wire.AddServerRequest{ID: "datapath-1", RaftAddress: "127.0.0.1:9601", DatapathAddress: "127.0.0.1:9600"}},
 		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-q", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1"}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for

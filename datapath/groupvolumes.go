@@ -1,6 +1,9 @@
 package datapath
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+)
 
 // States of a volume's replica (a copy of its data) as `datapath status`
 // shows them. This release keeps one copy, on the server holding the
@@ -76,4 +79,28 @@ type GroupGrants struct {
 	Unknown []string
 	// Silent are the addresses of the servers that did not answer.
 	Silent []string
+}
+
+// AddServer adds a server to the control group, at the leader (a follower
+// refuses with ErrNotLeader naming it): the group records it with its Raft
+// and datapath addresses and makes it a voter (Control.AddMember). The
+// server must be running, started to join (`serve --raft-join`), so that
+// the group's majority does not wait for it. Adding a member again with the
+// same addresses changes nothing. A store without a control group refuses.
+func (s *Store) AddServer(id, raftAddress, datapathAddress string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.ctl == nil {
+		return fmt.Errorf("%w: add server %s: this server keeps its control state in datapath.db, not in a control group", ErrInvalidArgument, id)
+	}
+	if err := s.ctl.CheckLeader(); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctlContext()
+	defer cancel()
+	if err := s.ctl.AddMember(ctx, id, raftAddress, datapathAddress); err != nil {
+		return fmt.Errorf("add server %s: %w", id, err)
+	}
+	return nil
 }

@@ -164,6 +164,9 @@ var serviceDesc = grpc.ServiceDesc{
 			v, server, err := s.PrepareVolume(r.Name, r.Size, AccessMode(r.Access))
 			return &wire.PreparedVolume{ID: v.ID, Server: server}, err
 		}),
+		method(wire.MethodAddServer, func(s *Store, r *wire.AddServerRequest) (wire.Message, error) {
+			return &wire.Empty{}, s.AddServer(r.ID, r.RaftAddress, r.DatapathAddress)
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",

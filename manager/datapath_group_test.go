@@ -34,45 +34,60 @@ func startGroupServe(t *testing.T, args [][]string) []*groupServer {
 	t.Helper()
 	out := make([]*groupServer, len(args))
 	for i, a := range args {
-		g := &groupServer{ready: make(chan struct{})}
-		for j := range a {
-			switch a[j] {
-			case "--advertise-address":
-				g.advertise = a[j+1]
-			case "--raft-ca-file":
-				g.ca = a[j+1]
-			}
-		}
-		g.cmd = exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
-		g.cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, a...), "\x1f"))
-		pipe, err := g.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.cmd.Stderr = os.Stderr
-		if err := g.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
-		go func() {
-			lines := bufio.NewScanner(pipe)
-			for lines.Scan() {
-				if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok && g.addr == "" {
-					g.addr = strings.TrimSuffix(strings.Fields(a)[0], ",")
-					close(g.ready)
-				}
-			}
-		}()
-		out[i] = g
+		out[i] = spawnServe(t, a)
 	}
 	for i, g := range out {
-		select {
-		case <-g.ready:
-		case <-time.After(30 * time.Second):
+		if !g.waitListening(30 * time.Second) {
 			t.Fatalf("server %d never listened", i)
 		}
 	}
 	return out
+}
+
+// spawnServe starts one `serve` child with args (after --listen
+// 127.0.0.1:0, which a --listen of args overrides); it does not wait.
+func spawnServe(t *testing.T, a []string) *groupServer {
+	t.Helper()
+	g := &groupServer{ready: make(chan struct{})}
+	for j := range a {
+		switch a[j] {
+		case "--advertise-address":
+			g.advertise = a[j+1]
+		case "--raft-ca-file":
+			g.ca = a[j+1]
+		}
+	}
+	g.cmd = exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
+	g.cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, a...), "\x1f"))
+	pipe, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cmd.Stderr = os.Stderr
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
+	go func() {
+		lines := bufio.NewScanner(pipe)
+		for lines.Scan() {
+			if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok && g.addr == "" {
+				g.addr = strings.TrimSuffix(strings.Fields(a)[0], ",")
+				close(g.ready)
+			}
+		}
+	}()
+	return g
+}
+
+// waitListening reports whether g listens within d.
+func (g *groupServer) waitListening(d time.Duration) bool {
+	select {
+	case <-g.ready:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // role asks server g for its own role, as the controller.

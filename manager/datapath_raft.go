@@ -26,6 +26,9 @@ const (
 	flagServeServerID   = "server-id"
 	flagServeRaftListen = "raft-listen"
 	flagServeRaftPeers  = "raft-peers"
+	// flagServeRaftJoin starts a server that a running group's leader then
+	// adds (add-server), instead of bootstrapping a group.
+	flagServeRaftJoin = "raft-join"
 	// flagServeRaftAdvertise is where the other servers reach this one when
 	// not at --raft-listen (a StatefulSet pod's stable DNS name).
 	flagServeRaftAdvertise = "raft-advertise"
@@ -46,6 +49,8 @@ const (
 	defaultServerID = "datapath-0"
 	// raftStartTimeout bounds the wait for a leader at start.
 	raftStartTimeout = 30 * time.Second
+	// raftJoinTimeout bounds a joining server's wait to be added.
+	raftJoinTimeout = 30 * time.Minute
 )
 
 // loneTiming is the timing of a lone server with Raft in process: it has
@@ -83,6 +88,9 @@ func datapathServeRaftFlags() []cli.Flag {
 				"holds state): the first leader records every server with its datapath address at once, so a new volume may be placed on any of them; " +
 				"the form of before, ID=RAFT_HOST:PORT without @, is still taken, each server then recorded with its datapath address once it has led; " +
 				"empty: a one-member group of this server alone"},
+		&cli.BoolFlag{Name: flagServeRaftJoin, EnvVars: []string{"VIGIL_DATAPATH_RAFT_JOIN"},
+			Usage: "join a running group instead of bootstrapping one: with an empty raft directory, wait (up to " + raftJoinTimeout.String() + ") until " +
+				"`vigil-datapath add-server` at the group's leader adds this server; with state, rejoin as always. Needs --" + flagServeRaftListen + "; contradicts --" + flagServeRaftPeers},
 		&cli.StringFlag{Name: flagServeRaftDir, EnvVars: []string{"VIGIL_DATAPATH_RAFT_DIR"},
 			Usage: "directory of the control group's log, term and snapshots; default: raft/ under --data-dir"},
 		&cli.StringFlag{Name: flagServeMetrics, EnvVars: []string{"VIGIL_DATAPATH_METRICS_ADDRESS"},
@@ -101,6 +109,7 @@ type raftFlags struct {
 	// certificate, cert and key); "" for plain TCP.
 	peerCA, cert, key string
 	peers             []raftstate.Server
+	join              bool // --raft-join
 	dir               string
 	metrics           string // --metrics-address
 }
@@ -108,7 +117,7 @@ type raftFlags struct {
 // parseRaftFlags checks the control group's flags, before anything is
 // opened or created.
 func parseRaftFlags(c *cli.Context) (raftFlags, error) {
-	f := raftFlags{self: raftstate.Server{ID: c.String(flagServeServerID)}, dir: c.String(flagServeRaftDir), metrics: c.String(flagServeMetrics)}
+	f := raftFlags{self: raftstate.Server{ID: c.String(flagServeServerID)}, dir: c.String(flagServeRaftDir), metrics: c.String(flagServeMetrics), join: c.Bool(flagServeRaftJoin)}
 	if f.metrics != "" {
 		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
 			return f, cliflags.Usagef("--%s %q: %v; want HOST:PORT", flagServeMetrics, f.metrics, err)
@@ -126,6 +135,10 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 		f.dir = filepath.Join(c.String("data-dir"), "raft")
 	}
 	listen, peers, advertise := c.String(flagServeRaftListen), c.String(flagServeRaftPeers), c.String(flagServeRaftAdvertise)
+	if f.join && (listen == "" || peers != "") {
+		return f, cliflags.Usagef("--%s needs --%s (the group reaches this server there) and contradicts --%s (a joining server bootstraps no group)",
+			flagServeRaftJoin, flagServeRaftListen, flagServeRaftPeers)
+	}
 	if listen == "" {
 		for flag, v := range map[string]string{flagServeRaftPeers: peers, flagServeRaftAdvertise: advertise, flagServeRaftCA: c.String(flagServeRaftCA)} {
 			if v != "" {
@@ -205,9 +218,14 @@ func checkAdvertise(flag, advertise string) error {
 // startControl starts this server's member of the control group and waits
 // until its state is current (a lone server: it leads at once).
 func startControl(ctx context.Context, f raftFlags, datapathAddr string, metrics *raftstate.Metrics) (*raftstate.Group, error) {
-	ctx, cancel := context.WithTimeout(ctx, raftStartTimeout)
+	wait := raftStartTimeout
+	if f.join {
+		wait = raftJoinTimeout
+		slog.Info("datapath: joining a control group: waiting to be added (vigil-datapath add-server at the group's leader)", "server", f.self.ID, "raft", f.self.RaftAddress)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics}
+	cfg := raftstate.Config{ID: f.self.ID, Dir: f.dir, Address: f.self.RaftAddress, Metrics: metrics, Join: f.join}
 	if f.listen != "" {
 		cfg.Address, cfg.Advertise = f.listen, f.self.RaftAddress
 	}

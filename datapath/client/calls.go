@@ -370,3 +370,13 @@ func (c *Client) groupVolumesAt(ctx context.Context, addr string) ([]datapath.Gr
 	}
 	return out, nil
 }
+
+// AddServer adds a server to the datapath's control group, at the leader
+// (datapath.Store.AddServer): id, the host:port of its Raft transport and
+// the host:port it serves clients at. The server must be running, started
+// with `serve --raft-join`. Adding it again with the same addresses
+// changes nothing, so it is safe to repeat.
+func (c *Client) AddServer(ctx context.Context, id, raftAddress, datapathAddress string) error {
+	req := &wire.AddServerRequest{ID: id, RaftAddress: raftAddress, DatapathAddress: datapathAddress}
+	return c.call(ctx, "", wire.MethodAddServer, req, &wire.Empty{}, retrySafe)
+}

@@ -54,7 +54,12 @@
 // (TestGroup_OneMemberGrowsToThree); a member that holds volumes' data
 // cannot be removed. Servers bootstrapped together with a peer list that
 // gives each one's datapath address are all recorded with it by the first
-// leader, before any other leads (TestStart_EveryPeerRecordedAtOnce).
+// leader, before any other leads (TestStart_EveryPeerRecordedAtOnce). A
+// server started with Config.Join bootstraps nothing and waits until the
+// leader adds it (AddMember, which refuses a member whose Raft address does
+// not answer: TestGroup_AddMember_BadInputRefused); a lone server's
+// directory grows to three so, volumes and epochs kept
+// (TestDatapathServe_GrowsTheBboltReleaseToThree in manager/).
 //
 // Each volume records its replica set (replicas.go): the servers that hold
 // a copy of its data, the in-sync subset and a member epoch. Commands take a

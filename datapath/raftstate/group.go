@@ -91,6 +91,9 @@ type Config struct {
 	Now func() time.Time
 	// Metrics, when set, receives the group's metrics (NewMetrics).
 	Metrics *Metrics
+	// Join: Start bootstraps nothing; the server waits until the leader of
+	// a running group adds it (AddMember), or rejoins with its state.
+	Join bool
 
 	// inMemory keeps the log, the stable store and the snapshots in memory
 	// (benchmarks of the transport alone); Dir is still required.

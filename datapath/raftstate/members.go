@@ -2,8 +2,13 @@ package raftstate
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // The group's record of its members. Raft's own configuration knows each
@@ -120,4 +125,34 @@ func (g *Group) unrecordedPeers(ctx context.Context, peers []Server) ([]Server, 
 		}
 	}
 	return out, nil
+}
+
+// memberDialWait bounds AddMember's check that the new server's Raft
+// address answers.
+const memberDialWait = 3 * time.Second
+
+// AddMember adds a server to the group (datapath.Control): it checks the
+// member, then that its Raft address answers (a voter that is not up would
+// leave a group of one waiting for it: two voters need both), and adds it
+// (AddServer). The leader only.
+func (g *Group) AddMember(ctx context.Context, id, raftAddress, datapathAddress string) error {
+	m := Server{ID: id, RaftAddress: raftAddress, DatapathAddress: datapathAddress}
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if datapathAddress == "" {
+		return fmt.Errorf("%w: server %s: no datapath address; give the host:port it serves clients at", datapath.ErrInvalidArgument, id)
+	}
+	if err := g.CheckLeader(); err != nil {
+		return err
+	}
+	if m.ID != g.id {
+		conn, err := net.DialTimeout("tcp", raftAddress, memberDialWait)
+		if err != nil {
+			return fmt.Errorf("%w: server %s's raft address %s does not answer (%v): start it first with `serve --raft-join`, then add it",
+				datapath.ErrInvalidArgument, id, raftAddress, err)
+		}
+		_ = conn.Close()
+	}
+	return g.AddServer(ctx, m)
 }

@@ -123,3 +123,38 @@ func TestParsePeers(t *testing.T) {
 		}
 	}
 }
+
+// TestGroup_AddMember_BadInputRefused: AddMember refuses a malformed id or
+// address, a member without a datapath address and one whose Raft address
+// does not answer, naming what is wrong, and the group goes on; Start
+// refuses to join and bootstrap at once.
+func TestGroup_AddMember_BadInputRefused(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	self := Server{ID: "s1", RaftAddress: addrs[0], DatapathAddress: "127.0.0.1:9600"}
+	g, err := Start(ctx, Config{ID: "s1", Dir: t.TempDir(), Address: addrs[0], Timing: testTiming, LogOutput: io.Discard}, self, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, c := range []struct{ id, raft, dp, want string }{
+		{"s 2", addrs[1], "127.0.0.1:9601", "white space"},
+		{"s2", "nowhere", "127.0.0.1:9601", `raft address of server s2 "nowhere"`},
+		{"s2", addrs[1], "127.0.0.1", `datapath address of server s2 "127.0.0.1"`},
+		{"s2", addrs[1], "", "server s2: no datapath address"},
+		{"s2", addrs[1], "127.0.0.1:9601", "server s2's raft address " + addrs[1] + " does not answer"},
+	} {
+		if err := g.AddMember(ctx, c.id, c.raft, c.dp); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("AddMember(%q, %q, %q): %v; want ErrInvalidArgument containing %q", c.id, c.raft, c.dp, err, c.want)
+		}
+	}
+	if members, err := g.Servers(ctx); err != nil || len(members) != 1 {
+		t.Fatalf("members after the refusals: %+v, %v; want s1 alone", members, err)
+	}
+	_, err = Start(ctx, Config{ID: "s2", Dir: t.TempDir(), Address: addrs[1], Timing: testTiming, LogOutput: io.Discard, Join: true},
+		Server{ID: "s2", RaftAddress: addrs[1]}, []Server{{ID: "s2", RaftAddress: addrs[1]}})
+	if !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "join a running group or bootstrap one with peers, not both") {
+		t.Fatalf("join with peers: %v", err)
+	}
+}

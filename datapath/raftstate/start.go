@@ -34,8 +34,9 @@ func InProcessTransport() raft.Transport {
 // records every peer with the addresses the list gives (recordPeers), so
 // each is a member with its datapath address before it ever leads. A
 // follower returns once it knows a leader; its state catches up as it
-// applies the log. self.RaftAddress empty means the address the transport
-// listens on.
+// applies the log. With cfg.Join it bootstraps nothing: a new server waits
+// until the leader of a running group adds it (AddMember). self.RaftAddress
+// empty means the address the transport listens on.
 func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group, error) {
 	if cfg.ID != self.ID {
 		return nil, fmt.Errorf("%w: config id %q and member id %q differ", datapath.ErrInvalidArgument, cfg.ID, self.ID)
@@ -47,7 +48,10 @@ func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group
 	if self.RaftAddress == "" {
 		self.RaftAddress = g.Address()
 	}
-	if len(peers) == 0 {
+	if cfg.Join && len(peers) > 0 {
+		return nil, errors.Join(fmt.Errorf("%w: server %s: join a running group or bootstrap one with peers, not both", datapath.ErrInvalidArgument, self.ID), g.Close())
+	}
+	if len(peers) == 0 && !cfg.Join {
 		peers = []Server{self}
 	}
 	if err := g.start(ctx, self, peers); err != nil {
@@ -58,11 +62,13 @@ func Start(ctx context.Context, cfg Config, self Server, peers []Server) (*Group
 
 func (g *Group) start(ctx context.Context, self Server, peers []Server) error {
 	g.self.Store(&self)
-	switch err := g.Bootstrap(peers); {
-	case err == nil:
-		g.bootPeers.Store(&peers)
-	case !errors.Is(err, ErrHasState):
-		return err
+	if peers != nil {
+		switch err := g.Bootstrap(peers); {
+		case err == nil:
+			g.bootPeers.Store(&peers)
+		case !errors.Is(err, ErrHasState):
+			return err
+		}
 	}
 	if err := g.waitLeader(ctx); err != nil {
 		return err

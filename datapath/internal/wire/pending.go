@@ -136,3 +136,28 @@ func (m *WaitAppliedRequest) Unmarshal(b []byte) error {
 	m.TimeoutNanos = d.i64("timeout")
 	return d.finish("WaitAppliedRequest")
 }
+
+// MethodAddServer asks the leader to add a server to the control group
+// (AddServerRequest): recorded with its addresses, then a voter; the answer
+// is Empty.
+const MethodAddServer = "AddServer"
+
+// AddServerRequest names a server to add: its id, the host:port of its Raft
+// transport and the host:port it serves clients at.
+type AddServerRequest struct{ ID, RaftAddress, DatapathAddress string }
+
+func (m *AddServerRequest) MarshalAppend(b []byte) []byte {
+	e := encoder{b}
+	e.str(m.ID)
+	e.str(m.RaftAddress)
+	e.str(m.DatapathAddress)
+	return e.b
+}
+
+func (m *AddServerRequest) Unmarshal(b []byte) error {
+	d := decoder{b: b}
+	m.ID = d.str("id")
+	m.RaftAddress = d.str("raftAddress")
+	m.DatapathAddress = d.str("datapathAddress")
+	return d.finish("AddServerRequest")
+}
