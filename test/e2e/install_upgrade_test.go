@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	vigil "github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
@@ -103,20 +104,28 @@ func longestPause(acks []ledger.Ack, since time.Time) (time.Duration, int) {
 func rollImage(t *testing.T, ctx context.Context, c kubernetes.Interface, kind, name, ref string) {
 	t.Helper()
 	t0 := time.Now()
-	var err error
-	switch kind {
-	case "DaemonSet":
-		ds, gerr := c.AppsV1().DaemonSets(vigil.Namespace).Get(ctx, name, metav1.GetOptions{})
-		must(t, gerr)
-		setVigilImage(t, &ds.Spec.Template.Spec, ref)
-		_, err = c.AppsV1().DaemonSets(vigil.Namespace).Update(ctx, ds, metav1.UpdateOptions{})
-	case "Deployment":
-		d, gerr := c.AppsV1().Deployments(vigil.Namespace).Get(ctx, name, metav1.GetOptions{})
-		must(t, gerr)
-		setVigilImage(t, &d.Spec.Template.Spec, ref)
-		_, err = c.AppsV1().Deployments(vigil.Namespace).Update(ctx, d, metav1.UpdateOptions{})
-	}
-	must(t, err)
+	// The controllers write the object's status meanwhile: a Conflict is
+	// read again and retried, as `kubectl set image` does.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		switch kind {
+		case "DaemonSet":
+			ds, err := c.AppsV1().DaemonSets(vigil.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			setVigilImage(t, &ds.Spec.Template.Spec, ref)
+			_, err = c.AppsV1().DaemonSets(vigil.Namespace).Update(ctx, ds, metav1.UpdateOptions{})
+			return err
+		default:
+			d, err := c.AppsV1().Deployments(vigil.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			setVigilImage(t, &d.Spec.Template.Spec, ref)
+			_, err = c.AppsV1().Deployments(vigil.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+			return err
+		}
+	}))
 	must(t, sandbox.Poll(ctx, 3*time.Minute, kind+" "+name+" rolled to "+ref, func(ctx context.Context) (bool, string, error) {
 		switch kind {
 		case "DaemonSet":
