@@ -48,6 +48,11 @@ const KubeletRole = "vigil-sandbox-kubelet"
 // fieldManagerSandbox is the field manager of the sandbox's server-side applies.
 const fieldManagerSandbox = "vigil-sandbox"
 
+// OwnObjectsName is the label app.kubernetes.io/name of the objects the
+// sandbox creates for itself (the roles of its kubelets and kwok), which an
+// uninstall of Vigil leaves.
+const OwnObjectsName = "vigil-sandbox"
+
 // ErrUnknownIdentity: a ServiceAccount that is not one of deploy/'s.
 var ErrUnknownIdentity = errors.New("not a ServiceAccount of deploy/")
 
@@ -97,7 +102,7 @@ func (s *Sandbox) ApplyDeployRBAC(ctx context.Context) error {
 
 // kubeletRBAC is KubeletRole and its binding to every node (system:nodes).
 func kubeletRBAC() []*unstructured.Unstructured {
-	meta := map[string]any{"name": KubeletRole, "labels": map[string]any{"app.kubernetes.io/name": "vigil-sandbox"}}
+	meta := map[string]any{"name": KubeletRole, "labels": map[string]any{"app.kubernetes.io/name": OwnObjectsName}}
 	role := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
 		"rules": []any{
@@ -330,7 +335,7 @@ const KwokRole = "vigil-sandbox-kwok"
 
 // applyKwokRBAC creates KwokRole and its binding to system:nodes. Idempotent.
 func (s *Sandbox) applyKwokRBAC(ctx context.Context) error {
-	meta := metav1.ObjectMeta{Name: KwokRole, Labels: map[string]string{"app.kubernetes.io/name": "vigil-sandbox"}}
+	meta := metav1.ObjectMeta{Name: KwokRole, Labels: map[string]string{"app.kubernetes.io/name": OwnObjectsName}}
 	role := &rbacv1.ClusterRole{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch"}}}}

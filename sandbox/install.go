@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
@@ -299,17 +298,12 @@ func (s *Sandbox) applyAll(ctx context.Context, objs []*unstructured.Unstructure
 }
 
 func applyOne(ctx context.Context, dc dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, o *unstructured.Unstructured) error {
-	gvk := o.GroupVersionKind()
-	m, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+	ri, err := resourceOf(dc, mapper, o)
 	if err != nil {
-		return fmt.Errorf("apply %s %s: %w", gvk.Kind, o.GetName(), err)
-	}
-	var ri dynamic.ResourceInterface = dc.Resource(m.Resource)
-	if m.Scope.Name() == "namespace" {
-		ri = dc.Resource(m.Resource).Namespace(o.GetNamespace())
+		return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
 	}
 	if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: fieldManagerSandbox, Force: true}); err != nil {
-		return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		return fmt.Errorf("apply %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 	}
 	return nil
 }

@@ -35,7 +35,9 @@ import (
 // the old node fenced, then booted again and untainted by its engine; then
 // the upgrade procedure (installedUpgrade): the engines and the managers
 // rolled to another image tag while the replacement writes, which sees
-// nothing but a pause.
+// nothing but a pause. Last the uninstall procedure (installedUninstall):
+// claims first, `kubectl delete -k deploy/`, then what stays on the Nodes
+// and the nodes' disks; nothing of Vigil is left.
 func TestInstall_RealNodes(t *testing.T) {
 	requireRealNodes(t)
 	nodeImages, pause := installImages(t)
@@ -58,6 +60,7 @@ func TestInstall_RealNodes(t *testing.T) {
 	dp := installedDatapath(t, ctx, s)
 	reportMemory(t, s)
 	installedLoop(t, ctx, s, dp)
+	installedUninstall(t, ctx, s, dp)
 }
 
 // installImages builds every image the install needs (the vigil image from
