@@ -226,6 +226,18 @@ func (v *volume) checkIO(op, node string, epoch uint64) error {
 	return nil
 }
 
+// checkMember refuses I/O at another member epoch than the one this server
+// applied for v: the writer decided from a replica set that a committed
+// change has replaced (or this server has not applied its change yet). The
+// caller holds v.mu.
+func (v *volume) checkMember(op string, member uint64) error {
+	if member != v.memberEpoch {
+		return fmt.Errorf("%w: %s volume %s carries member epoch %d; this server applied member epoch %d: read the volume's replicas again",
+			ErrStaleMemberEpoch, op, v.rec.ID, member, v.memberEpoch)
+	}
+	return nil
+}
+
 // checkWrite is checkIO for a write, which a read-only grant refuses with
 // ErrReadOnly. The caller holds v.mu.
 func (v *volume) checkWrite(node string, epoch uint64) error {

@@ -252,7 +252,7 @@ func (b *bulkSession) next() bool {
 		if err == nil {
 			b.start(req, func() (uint64, error) {
 				err := b.s.store.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
-					return b.s.store.write(volumeID, node, req.Epoch, req.Offset, int64(req.DataLen), func(f File) error {
+					return b.s.store.write(volumeID, node, req.Epoch, 0, req.Offset, int64(req.DataLen), func(f File) error {
 						return st.drainTo(f, req.Offset, req.DataLen)
 					})
 				})

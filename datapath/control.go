@@ -291,6 +291,7 @@ func (s *Store) refreshLocked(v *volume) (deleted bool) {
 		return true
 	}
 	v.rec.Epoch = cv.Epoch
+	v.memberEpoch = cv.MemberEpoch
 	for _, a := range rows {
 		old, had := v.attach[a.Node]
 		v.attach[a.Node] = attachmentRecord{Epoch: a.Epoch, State: a.State, Updated: a.Updated, Use: a.Use}

@@ -110,10 +110,17 @@
 // (ErrStaleMemberEpoch), and refused when fewer than WriteQuorum(R) =
 // ⌈(R+1)/2⌉ replicas would stay in sync (ErrReplicaQuorum); TestReplicaSet
 // is the rules' specification, TestFSM_ReplicaSet_CommittedChanges and the
-// porcupine check in datapath/raftstate prove the group applies them. Data
-// still has one copy (the holder's) in this release; the rest of the
-// argument is the design the write path will follow (docs/architecture.md,
-// "Replicated volumes"):
+// porcupine check in datapath/raftstate prove the group applies them. The
+// server refuses a write at another member epoch than the one it applied
+// for the volume, after the (node, epoch) check and before writing
+// anything, with ErrStaleMemberEpoch (gRPC Aborted, reason
+// STALE_MEMBER_EPOCH, a bulk code of its own: WriteAtMember,
+// TestStoreControl_WriteAtAStaleMemberEpochRefused,
+// TestBulkCode_StaleMemberEpochHasItsOwnCode); neither channel carries a
+// member epoch yet, so clients write at 0, where a single copy stays for
+// good. Data still has one copy (the holder's) in this release; the rest of
+// the argument is the design the write path will follow
+// (docs/architecture.md, "Replicated volumes"):
 //
 //  1. The writer's engine sends each write, with (node, attach epoch, member
 //     epoch), to every replica; it is acknowledged only once on every

@@ -10,12 +10,24 @@ import (
 	"time"
 )
 
-// WriteAt writes p at off on the volume as (node, epoch). The epoch check and
-// the write happen under the volume's read lock, so a concurrent Fence either
-// waits for this write or makes it fail with ErrFenced before anything is
-// written.
+// WriteAt writes p at off on the volume as (node, epoch), at member epoch 0
+// (WriteAtMember). The epoch check and the write happen under the volume's
+// read lock, so a concurrent Fence either waits for this write or makes it
+// fail with ErrFenced before anything is written.
 func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte) error {
-	return s.write(volumeID, node, epoch, off, int64(len(p)), func(f File) error {
+	return s.WriteAtMember(volumeID, node, epoch, 0, off, p)
+}
+
+// WriteAtMember is WriteAt carrying the member epoch of the volume's
+// replica set that the writer holds: a write at any other member epoch than
+// the one this server applied is refused with ErrStaleMemberEpoch, after
+// the (node, epoch) check and before anything is written. A volume of one
+// copy is at member epoch 0 for good, so WriteAt, and every client from
+// before replica sets, writes it as before. Every copy of a replicated
+// volume will check each write so (docs/architecture.md, "Replicated
+// volumes"); neither channel carries a member epoch yet.
+func (s *Store) WriteAtMember(volumeID, node string, epoch, member uint64, off int64, p []byte) error {
+	return s.write(volumeID, node, epoch, member, off, int64(len(p)), func(f File) error {
 		_, err := f.WriteAt(p, off)
 		return err
 	})
@@ -28,10 +40,10 @@ func (s *Store) writeVec(volumeID, node string, epoch uint64, off int64, iov [][
 	for _, p := range iov {
 		n += int64(len(p))
 	}
-	return s.write(volumeID, node, epoch, off, n, func(f File) error { return pwritev(f, iov, off) })
+	return s.write(volumeID, node, epoch, 0, off, n, func(f File) error { return pwritev(f, iov, off) })
 }
 
-func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func(File) error) error {
+func (s *Store) write(volumeID, node string, epoch, member uint64, off, n int64, do func(File) error) error {
 	if err := validNode(node); err != nil {
 		return err
 	}
@@ -42,6 +54,9 @@ func (s *Store) write(volumeID, node string, epoch uint64, off, n int64, do func
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if err := v.checkWrite(node, epoch); err != nil {
+		return err
+	}
+	if err := v.checkMember("write", member); err != nil {
 		return err
 	}
 	if err := validRange("write", volumeID, off, n, v.rec.Size); err != nil {

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -175,6 +176,25 @@ func TestPlaceReplicas(t *testing.T) {
 		}
 		if err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
+
+// TestBulkCode_StaleMemberEpochHasItsOwnCode: the refusal of a stale member
+// epoch crosses the bulk channel as itself, not as another error.
+func TestBulkCode_StaleMemberEpochHasItsOwnCode(t *testing.T) {
+	seen := map[uint8]error{}
+	for _, w := range wireErrors {
+		code := bulkCode(w.err)
+		if other, dup := seen[code]; dup || code == bulkCodeInternal {
+			t.Fatalf("%v has bulk code %d, as %v", w.err, code, other)
+		}
+		seen[code] = w.err
+	}
+	for _, sentinel := range []error{ErrStaleMemberEpoch, ErrReplicaQuorum} {
+		err := fmt.Errorf("write volume vol-1: %w", sentinel)
+		if got := BulkError(bulkCode(err), err.Error()); !errors.Is(got, sentinel) {
+			t.Fatalf("%v over the bulk channel became %v", sentinel, got)
 		}
 	}
 }

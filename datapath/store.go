@@ -103,6 +103,10 @@ type volume struct {
 	failed *failureRecord
 	// syncs tracks the volume's syncs in flight (failure.go).
 	syncs volSyncs
+	// memberEpoch is the volume's member epoch as this server applied it
+	// (0 for a single copy, and without a control group): a write must
+	// carry it (checkMember).
+	memberEpoch uint64
 }
 
 // Open opens (or creates) the store in dir: dir/datapath.db for metadata and
