@@ -18,7 +18,7 @@ var (
 	ErrPortInUse = errors.New("port in use")
 	// ErrSubnetInUse: an address of the sandbox's subnet is already on this host.
 	ErrSubnetInUse = errors.New("sandbox subnet in use")
-	// ErrInvalidPartitionTarget: a partition target other than apiserver, datapath or all.
+	// ErrInvalidPartitionTarget: a partition target other than apiserver, datapath, all or datapath-group.
 	ErrInvalidPartitionTarget = errors.New("invalid partition target")
 	// ErrToolMissing: a command the sandbox runs (nft, socat, ip) is not installed.
 	ErrToolMissing = errors.New("sandbox tool missing")

@@ -279,11 +279,11 @@ func (s *Sandbox) Start(node string) error {
 	})
 }
 
-// Partition cuts node off from target (PartitionAll, PartitionAPIServer or
-// PartitionDatapath), replacing any cut the node already has: its processes keep
+// Partition cuts node off from target (PartitionAll, PartitionAPIServer,
+// PartitionDatapath or PartitionDatapathGroup), replacing any cut the node already has: its processes keep
 // running, and packets between them and what target names are dropped silently in
 // both directions, like a real cut. PartitionDatapath needs the Vigil stack
-// (StartStack). A bad target or node changes nothing. Idempotent.
+// (StartStack), PartitionDatapathGroup its datapath servers on nodes. A bad target or node changes nothing. Idempotent.
 func (s *Sandbox) Partition(node string, target PartitionTarget) error {
 	if err := target.Validate(); err != nil {
 		return fmt.Errorf("partition %s: %w", node, err)
@@ -295,6 +295,10 @@ func (s *Sandbox) Partition(node string, target PartitionTarget) error {
 		}
 		if target == PartitionDatapath && st.DatapathPort == 0 {
 			return fmt.Errorf("%w: partition of %s from the datapath: no Vigil stack runs in this sandbox (StartStack, or `vigil-sandbox up --stack`)",
+				ErrNotUp, node)
+		}
+		if target == PartitionDatapathGroup && !st.DatapathOnNodes {
+			return fmt.Errorf("%w: partition of %s from its datapath group: the datapath servers do not run on nodes (StackConfig.DatapathServers, or `vigil-sandbox up --stack --datapath-servers 3`)",
 				ErrNotUp, node)
 		}
 		if err := applyPartition(n, target, st.cutPorts()); err != nil {

@@ -26,10 +26,16 @@ const (
 	// heartbeats and I/O time out while kwok still renews the lease, so
 	// Kubernetes keeps calling the node Ready. Needs the Vigil stack (StartStack).
 	PartitionDatapath PartitionTarget = "datapath"
+	// PartitionDatapathGroup cuts the node's datapath server off from the
+	// other servers of its control group only (their Raft port, both ways):
+	// the server loses its group while its clients, the node's engine and
+	// everything else still reach it, and the node stays Ready. Needs the
+	// datapath servers on nodes (StackConfig.DatapathServers).
+	PartitionDatapathGroup PartitionTarget = "datapath-group"
 )
 
 // PartitionTargets lists every target, in the order help texts show them.
-var PartitionTargets = []PartitionTarget{PartitionAPIServer, PartitionDatapath, PartitionAll}
+var PartitionTargets = []PartitionTarget{PartitionAPIServer, PartitionDatapath, PartitionAll, PartitionDatapathGroup}
 
 // ParsePartitionTarget turns a name ("apiserver", "datapath", "all") into a
 // target; any other value is ErrInvalidPartitionTarget naming the allowed ones.
@@ -80,7 +86,8 @@ type cutPorts struct {
 // nodes (ports.raft set), a cut from the datapath drops the servers' ports
 // over the node's link in both directions: the node's engine loses the other
 // nodes' servers and the node's own server loses its clients and its group,
-// while the engine still reaches the server of its own node.
+// while the engine still reaches the server of its own node. A cut from the
+// datapath group drops only the Raft port over the node's link, both ways.
 func partitionRuleset(n *nodeState, t PartitionTarget, ports cutPorts) (string, error) {
 	if err := t.Validate(); err != nil {
 		return "", err
@@ -90,6 +97,12 @@ func partitionRuleset(n *nodeState, t PartitionTarget, ports cutPorts) (string, 
 	case t == PartitionAll:
 		out = fmt.Sprintf("oifname %q drop", n.NodeVeth)
 		in = fmt.Sprintf("iifname %q drop", n.NodeVeth)
+	case t == PartitionDatapathGroup:
+		if ports.raft <= 0 || ports.raft > 65535 {
+			return "", fmt.Errorf("%w: partition of %s from its datapath group: no datapath servers run on nodes", ErrInvalidPartitionTarget, n.Name)
+		}
+		out = fmt.Sprintf("oifname %[1]q tcp dport %[2]d drop\n\t\toifname %[1]q tcp sport %[2]d drop", n.NodeVeth, ports.raft)
+		in = fmt.Sprintf("iifname %[1]q tcp sport %[2]d drop\n\t\tiifname %[1]q tcp dport %[2]d drop", n.NodeVeth, ports.raft)
 	case t == PartitionDatapath && ports.raft > 0:
 		set := fmt.Sprintf("{ %d, %d }", ports.datapath, ports.raft)
 		out = fmt.Sprintf("oifname %[1]q tcp dport %[2]s drop\n\t\toifname %[1]q tcp sport %[2]s drop", n.NodeVeth, set)

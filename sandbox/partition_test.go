@@ -109,6 +109,32 @@ func TestPartitionRuleset_Bad(t *testing.T) {
 	if _, err := partitionRuleset(n, PartitionDatapath, cutPorts{api: 6443}); !errors.Is(err, ErrInvalidPartitionTarget) {
 		t.Errorf("datapath without a port: %v, want ErrInvalidPartitionTarget", err)
 	}
+	_, err := partitionRuleset(n, PartitionDatapathGroup, cutPorts{api: 6443, datapath: 9600})
+	if !errors.Is(err, ErrInvalidPartitionTarget) || !strings.Contains(err.Error(), "no datapath servers run on nodes") {
+		t.Errorf("datapath-group without servers on nodes: %v, want ErrInvalidPartitionTarget saying so", err)
+	}
+}
+
+// A cut from the datapath group drops the Raft port over the node's link,
+// both ways, and nothing else: the server's clients (the datapath port) and
+// the API server still get through.
+func TestPartitionRuleset_DatapathGroup(t *testing.T) {
+	n := &nodeState{Name: "node-1", HostIP: "10.213.0.1", NodeVeth: "vgabcden0"}
+	script, err := partitionRuleset(n, PartitionDatapathGroup, cutPorts{api: 6443, datapath: 9600, raft: 9601})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`oifname "vgabcden0" tcp dport 9601 drop`, `oifname "vgabcden0" tcp sport 9601 drop`,
+		`iifname "vgabcden0" tcp sport 9601 drop`, `iifname "vgabcden0" tcp dport 9601 drop`} {
+		if !strings.Contains(script, w) {
+			t.Errorf("script lacks %q:\n%s", w, script)
+		}
+	}
+	for _, w := range []string{"9600", "6443", `"vgabcden0" drop`} {
+		if strings.Contains(script, w) {
+			t.Errorf("script has %q: a cut from the group must leave the clients and the API server through:\n%s", w, script)
+		}
+	}
 }
 
 // echoServer answers each line it reads with the same line, on 127.0.0.1.
@@ -337,6 +363,10 @@ func TestSandbox_Partition_Bad(t *testing.T) {
 	err = f.s.Partition("node-1", PartitionDatapath)
 	if !errors.Is(err, ErrNotUp) || !strings.Contains(err.Error(), "no Vigil stack") {
 		t.Errorf("Partition(datapath) without a stack = %v, want ErrNotUp saying no stack runs", err)
+	}
+	err = f.s.Partition("node-1", PartitionDatapathGroup)
+	if !errors.Is(err, ErrNotUp) || !strings.Contains(err.Error(), "do not run on nodes") {
+		t.Errorf("Partition(datapath-group) without servers on nodes = %v, want ErrNotUp saying so", err)
 	}
 	if got := f.partition(t); got != "" {
 		t.Errorf("after refused partitions: partition %q, want none", got)

@@ -353,11 +353,12 @@ func nodeCommand() *cli.Command {
 func partitionCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "partition",
-		ArgsUsage: "NODE [--from apiserver|datapath|all]",
+		ArgsUsage: "NODE [--from apiserver|datapath|all|datapath-group]",
 		Usage: "cut the node off (packets dropped silently); its processes keep running. " +
-			"--from apiserver: a zombie that still reaches the datapath; datapath: storage-isolated, still Ready; all (default): both",
+			"--from apiserver: a zombie that still reaches the datapath; datapath: storage-isolated, still Ready; all (default): both; " +
+			"datapath-group: the node's datapath server cut off from the other servers of its group only (--datapath-servers)",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "from", Value: string(sandbox.PartitionAll),
-			Usage: "what to cut the node off from: apiserver, datapath or all"}},
+			Usage: "what to cut the node off from: apiserver, datapath, all or datapath-group"}},
 		Action: func(c *cli.Context) error {
 			node, from, err := partitionArgs(c.Args().Slice(), c.String("from"))
 			if err != nil {
