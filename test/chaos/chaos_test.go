@@ -54,29 +54,29 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	// The power-loss layer goes under the datapath only when its power cut
 	// may be drawn: every other kind runs on the data directory as before.
-	wanted, err := ParseKinds(cfg.Faults, true)
+	wanted, err := ParseKinds(cfg.Faults, true, cfg.Servers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := Setup(setupCtx, workDir, bin, slices.Contains(wanted, DatapathPowerCut), t.Logf)
+	h, err := Setup(setupCtx, workDir, bin, slices.Contains(wanted, DatapathPowerCut), cfg.Servers, t.Logf)
 	if h != nil {
 		t.Cleanup(h.Teardown)
 	}
 	if err != nil {
 		t.Fatalf("setup: %v", err)
 	}
-	kinds, err := ParseKinds(cfg.Faults, h.Loop())
+	kinds, err := ParseKinds(cfg.Faults, h.Loop(), cfg.Servers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &Report{Seed: cfg.Seed, Replay: cfg.Replay, Loop: h.Loop(), Enabled: kinds, NotRun: notRun(kinds, h.Loop()),
+	rep := &Report{Seed: cfg.Seed, Replay: cfg.Replay, Loop: h.Loop(), Enabled: kinds, NotRun: notRun(kinds, h.Loop(), cfg.Servers),
 		Setup: time.Since(t0)}
 	defer func() {
 		rep.Memory = h.mem.verdicts()
 		writeReport(t, rep, cfg.ReportDir)
 	}()
-	t.Logf("chaos: seed %d, %d cycles from %v (replay one cycle: CHAOS_REPLAY=<its seed> CHAOS_FAULTS=%q)",
-		cfg.Seed, cfg.Cycles, kinds, cfg.Faults)
+	t.Logf("chaos: seed %d, %d cycles from %v, %d datapath servers on nodes (replay one cycle: CHAOS_REPLAY=<its seed> CHAOS_FAULTS=%q %s=%d)",
+		cfg.Seed, cfg.Cycles, kinds, cfg.Servers, cfg.Faults, EnvDatapathServers, cfg.Servers)
 	for i := range cfg.Cycles {
 		env, err := h.env(ctx)
 		if err != nil {
@@ -105,18 +105,22 @@ func TestChaos(t *testing.T) {
 			} else {
 				t.Logf("cycle %d: %d logs saved in %s", f.Cycle, n, ev)
 			}
-			t.Fatalf("cycle %d (seed %d; replay: CHAOS_REPLAY=%d CHAOS_FAULTS=%q): %s:\n  %s", f.Cycle, f.Seed, f.Seed,
-				cfg.Faults, f, strings.Join(res.Violations, "\n  "))
+			t.Fatalf("cycle %d (seed %d; replay: CHAOS_REPLAY=%d CHAOS_FAULTS=%q %s=%d): %s:\n  %s", f.Cycle, f.Seed, f.Seed,
+				cfg.Faults, EnvDatapathServers, cfg.Servers, f, strings.Join(res.Violations, "\n  "))
 		}
 	}
 }
 
 // notRun lists the kinds a run does not draw, and why.
-func notRun(enabled []Kind, loop bool) []NotRun {
+func notRun(enabled []Kind, loop bool, servers int) []NotRun {
 	var out []NotRun
 	for _, k := range AllKinds {
 		switch {
 		case slices.Contains(enabled, k):
+		case k.NeedsServers() && servers == 0:
+			out = append(out, NotRun{Kind: k, Why: fmt.Sprintf("needs the datapath as servers on nodes (%s=%d; make chaos's second run)", EnvDatapathServers, GroupServers)})
+		case !k.NeedsServers() && servers > 0:
+			out = append(out, NotRun{Kind: k, Why: fmt.Sprintf("runs with the one datapath server on the host (%s=0; make chaos's first run)", EnvDatapathServers)})
 		case k.NeedsLoop() && !loop:
 			out = append(out, NotRun{Kind: k, Why: "needs the manager's closed loop (vigil-manager run has no --datapath-token-file yet)"})
 		default:

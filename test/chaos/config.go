@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,6 +20,10 @@ const (
 	EnvReport = "CHAOS_REPORT"
 	// EnvKeep, when set, leaves the sandbox in place after the run, for its logs.
 	EnvKeep = "CHAOS_KEEP"
+	// EnvDatapathServers: 0 (the one datapath server on the host) or
+	// GroupServers (a group of servers on nodes, drawing ServerKinds).
+	// Unset, it is GroupServers when CHAOS_FAULTS lists only ServerKinds.
+	EnvDatapathServers = "CHAOS_DATAPATH_SERVERS"
 )
 
 // DefaultCycles is the cycles of a run without CHAOS_CYCLES: the short run of
@@ -40,8 +45,11 @@ type Config struct {
 	// Faults is CHAOS_FAULTS as given (see ParseKinds).
 	Faults string
 	// ReportDir receives chaos-report.md and chaos-report.json (CHAOS_REPORT;
-	// default $TMPDIR/vigil-chaos-report).
+	// default $TMPDIR/vigil-chaos-report; its servers/ for a run with
+	// servers on nodes, so that make chaos's two runs keep both reports).
 	ReportDir string
+	// Servers is the count of datapath servers on nodes (CHAOS_DATAPATH_SERVERS).
+	Servers int
 }
 
 // ConfigFromEnv reads the CHAOS_* variables through getenv; a bad value is an
@@ -73,13 +81,44 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.Replay, c.Cycles = &s, 1
 	}
-	if _, err := ParseKinds(c.Faults, true); err != nil {
+	var err error
+	if c.Servers, err = serversFromEnv(getenv(EnvDatapathServers), c.Faults); err != nil {
+		return c, err
+	}
+	if _, err := ParseKinds(c.Faults, true, c.Servers); err != nil {
 		return c, err
 	}
 	if c.ReportDir == "" {
 		c.ReportDir = filepath.Join(os.TempDir(), "vigil-chaos-report")
 	}
+	if c.Servers > 0 {
+		c.ReportDir = filepath.Join(c.ReportDir, "servers")
+	}
 	return c, nil
+}
+
+// serversFromEnv reads CHAOS_DATAPATH_SERVERS; unset, a CHAOS_FAULTS list of
+// server kinds only implies GroupServers.
+func serversFromEnv(v, faults string) (int, error) {
+	switch strings.TrimSpace(v) {
+	case "0":
+		return 0, nil
+	case strconv.Itoa(GroupServers):
+		return GroupServers, nil
+	case "":
+	default:
+		return 0, fmt.Errorf("%w: %s=%q: want 0 (the one datapath server on the host) or %d (a group of servers on nodes)",
+			ErrBadConfig, EnvDatapathServers, v, GroupServers)
+	}
+	if f := strings.TrimSpace(faults); f == "" || f == "auto" || f == "all" {
+		return 0, nil
+	}
+	for _, name := range strings.Split(faults, ",") {
+		if !Kind(strings.TrimSpace(name)).NeedsServers() {
+			return 0, nil
+		}
+	}
+	return GroupServers, nil
 }
 
 // seedOf is the seed of cycle i of the run.

@@ -41,11 +41,18 @@ type CycleResult struct {
 	// ManagerRestarts: managers started again during the cycle (a SIGKILL, or a
 	// leader that exited after losing its Lease).
 	ManagerRestarts int `json:"managerRestarts"`
+	// GroupPolls: the status polls of the datapath's group with a leader
+	// whose epochs were checked so far in the run (servers on nodes only).
+	GroupPolls int `json:"groupPolls,omitempty"`
 	// ReapTriggers: for partition-heals-after-fence, the trigger of each reap
 	// of the node's pods (fenced-node-returned: the node was back first).
-	ReapTriggers []string      `json:"reapTriggers,omitempty"`
-	End          time.Time     `json:"end"`
-	Data         []ledgerBrief `json:"data"`
+	ReapTriggers []string `json:"reapTriggers,omitempty"`
+	// Group: for a fault of the datapath's servers, what the group did (the
+	// leader before and after, the times to a new leader and back in the
+	// group, the cut-off server's answers to the probe's fence and grant).
+	Group []string      `json:"group,omitempty"`
+	End   time.Time     `json:"end"`
+	Data  []ledgerBrief `json:"data"`
 }
 
 // ledgerBrief is one writer's data check.
@@ -66,6 +73,8 @@ func (h *Harness) RunCycle(ctx context.Context, f Fault) CycleResult {
 	before, fences, restarts := h.placement(), h.fenceCounts(), h.managerRestarts()
 	var err error
 	switch {
+	case f.Kind.NeedsServers():
+		err = h.runServerFault(ctx, f, &r, before)
 	case f.Kind == PartitionHealsAfterFence:
 		err = h.runHealAfterFence(ctx, f, &r, before)
 	case f.Expect == Failover:
@@ -98,6 +107,11 @@ func (h *Harness) RunCycle(ctx context.Context, f Fault) CycleResult {
 			Garbled: res.Garbled, Lost: res.LostCount, AfterFence: res.AfterFenceCount})
 	}
 	r.Violations = append(r.Violations, h.hist.takeViolations()...)
+	if h.group != nil {
+		// Epochs never go back, as every status poll of the cycle saw them.
+		r.Violations = append(r.Violations, h.group.watch.takeViolations()...)
+		r.GroupPolls = h.group.watch.pollCount()
+	}
 	r.Stall = h.longestStall(r.Start, time.Now())
 	h.sampleMemory(f.Cycle)
 	r.ManagerRestarts = h.managerRestarts() - restarts

@@ -70,54 +70,114 @@ const (
 	// or cut off for long: the covered pods fail over, the opted-out pod stays,
 	// and once the node is back its writes succeed again.
 	FenceUncoveredPod Kind = "fence-uncovered-pod"
+
+	// The kinds of a run with the datapath as a group of servers on nodes
+	// (CHAOS_DATAPATH_SERVERS=3):
+
+	// DatapathLeaderPowerCut: a power cut of the node of the group's leader,
+	// which starts again at the cycle's end. The covered pods of the node
+	// whose volume lives on another server fail over; a volume held by the
+	// cut server is unavailable until it is back (ServerLoss).
+	DatapathLeaderPowerCut Kind = "datapath-leader-power-cut"
+	// DatapathServerPartition: one server (the leader or a follower) cut off
+	// from the other two (sandbox.PartitionDatapathGroup), then healed; its
+	// clients still reach it, and a fence sent to it while it is cut off must
+	// fail or be forwarded, never succeed from its stale state.
+	DatapathServerPartition Kind = "datapath-server-partition"
+	// DatapathRollingRestart: each server in turn stopped gracefully
+	// (SIGTERM: a leader hands its leadership over) and started again, the
+	// next one only once it is back in the group.
+	DatapathRollingRestart Kind = "datapath-rolling-restart"
 )
 
-// AllKinds is every kind, in the order of the report.
-var AllKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
+// HostKinds are the kinds of a run with the one datapath server on the host
+// (the default), in the order of the report. Their draws do not depend on
+// the server kinds: a run draws from one list or the other.
+var HostKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDatapath, PartitionAll, Flapping,
 	ManagerKillFence, ManagerKillReap, EngineKill, DatapathRestart, APIServerRestart, ClusterAPIServerCut, DatapathPowerCut,
 	PartitionHealsAfterFence, FenceUncoveredPod}
+
+// ServerKinds are the kinds of a run with the datapath as a group of
+// GroupServers servers on nodes. A volume's data has one copy, on one
+// server, so a run with servers on nodes draws only these: a host kind that
+// cuts a node would take the volumes its server holds with it, which its
+// expectations (a failover within its bound) do not allow for.
+var ServerKinds = []Kind{DatapathLeaderPowerCut, DatapathServerPartition, DatapathRollingRestart}
+
+// AllKinds is every kind, in the order of the report.
+var AllKinds = append(slices.Clone(HostKinds), ServerKinds...)
+
+// GroupServers is the one count of datapath servers on nodes a run takes
+// (CHAOS_DATAPATH_SERVERS): the smallest group that survives the loss of one.
+const GroupServers = 3
 
 // needsLoop: the kinds whose recovery needs the manager to fence, reap and free
 // attachments by itself (the closed loop); without it their covered pods never
 // come back and every later cycle would be meaningless.
 var needsLoop = map[Kind]bool{PowerCut: true, PartitionAPIServer: true, PartitionDatapath: true, PartitionAll: true,
-	ManagerKillFence: true, ManagerKillReap: true, PartitionHealsAfterFence: true, FenceUncoveredPod: true}
+	ManagerKillFence: true, ManagerKillReap: true, PartitionHealsAfterFence: true, FenceUncoveredPod: true,
+	DatapathLeaderPowerCut: true}
 
 // NeedsLoop reports whether k can only recover with the manager's closed loop.
 func (k Kind) NeedsLoop() bool { return needsLoop[k] }
 
-// ParseKinds reads CHAOS_FAULTS: "auto" (or empty) is every kind that can
-// recover with the manager at hand (all of them when loop is true), "all" is
-// every kind, otherwise a comma-separated list of kind names.
-func ParseKinds(s string, loop bool) ([]Kind, error) {
+// NeedsServers reports whether k runs only with the datapath's servers on nodes.
+func (k Kind) NeedsServers() bool { return slices.Contains(ServerKinds, k) }
+
+// ParseKinds reads CHAOS_FAULTS for a run with servers datapath servers on
+// nodes (0: the one host server): "auto" (or empty) is every kind of that
+// run that can recover with the manager at hand (all of them when loop is
+// true), "all" is every kind of that run, otherwise a comma-separated list
+// of kind names, all of that run.
+func ParseKinds(s string, loop bool, servers int) ([]Kind, error) {
+	pool := HostKinds
+	if servers > 0 {
+		pool = ServerKinds
+	}
 	switch strings.TrimSpace(s) {
 	case "", "auto":
 		var out []Kind
-		for _, k := range AllKinds {
+		for _, k := range pool {
 			if loop || !k.NeedsLoop() {
 				out = append(out, k)
 			}
 		}
 		return out, nil
 	case "all":
-		return slices.Clone(AllKinds), nil
+		return slices.Clone(pool), nil
 	}
 	var out []Kind
 	for _, name := range strings.Split(s, ",") {
 		k := Kind(strings.TrimSpace(name))
 		if !slices.Contains(AllKinds, k) {
-			names := make([]string, len(AllKinds))
-			for i, a := range AllKinds {
-				names[i] = string(a)
-			}
-			return nil, fmt.Errorf("%w: CHAOS_FAULTS: unknown fault %q: want auto, all or a comma-separated list of %s",
-				ErrBadConfig, k, strings.Join(names, ", "))
+			return nil, fmt.Errorf("%w: %s: unknown fault %q: want auto, all or a comma-separated list of %s",
+				ErrBadConfig, EnvFaults, k, kindNames(AllKinds))
+		}
+		if k.NeedsServers() != (servers > 0) {
+			return nil, fmt.Errorf("%w: %s: fault %q %s; a run draws from %s, or with %s=%d from %s",
+				ErrBadConfig, EnvFaults, k, runsWhere(k, servers), kindNames(HostKinds), EnvDatapathServers, GroupServers, kindNames(ServerKinds))
 		}
 		if !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}
 	return out, nil
+}
+
+// runsWhere says why k does not fit a run with servers servers on nodes.
+func runsWhere(k Kind, servers int) string {
+	if k.NeedsServers() {
+		return fmt.Sprintf("needs the datapath as a group of servers on nodes (%s=%d)", EnvDatapathServers, GroupServers)
+	}
+	return fmt.Sprintf("runs with the one datapath server on the host, not with %s=%d", EnvDatapathServers, servers)
+}
+
+func kindNames(kinds []Kind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 // Expect is what a fault must lead to.
@@ -131,6 +191,15 @@ const (
 	Failover Expect = "failover"
 	// Either: a failover may happen or not; the pods must run and write again.
 	Either Expect = "either"
+	// ServerLoss: a node that runs a datapath server is lost for a while.
+	// Each claim's expectation follows from where its pod runs and which
+	// server holds its volume's data (claimExpect): a pod of the node whose
+	// volume lives on another server fails over; a pod of the node whose
+	// volume lives on the node's own server may fail over or not and writes
+	// again once the server is back; every other pod stays where it is,
+	// stalls only if its volume lives on the lost server, and writes again
+	// once it is back; no other node is fenced.
+	ServerLoss Expect = "server-loss"
 )
 
 // Thresholds are the detection thresholds a fault's durations are drawn against.
@@ -161,6 +230,9 @@ type Env struct {
 	Thresholds      Thresholds
 	// Loop: the manager fences and reaps by itself.
 	Loop bool
+	// Servers: the nodes of the datapath's servers, sorted; none when the
+	// one server runs on the host.
+	Servers []string
 }
 
 // Fault is one cycle's fault, fully determined by its seed and the Env.
@@ -178,14 +250,30 @@ type Fault struct {
 	Flaps int           `json:"flaps,omitempty"`
 	// Down is how long a killed process (engine, datapath) stays down, or how
 	// long a failed node stays off or cut after its pods run elsewhere.
-	Down   time.Duration `json:"down,omitempty"`
-	Expect Expect        `json:"expect"`
+	Down time.Duration `json:"down,omitempty"`
+	// Role is the role of the server a datapath-server-partition cuts off
+	// (RoleLeader or RoleFollower; which follower follows from the seed).
+	Role   string `json:"role,omitempty"`
+	Expect Expect `json:"expect"`
 }
+
+// The roles a server partition draws.
+const (
+	RoleLeader   = "leader"
+	RoleFollower = "follower"
+)
 
 // String is the one line a cycle prints before it runs.
 func (f Fault) String() string {
 	s := fmt.Sprintf("cycle %d seed %d: %s", f.Cycle, f.Seed, f.Kind)
-	if f.Node != "" {
+	switch {
+	case f.Kind == DatapathLeaderPowerCut:
+		s += " of the leader's node"
+	case f.Kind == DatapathServerPartition:
+		s += " of the " + f.Role + "'s server from the other two"
+	case f.Kind == DatapathRollingRestart:
+		s += " starting with " + f.Node
+	case f.Node != "":
 		s += " on " + f.Node
 	}
 	if f.Target != "" {
@@ -221,6 +309,9 @@ func Draw(cycle int, seed uint64, kinds []Kind, env Env) (Fault, error) {
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	f := Fault{Cycle: cycle, Seed: seed, Kind: kinds[rng.IntN(len(kinds))], Expect: NoFailover}
+	if f.Kind.NeedsServers() {
+		return drawServerFault(f, rng, env)
+	}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	frac := func(d time.Duration, lo, hi float64) time.Duration {
 		return time.Duration(float64(d) * (lo + rng.Float64()*(hi-lo)))
@@ -266,6 +357,25 @@ func Draw(cycle int, seed uint64, kinds []Kind, env Env) (Fault, error) {
 		uncoveredTargets := []sandbox.PartitionTarget{"", sandbox.PartitionDatapath, sandbox.PartitionAll}
 		f.Node, f.Target, f.Expect = pick(env.PodNodes), uncoveredTargets[rng.IntN(len(uncoveredTargets))], Failover
 		f.Down = between(0, 10*time.Second)
+	}
+	return f, nil
+}
+
+// drawServerFault draws the rest of a fault of ServerKinds, whose kind f has.
+func drawServerFault(f Fault, rng *rand.Rand, env Env) (Fault, error) {
+	if len(env.Servers) != GroupServers {
+		return f, fmt.Errorf("%w: %s needs %d datapath servers on nodes, the run has %d (%s=%d)",
+			ErrBadConfig, f.Kind, GroupServers, len(env.Servers), EnvDatapathServers, GroupServers)
+	}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	switch f.Kind {
+	case DatapathLeaderPowerCut:
+		f.Down, f.Expect = between(2*time.Second, 10*time.Second), ServerLoss
+	case DatapathServerPartition:
+		// Longer than an election, so that a cut leader is replaced.
+		f.Role, f.Cut = []string{RoleLeader, RoleFollower}[rng.IntN(2)], between(4*time.Second, 12*time.Second)
+	case DatapathRollingRestart:
+		f.Node = env.Servers[rng.IntN(len(env.Servers))]
 	}
 	return f, nil
 }

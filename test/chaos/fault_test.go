@@ -15,7 +15,7 @@ var testEnv = Env{Nodes: []string{"node-1", "node-2", "node-3", "node-4", "node-
 	Thresholds: Thresholds{NodeMonitorGrace: 10 * time.Second, Connectivity: 3 * time.Second}}
 
 func TestParseKinds_AutoFollowsTheLoop(t *testing.T) {
-	without, err := ParseKinds("", false)
+	without, err := ParseKinds("", false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,12 +27,12 @@ func TestParseKinds_AutoFollowsTheLoop(t *testing.T) {
 	if !slices.Contains(without, ShortPartition) || !slices.Contains(without, DatapathRestart) || len(without) != 7 {
 		t.Errorf("auto without the loop = %v, want the 7 kinds that need no manager action", without)
 	}
-	with, _ := ParseKinds("auto", true)
-	all, _ := ParseKinds("all", false)
-	if !slices.Equal(with, AllKinds) || !slices.Equal(all, AllKinds) {
-		t.Errorf("auto with the loop = %v, all = %v; want every kind", with, all)
+	with, _ := ParseKinds("auto", true, 0)
+	all, _ := ParseKinds("all", false, 0)
+	if !slices.Equal(with, HostKinds) || !slices.Equal(all, HostKinds) {
+		t.Errorf("auto with the loop = %v, all = %v; want every kind of the host server", with, all)
 	}
-	list, err := ParseKinds(" engine-kill, power-cut,engine-kill", false)
+	list, err := ParseKinds(" engine-kill, power-cut,engine-kill", false, 0)
 	if err != nil || !slices.Equal(list, []Kind{EngineKill, PowerCut}) {
 		t.Errorf("ParseKinds(list) = %v, %v; want [engine-kill power-cut]", list, err)
 	}
@@ -40,7 +40,7 @@ func TestParseKinds_AutoFollowsTheLoop(t *testing.T) {
 
 func TestParseKinds_Bad(t *testing.T) {
 	for _, s := range []string{"power", "engine-kill,,", "ALL"} {
-		_, err := ParseKinds(s, true)
+		_, err := ParseKinds(s, true, 0)
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "power-cut") {
 			t.Errorf("ParseKinds(%q) = %v, want ErrBadConfig listing the kinds", s, err)
 		}
@@ -50,8 +50,8 @@ func TestParseKinds_Bad(t *testing.T) {
 func TestDraw_SameSeedSameFault(t *testing.T) {
 	for i := range 50 {
 		seed := CycleSeed(42, i)
-		a, err1 := Draw(i+1, seed, AllKinds, testEnv)
-		b, err2 := Draw(i+1, seed, AllKinds, testEnv)
+		a, err1 := Draw(i+1, seed, HostKinds, testEnv)
+		b, err2 := Draw(i+1, seed, HostKinds, testEnv)
 		if err1 != nil || err2 != nil || a != b {
 			t.Fatalf("seed %d drew %+v and %+v (%v, %v)", seed, a, b, err1, err2)
 		}
@@ -66,7 +66,7 @@ func TestDraw_Rules(t *testing.T) {
 	seen := map[Kind]bool{}
 	uncoveredTargets := map[sandbox.PartitionTarget]bool{}
 	for i := range 2000 {
-		f, err := Draw(i, CycleSeed(7, i), AllKinds, testEnv)
+		f, err := Draw(i, CycleSeed(7, i), HostKinds, testEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestDraw_Rules(t *testing.T) {
 			t.Errorf("%s: target %s", f, f.Target)
 		}
 	}
-	for _, k := range AllKinds {
+	for _, k := range HostKinds {
 		if !seen[k] {
 			t.Errorf("2000 draws never drew %s", k)
 		}
@@ -138,7 +138,7 @@ func TestDraw_NothingToDraw(t *testing.T) {
 	if _, err := Draw(1, 1, nil, testEnv); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("Draw(no kinds) = %v, want ErrBadConfig", err)
 	}
-	if _, err := Draw(1, 1, AllKinds, Env{}); !errors.Is(err, ErrBadConfig) {
+	if _, err := Draw(1, 1, HostKinds, Env{}); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("Draw(no nodes) = %v, want ErrBadConfig", err)
 	}
 }
@@ -230,7 +230,7 @@ func TestMemory_Verdicts(t *testing.T) {
 }
 
 func TestReport_SummaryAndTables(t *testing.T) {
-	r := &Report{Seed: 5, Enabled: []Kind{ShortPartition, EngineKill}, NotRun: notRun([]Kind{ShortPartition, EngineKill}, false)}
+	r := &Report{Seed: 5, Enabled: []Kind{ShortPartition, EngineKill}, NotRun: notRun([]Kind{ShortPartition, EngineKill}, false, 0)}
 	r.Cycles = []CycleResult{
 		{Fault: Fault{Cycle: 1, Seed: 11, Kind: ShortPartition}, Recovery: 2 * time.Second},
 		{Fault: Fault{Cycle: 2, Seed: 12, Kind: ShortPartition}, Recovery: 4 * time.Second},
@@ -284,12 +284,12 @@ func TestParseKinds_NewKindsNeedTheLoop(t *testing.T) {
 		if !k.NeedsLoop() {
 			t.Errorf("%s can only recover with the manager's closed loop", k)
 		}
-		got, err := ParseKinds(string(k), true)
+		got, err := ParseKinds(string(k), true, 0)
 		if err != nil || !slices.Equal(got, []Kind{k}) {
 			t.Errorf("ParseKinds(%q) = %v, %v", k, got, err)
 		}
 	}
-	without, _ := ParseKinds("auto", false)
+	without, _ := ParseKinds("auto", false, 0)
 	if slices.Contains(without, PartitionHealsAfterFence) || slices.Contains(without, FenceUncoveredPod) {
 		t.Errorf("auto without the loop = %v; draws a kind that needs it", without)
 	}

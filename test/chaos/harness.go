@@ -56,6 +56,9 @@ type Harness struct {
 	claims  map[string]claimInfo // by claim name
 	cut     map[string]sandbox.PartitionTarget
 	off     map[string]bool
+	// group is what was seen of the datapath's group of servers on nodes;
+	// nil with the one host server.
+	group *groupState
 }
 
 // claimInfo is what the suite needs of a bound claim.
@@ -68,8 +71,10 @@ type claimInfo struct {
 // cleanup (Teardown, then sandbox.DownWorkDir) removes what was made.
 //
 // With powerLoss the datapath's data directory lives on the power-loss layer
-// (sandbox.StackConfig.DatapathPowerLoss), which DatapathPowerCut needs.
-func Setup(ctx context.Context, workDir, vigilBin string, powerLoss bool, logf func(string, ...any)) (*Harness, error) {
+// (sandbox.StackConfig.DatapathPowerLoss), which DatapathPowerCut needs. With
+// servers > 0 the datapath is that many servers on the first nodes
+// (sandbox.StackConfig.DatapathServers), which ServerKinds need.
+func Setup(ctx context.Context, workDir, vigilBin string, powerLoss bool, servers int, logf func(string, ...any)) (*Harness, error) {
 	h := &Harness{Logf: logf, dir: filepath.Join(workDir, "chaos"), bin: vigilBin, hist: newHistory(), mem: newMemory(),
 		writers: map[types.UID]*writer{}, claims: map[string]claimInfo{}, cut: map[string]sandbox.PartitionTarget{},
 		off: map[string]bool{}}
@@ -80,14 +85,17 @@ func Setup(ctx context.Context, workDir, vigilBin string, powerLoss bool, logf f
 		return nil, fmt.Errorf("sandbox up: %w", err)
 	}
 	h.sb = sb
-	if h.stk, err = sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin, DatapathPowerLoss: powerLoss}); err != nil {
+	if h.stk, err = sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin, DatapathPowerLoss: powerLoss,
+		DatapathServers: servers}); err != nil {
 		return h, fmt.Errorf("start stack: %w", err)
+	}
+	if servers > 0 {
+		h.group = &groupState{watch: newEpochWatch()}
 	}
 	if err := os.MkdirAll(filepath.Join(h.dir, "ledger"), 0o755); err != nil {
 		return h, err
 	}
-	if h.dp, err = dpclient.Dial(ctx, h.stk.DatapathAddr, "", dpclient.WithTokenFile(h.stk.TokenFile),
-		dpclient.WithCAFile(h.stk.CAFile)); err != nil {
+	if h.dp, err = dialGroup(ctx, h.stk); err != nil {
 		return h, fmt.Errorf("datapath client: %w", err)
 	}
 	logf("chaos: sandbox and stack up in %.1fs", time.Since(t0).Seconds())
@@ -240,6 +248,9 @@ func (h *Harness) startBackground() {
 		}
 	})
 	every(h.superviseManagers)
+	if h.group != nil {
+		every(h.pollGroup)
+	}
 	h.stopBG = func() { cancel(); wg.Wait() }
 }
 
@@ -294,6 +305,10 @@ func (h *Harness) claimList() []claimInfo {
 // env is what the next fault may be drawn from.
 func (h *Harness) env(ctx context.Context) (Env, error) {
 	e := Env{Thresholds: Thresholds{NodeMonitorGrace: nodeMonitorGrace, Connectivity: connectivityThreshold}, Loop: h.loop}
+	for _, s := range h.stk.DatapathServers {
+		e.Servers = append(e.Servers, s.Node)
+	}
+	sort.Strings(e.Servers)
 	for i := range sandboxNodes {
 		e.Nodes = append(e.Nodes, sandbox.NodeName(i))
 	}
@@ -340,6 +355,11 @@ func (h *Harness) sampleMemory(cycle int) {
 	}
 	if pid, err := h.sb.ProcessPID("", sandbox.StackDatapath); err == nil {
 		h.mem.sample(cycle, "datapath", pid)
+	}
+	for _, s := range h.stk.DatapathServers {
+		if pid, err := h.sb.ProcessPID(s.Node, sandbox.StackDatapath); err == nil {
+			h.mem.sample(cycle, "datapath "+s.Node, pid)
+		}
 	}
 }
 
