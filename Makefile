@@ -9,8 +9,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BINARIES  := $(notdir $(wildcard cmd/*))
 # Unit tests: every package but the suites under test/ (end-to-end, chaos).
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/)
-# Cycles of `make chaos` (`make test` runs a short chaos run of 5).
+# Cycles of `make chaos` (`make test` runs a short chaos run of 5): CHAOS_CYCLES
+# with the one datapath server on the host, then CHAOS_SERVER_CYCLES in a second
+# sandbox with the datapath as three servers on nodes, drawing the fault kinds
+# of the servers (a volume's data has one copy, so one run cannot draw both).
 CHAOS_CYCLES ?= 100
+CHAOS_SERVER_CYCLES ?= 15
 # Size of `make bench-scale` (500 nodes, 20,000 pods, 5,000 protected).
 SCALE_RACKS ?= 10
 SCALE_RACK_SIZE ?= 50
@@ -59,8 +63,11 @@ conformance: testbin image conformance-images ## the upstream storage e2e suite 
 e2e: testbin build ## end-to-end tests against the sandbox (needs root)
 	$(GO) test -count=1 -v -timeout 40m ./test/e2e/
 
-chaos: testbin build ## the chaos suite: CHAOS_CYCLES (default 100) random faults with a data ledger; report in $$CHAOS_REPORT
-	CHAOS_CYCLES=$(CHAOS_CYCLES) $(GO) test -count=1 -v -timeout 0 ./test/chaos/
+chaos: testbin build ## the chaos suite: CHAOS_CYCLES (default 100) random faults with a data ledger, then CHAOS_SERVER_CYCLES (default 15) with 3 datapath servers; reports in $$CHAOS_REPORT and its servers/
+	@rc=0; \
+	CHAOS_CYCLES=$(CHAOS_CYCLES) $(GO) test -count=1 -v -timeout 0 ./test/chaos/ || rc=1; \
+	CHAOS_CYCLES=$(CHAOS_SERVER_CYCLES) CHAOS_DATAPATH_SERVERS=3 $(GO) test -count=1 -v -timeout 0 ./test/chaos/ || rc=1; \
+	exit $$rc
 
 # make test's chaos run replays a fixed seed, so that CI judges the same five
 # faults every time (manager kills mid-fence and mid-reap, an API server

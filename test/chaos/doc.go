@@ -79,6 +79,47 @@
 // at most 1.3 × the first quarter's + 16 MiB). The run fails at the first cycle
 // with a violation, naming its seed.
 //
+// # The datapath as a group of servers
+//
+// With CHAOS_DATAPATH_SERVERS=3 (implied when CHAOS_FAULTS lists only these
+// kinds) the datapath is three servers in one Raft group, a process each of
+// node-1 to node-3 (sandbox's --datapath-servers 3), and a cycle draws from
+// three kinds of its own, never from the others: a volume's data has one
+// copy, on the server chosen at its creation, so a host kind that cuts a node
+// would take that server's volumes with it, which the host kinds'
+// expectations do not allow for (ServerKinds). The kinds:
+// datapath-leader-power-cut (the leader's node powered off, on again at the
+// cycle's end), datapath-server-partition (the leader's or a follower's
+// server cut off from the other two only, sandbox's datapath-group target,
+// then healed) and datapath-rolling-restart (each server in turn stopped
+// with SIGTERM, handing its leadership over, and started again, the next
+// only once it is back in the group: it answers as leader or follower and
+// has applied the log as it was when it left). A leader's power cut expects
+// per claim (claimExpect, Expect server-loss): a pod of the node whose
+// volume lives on another server fails over within its bound; a pod of the
+// node whose volume lives on the node's own server may or may not, and
+// writes again once the server is back; every other pod stays, stalling
+// only if its volume lives on the lost server; no other node is fenced. The
+// other two kinds expect no failover. Each cycle also checks:
+//
+//   - epochs never go back: every 500 ms the harness asks each server for
+//     its role and the one that leads for the group's volumes (what
+//     `vigil-datapath status -o json` shows), and an epoch lower than the
+//     highest seen of that volume before, in this cycle or an earlier one,
+//     is a violation naming the volume, both epochs and the leader that
+//     answered each (epochWatch);
+//   - a cut-off server answers no change from stale state: before the cut
+//     a probe volume of no pod is granted to a node that does not exist;
+//     during it, the cut-off server alone is asked to fence it, then the
+//     rest of the group fences it and the cut-off server alone is asked to
+//     grant it again. Each must be refused, or else be in the group's record
+//     after the heal at the epoch it was answered with, above the majority's
+//     fence (probeStale).
+//
+// `make chaos` runs CHAOS_CYCLES cycles with the host server, then
+// CHAOS_SERVER_CYCLES (default 15) in a second sandbox with the servers;
+// the second report goes to CHAOS_REPORT's servers/.
+//
 // # The closed loop
 //
 // Faults whose covered pods only come back if the manager fences, reaps and
