@@ -444,3 +444,34 @@ func TestStoreControl_CutOffServerRefusesGrantsAndFences(t *testing.T) {
 		t.Fatalf("n1's write at its data server after a fence that was refused: %v; no fence was committed, so its grant stands", err)
 	}
 }
+
+// TestStoreControl_DataFileNotAppliedYet: a server started again answers
+// before it has applied the group's log. For a volume whose data file it has
+// but whose create it has not applied, its answer must be ErrNotApplied
+// (send it again), not ErrNotFound: an engine takes not-found as final and
+// fails the kernel's I/O, which kills the volume's ext4 journal for good.
+// The state behind is made here by a data file the group does not name. A
+// volume without a data file is still ErrNotFound.
+func TestStoreControl_DataFileNotAppliedYet(t *testing.T) {
+	dir := t.TempDir()
+	s, closeAll := openControlled(t, dir, datapath.Options{Capacity: 1 << 30}, nil)
+	v, err := s.CreateVolume("known", 1<<20, datapath.AccessRWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := "vol-00000000000000aa"
+	if err := os.WriteFile(filepath.Join(filepath.Dir(s.DataFile(v.ID)), behind+".img"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	err = s.WriteAt(behind, "n1", 1, 0, []byte("x"))
+	if !errors.Is(err, datapath.ErrNotApplied) || errors.Is(err, datapath.ErrNotFound) || !strings.Contains(err.Error(), "send it again") {
+		t.Errorf("write to a volume whose data file is here but whose create is not applied: %v; want ErrNotApplied", err)
+	}
+	if _, err := s.ReadAt(behind, "n1", 1, 0, 1); !errors.Is(err, datapath.ErrNotApplied) {
+		t.Errorf("read of it: %v; want ErrNotApplied", err)
+	}
+	if err := s.WriteAt("vol-00000000000000bb", "n1", 1, 0, []byte("x")); !errors.Is(err, datapath.ErrNotFound) {
+		t.Errorf("write to a volume of which nothing is here: %v; want ErrNotFound", err)
+	}
+}

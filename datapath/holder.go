@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"os"
 )
 
 // With a control group each volume's data is on one server, its holder
@@ -12,7 +13,8 @@ import (
 // ClearFailure) for it refuses with ErrNotHolder, naming the holder's
 // datapath address (NotHolderError), before anything is read or written:
 // the client sends the volume's calls there (datapath/client). A volume the
-// group does not know is ErrNotFound, as without a group.
+// group does not know is ErrNotFound, as without a group, unless this
+// server has a data file of that id (notAppliedYet).
 
 // lookupHeld is lookup for the calls only the holder serves: a volume this
 // server does not hold but the group places on another server is refused
@@ -23,8 +25,33 @@ func (s *Store) lookupHeld(id string) (*volume, error) {
 		if nh := s.heldElsewhere(id); nh != nil {
 			return nil, nh
 		}
+		if na := s.notAppliedYet(id); na != nil {
+			return nil, na
+		}
 	}
 	return v, err
+}
+
+// notAppliedYet returns ErrNotApplied when this server has a data file of
+// volume id that its applied state of the group does not name: a server
+// started again answers before it has applied the group's log (a follower
+// serves once it knows a leader), and the volumes it holds whose create it
+// has not applied yet are not open; it opens each as it applies its create
+// (adopt). ErrNotFound there would be a false, definitive answer from a
+// state that is behind: an engine fails the kernel's I/O on it at once, and
+// ext4 takes an EIO on its journal as fatal, so the volume stays unusable
+// after the server has caught up (the chaos suite's power cut of the
+// leader's node found it). ErrNotApplied is Unavailable: the caller sends
+// it again. nil without a group and without such a file.
+func (s *Store) notAppliedYet(id string) error {
+	if s.ctl == nil {
+		return nil
+	}
+	if _, err := os.Stat(s.imgPath(id)); err != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: volume %s: server %s has its data file but has not applied its create yet (catching up with the group's log after a start); nothing was read or written: send it again",
+		ErrNotApplied, id, s.ctl.Self())
 }
 
 // heldElsewhere returns a NotHolderError when the control group places

@@ -89,14 +89,16 @@ func Setup(ctx context.Context, workDir, vigilBin string, powerLoss bool, server
 		DatapathServers: servers}); err != nil {
 		return h, fmt.Errorf("start stack: %w", err)
 	}
-	if servers > 0 {
-		h.group = &groupState{watch: newEpochWatch()}
-	}
 	if err := os.MkdirAll(filepath.Join(h.dir, "ledger"), 0o755); err != nil {
 		return h, err
 	}
 	if h.dp, err = dialGroup(ctx, h.stk); err != nil {
 		return h, fmt.Errorf("datapath client: %w", err)
+	}
+	if servers > 0 {
+		if h.group, err = h.newGroupState(ctx); err != nil {
+			return h, err
+		}
 	}
 	logf("chaos: sandbox and stack up in %.1fs", time.Since(t0).Seconds())
 	if err := h.startManagers(); err != nil {
@@ -375,5 +377,8 @@ func (h *Harness) Teardown() {
 	}
 	if h.dp != nil {
 		h.dp.Close()
+	}
+	if h.group != nil {
+		h.group.close()
 	}
 }

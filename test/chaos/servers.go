@@ -36,11 +36,16 @@ const (
 	probeNode = "chaos-probe"
 )
 
-// groupState is what the harness saw of the group.
+// groupState is what the harness saw of the group, and a client of each
+// server alone (its node's name the key), kept for the run: a poll every
+// 500 ms through fresh connections cost more than a second each.
 type groupState struct {
-	mu    sync.Mutex
-	last  groupPoll
-	watch *epochWatch
+	mu      sync.Mutex
+	last    groupPoll
+	watch   *epochWatch
+	clients map[string]*dpclient.Client
+	// pollMu makes the background poll and a fault's own polls take turns.
+	pollMu sync.Mutex
 }
 
 func (g *groupState) record(p groupPoll) {
@@ -60,6 +65,12 @@ func (g *groupState) holders() map[string]string {
 	return g.last.Holders
 }
 
+func (g *groupState) close() {
+	for _, c := range g.clients {
+		c.Close()
+	}
+}
+
 // dialGroup dials the stack's datapath as the manager: all its servers, the
 // first dialled first.
 func dialGroup(ctx context.Context, stk *sandbox.Stack, opts ...dpclient.Option) (*dpclient.Client, error) {
@@ -76,6 +87,66 @@ func (h *Harness) dialServer(ctx context.Context, srv sandbox.StackServer, timeo
 		dpclient.WithTimeout(timeout), dpclient.WithRetries(0))
 }
 
+// newGroupState dials each server of the stack alone.
+func (h *Harness) newGroupState(ctx context.Context) (*groupState, error) {
+	g := &groupState{watch: newEpochWatch(), clients: map[string]*dpclient.Client{}}
+	for _, srv := range h.stk.DatapathServers {
+		c, err := h.dialServer(ctx, srv, time.Second)
+		if err != nil {
+			g.close()
+			return nil, fmt.Errorf("datapath server on %s: %w", srv.Node, err)
+		}
+		g.clients[srv.Node] = c
+	}
+	return g, nil
+}
+
+// selves asks every server at once, within a second, for its own row of
+// the group (datapath.ServerStatus with Self set); a server that does not
+// answer is RoleUnreachable.
+func (h *Harness) selves(ctx context.Context) map[string]datapath.ServerStatus {
+	out := make(map[string]datapath.ServerStatus, len(h.group.clients))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for node, c := range h.group.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := datapath.ServerStatus{Node: node, Role: datapath.RoleUnreachable}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if rep, err := c.Servers(cctx); err == nil {
+				for _, m := range rep.Servers {
+					if m.Self {
+						st = m
+						st.Node = node
+					}
+				}
+			}
+			mu.Lock()
+			out[node] = st
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// leaderOf is the node of the one server that says it leads, "" if none
+// does or more than one (a cut-off leader that has not noticed yet).
+func leaderOf(sts map[string]datapath.ServerStatus) string {
+	leader := ""
+	for node, s := range sts {
+		if s.Role == datapath.RoleLeader {
+			if leader != "" {
+				return ""
+			}
+			leader = node
+		}
+	}
+	return leader
+}
+
 // pollGroup asks every server for its role and the one that says it leads
 // for the group's volumes (the leader answers them only when current), and
 // checks their epochs (epochWatch).
@@ -83,41 +154,28 @@ func (h *Harness) pollGroup(ctx context.Context) {
 	if h.group == nil || ctx.Err() != nil {
 		return
 	}
-	sts, err := h.sb.DatapathServers(ctx, time.Second)
-	if err != nil {
-		return
-	}
+	h.group.pollMu.Lock()
+	defer h.group.pollMu.Unlock()
+	sts := h.selves(ctx)
 	p := groupPoll{Roles: map[string]string{}}
-	for _, s := range sts {
-		p.Roles[s.Node] = s.Role
-	}
-	for _, s := range sts {
-		if s.Role != datapath.RoleLeader {
+	for node, s := range sts {
+		p.Roles[node] = s.Role
+		if s.Role != datapath.RoleLeader || p.Leader != "" {
 			continue
 		}
-		vols, err := h.groupVolumesAt(ctx, s.StackServer)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		vols, err := h.group.clients[node].GroupVolumes(cctx)
+		cancel()
 		if err != nil {
 			continue // a leader that lost its majority: it cannot answer current
 		}
-		p.Leader, p.Epochs, p.Holders = s.Node, map[string]uint64{}, map[string]string{}
+		p.Leader, p.Epochs, p.Holders = node, map[string]uint64{}, map[string]string{}
 		for _, v := range vols {
 			p.Epochs[v.ID], p.Holders[v.ID] = v.Epoch, v.Server
 		}
-		break
 	}
 	p.At = time.Now()
 	h.group.record(p)
-}
-
-func (h *Harness) groupVolumesAt(ctx context.Context, srv sandbox.StackServer) ([]datapath.GroupVolume, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := h.dialServer(ctx, srv, 2*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return c.GroupVolumes(ctx)
 }
 
 // serverOf is the stack's server on node.
@@ -130,55 +188,55 @@ func (h *Harness) serverOf(node string) sandbox.StackServer {
 	return sandbox.StackServer{Node: node}
 }
 
-// awaitLeader waits up to leaderBound for a server not on node not to lead.
-func (h *Harness) awaitLeader(ctx context.Context, not string) (sandbox.DatapathServerStatus, error) {
-	var leader sandbox.DatapathServerStatus
+// awaitLeader waits up to leaderBound for one server, not on node not, to
+// say it leads, and returns its row.
+func (h *Harness) awaitLeader(ctx context.Context, not string) (datapath.ServerStatus, error) {
+	var leader datapath.ServerStatus
 	err := sandbox.Poll(ctx, leaderBound, "a datapath leader not on "+not, func(ctx context.Context) (bool, string, error) {
-		l, err := h.sb.DatapathLeader(ctx)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		leader = l
-		return l.Node != not, "the leader is " + l.Node, nil
+		sts := h.selves(ctx)
+		l := leaderOf(sts)
+		leader = sts[l]
+		return l != "" && l != not, describeSelves(sts), nil
 	}, nil)
 	return leader, err
 }
 
+func describeSelves(sts map[string]datapath.ServerStatus) string {
+	nodes := make([]string, 0, len(sts))
+	for n := range sts {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	rows := make([]string, len(nodes))
+	for i, n := range nodes {
+		rows[i] = fmt.Sprintf("%s %s applied %d", n, sts[n].Role, sts[n].AppliedIndex)
+	}
+	return strings.Join(rows, ", ")
+}
+
 // awaitGroup waits up to groupBound until every server answers as leader or
-// follower, one of them leads, and node's server has applied at least
-// applied (the log as it was when it left): it is back in the group.
-func (h *Harness) awaitGroup(ctx context.Context, node string, applied uint64) error {
+// follower, exactly one of them leads, and node's server is back in the
+// group: it leads, or it follows and heard from the leader after since; and
+// it applied at least applied (the log as it was when it left).
+func (h *Harness) awaitGroup(ctx context.Context, node string, applied uint64, since time.Time) error {
 	return sandbox.Poll(ctx, groupBound, node+"'s server back in the group", func(ctx context.Context) (bool, string, error) {
-		sts, err := h.sb.DatapathServers(ctx, time.Second)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		var rows []string
-		leaders, back := 0, false
+		sts := h.selves(ctx)
 		for _, s := range sts {
-			rows = append(rows, fmt.Sprintf("%s %s applied %d", s.Node, s.Role, s.AppliedIndex))
-			if s.Role == datapath.RoleLeader {
-				leaders++
-			}
-			if s.Node == node && (s.Role == datapath.RoleLeader || s.Role == datapath.RoleFollower) && s.AppliedIndex >= applied {
-				back = true
-			}
 			if s.Role != datapath.RoleLeader && s.Role != datapath.RoleFollower {
-				back = false
-				break
+				return false, describeSelves(sts), nil
 			}
 		}
-		return back && leaders == 1, strings.Join(rows, ", "), nil
+		s := sts[node]
+		back := s.AppliedIndex >= applied && (s.Role == datapath.RoleLeader || s.LastContact.After(since))
+		return back && leaderOf(sts) != "", describeSelves(sts), nil
 	}, nil)
 }
 
 // leaderApplied is the leader's node and applied index now ("", 0 without one).
 func (h *Harness) leaderApplied(ctx context.Context) (string, uint64) {
-	l, err := h.sb.DatapathLeader(ctx)
-	if err != nil {
-		return "", 0
-	}
-	return l.Node, l.AppliedIndex
+	sts := h.selves(ctx)
+	l := leaderOf(sts)
+	return l, sts[l].AppliedIndex
 }
 
 // runServerFault injects a fault of ServerKinds.
@@ -224,6 +282,7 @@ func (h *Harness) runRollingRestart(ctx context.Context, f Fault, r *CycleResult
 	var errs []string
 	for i := range nodes {
 		node := nodes[(first+i)%len(nodes)]
+		h.pollGroup(ctx)
 		leader, applied := h.leaderApplied(ctx)
 		t0 := time.Now()
 		res, err := h.sb.RestartProcess(node, sandbox.StackDatapath, serverStopTimeout)
@@ -234,10 +293,11 @@ func (h *Harness) runRollingRestart(ctx context.Context, f Fault, r *CycleResult
 		if res.Killed {
 			errs = append(errs, fmt.Sprintf("the server on %s outlived SIGTERM by %s and was SIGKILLed", node, serverStopTimeout))
 		}
-		if err := h.awaitGroup(ctx, node, applied); err != nil {
+		if err := h.awaitGroup(ctx, node, applied, t0); err != nil {
 			errs = append(errs, err.Error())
 			break
 		}
+		h.pollGroup(ctx)
 		now, _ := h.leaderApplied(ctx)
 		h.note(r, "%s (leader before: %s) stopped in %.2fs, back in the group %.2fs after SIGTERM; leader now %s",
 			node, leader, res.Stopped.Seconds(), time.Since(t0).Seconds(), now)

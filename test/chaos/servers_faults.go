@@ -51,7 +51,7 @@ func (h *Harness) runLeaderPowerCut(ctx context.Context, f Fault, r *CycleResult
 	if err != nil {
 		return fmt.Errorf("power %s on again: %v; %s", lost, err, strings.Join(errs, "; "))
 	}
-	if err := h.awaitGroup(ctx, lost, applied); err != nil {
+	if err := h.awaitGroup(ctx, lost, applied, r.FaultEnd); err != nil {
 		errs = append(errs, err.Error())
 	} else {
 		h.note(r, "%s's server back in the group %.2fs after the node's start", lost, time.Since(r.FaultEnd).Seconds())
@@ -166,7 +166,7 @@ func (h *Harness) runServerPartition(ctx context.Context, f Fault, r *CycleResul
 		return fmt.Errorf("heal %s: %v", target, err)
 	}
 	_, applied := h.leaderApplied(ctx)
-	if err := h.awaitGroup(ctx, target, applied); err != nil {
+	if err := h.awaitGroup(ctx, target, applied, r.FaultEnd); err != nil {
 		errs = append(errs, err.Error())
 	} else {
 		h.note(r, "%s's server back in the group %.2fs after the heal", target, time.Since(r.FaultEnd).Seconds())
@@ -205,7 +205,7 @@ func (h *Harness) newProbe(ctx context.Context, cycle int, target string) (probe
 		return pr, err
 	}
 	_, applied := h.leaderApplied(ctx)
-	return pr, h.awaitGroup(ctx, target, applied)
+	return pr, h.awaitGroup(ctx, target, applied, time.Now())
 }
 
 // probeFence asks the cut-off server alone to fence probeNode on the probe.
