@@ -22,8 +22,9 @@ type CycleResult struct {
 	// FaultEnd is when the fault was over: healed, restarted, started again.
 	FaultEnd time.Time `json:"faultEnd"`
 	// Recovery: for a failover, from the fault's start until the last moved
-	// claim's new writer acknowledged its first record; otherwise from FaultEnd
-	// until every writer acknowledged a record again. Zero if it never did.
+	// claim's new writer acknowledged its first record; otherwise (a server's
+	// node powered on again included) from FaultEnd until every writer
+	// acknowledged a record again. Zero if it never did.
 	Recovery time.Duration `json:"recovery"`
 	// Stall: the longest time any writer went without an acknowledged record
 	// during the cycle (the application's view of the fault).

@@ -64,6 +64,12 @@ func (h *Harness) runLeaderPowerCut(ctx context.Context, f Fault, r *CycleResult
 	} else {
 		r.NodeReturn = time.Since(r.FaultEnd)
 	}
+	if len(moved) == 0 && h.awaitProgress(ctx, r.FaultEnd, ioBound) == nil {
+		// Nothing had to move: the recovery is the writers' (those of the
+		// lost server's volumes stalled until it was back). A writer that
+		// does not write again is the cycle's failingIO violation.
+		r.Recovery = h.firstAcksAfter(r.FaultEnd, nil)
+	}
 	errs = append(errs, h.checkStayed(before, fates, fencesBefore, lost)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
