@@ -19,13 +19,20 @@ import (
 // AbandonedAfter old and no volume of the group names it, by a sweep at
 // start and every abandonedSweep, never while its create is in flight.
 //
-// A file of a committed volume is never removed, even on a server behind the
-// group: the sweep first waits for this server's applied state to settle
-// (Control.Settled: every create proposed before, if committed at all, is
-// applied here), and checks again, under the store's lock that the apply
-// of a create takes too, that no volume names the file
-// (TestStore_RemoveAbandoned_*). A create is proposed within seconds of its
-// prepare, so one that is not applied after AbandonedAfter will not be.
+// A file of a committed volume is never removed, even when a create naming
+// it commits while the sweep runs: before removing a file, the server
+// commits it as abandoned through the group (Control.AbandonFile), which the
+// state machine refuses when a volume has its id and which makes it refuse
+// every later create of that id. The log orders the two: either the create
+// came first and the file is kept, or the abandon did and the create fails
+// with an error that says to create the volume again (a new prepare, a new
+// file). A check of the applied state alone cannot close this: a create the
+// leader commits between the check and the removal would name a removed
+// file (TestStore_RemoveAbandoned_CreateCommitsDuringTheSweep). Only the
+// leader can commit, so a follower keeps its abandoned files, and says so,
+// until it leads; the leader also waits for its applied state to settle
+// first and checks again, under the store's lock that the apply of a create
+// takes too, that no volume names the file (TestStore_RemoveAbandoned_*).
 
 // AbandonedAfter is how old a data file no volume names must be before it
 // is removed: well past PrepareHold, and past any create's retries.
@@ -44,7 +51,11 @@ func (s *Store) sweepAbandoned(stop <-chan struct{}) {
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), settleWait)
-		if _, err := s.RemoveAbandoned(ctx); err != nil && !errors.Is(err, errClosed) {
+		_, err := s.RemoveAbandoned(ctx)
+		switch {
+		case errors.Is(err, ErrNotLeader):
+			s.log.Debug("datapath: data files no volume names are kept until this server leads", "err", err)
+		case err != nil && !errors.Is(err, errClosed):
 			s.log.Warn("datapath: data files no volume names are kept for now", "err", err)
 		}
 		cancel()
@@ -58,10 +69,11 @@ func (s *Store) sweepAbandoned(stop <-chan struct{}) {
 
 // RemoveAbandoned removes the data files no volume of the group names that
 // are at least AbandonedAfter old (by their modification time), and
-// returns their volume ids. It first waits, within ctx, for this server's
-// applied state to settle; when it cannot, it removes nothing and says
-// why. A store without a control group has none (Open removes its
-// orphans).
+// returns their volume ids, each committed as abandoned first. Only the
+// leader removes them (a follower removes nothing and returns
+// ErrNotLeader); it first waits, within ctx, for its applied state to
+// settle; when it cannot, it removes nothing and says why. A store without
+// a control group has none (Open removes its orphans).
 func (s *Store) RemoveAbandoned(ctx context.Context) ([]string, error) {
 	if s.ctl == nil {
 		return nil, nil
@@ -70,13 +82,19 @@ func (s *Store) RemoveAbandoned(ctx context.Context) ([]string, error) {
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
+	kept := func(err error) error {
+		return fmt.Errorf("%d data files no volume names, at least %s old (%s), kept: %w", len(ids), AbandonedAfter, strings.Join(ids, ", "), err)
+	}
+	if err := s.ctl.CheckLeader(); err != nil {
+		return nil, kept(fmt.Errorf("only the group's leader commits a file as abandoned before removing it: %w", err))
+	}
 	if err := s.ctl.Settled(ctx); err != nil {
-		return nil, fmt.Errorf("%d data files no volume names, at least %s old (%s), kept: %w", len(ids), AbandonedAfter, strings.Join(ids, ", "), err)
+		return nil, kept(err)
 	}
 	var removed []string
 	var errs []error
 	for _, id := range ids {
-		ok, err := s.removeIfAbandoned(id)
+		ok, err := s.removeIfAbandoned(ctx, id)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -121,17 +139,28 @@ func (s *Store) holdsFile(id string) bool {
 	return busy || s.vols[id] != nil
 }
 
-// removeIfAbandoned removes the data file of id when, under s.mu (which the
-// apply of a create takes to open it), no open volume, create in flight or
-// volume of the applied state names it; a promise left for it as prepared
-// is dropped with it.
-func (s *Store) removeIfAbandoned(id string) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, busy := s.prov.fileOps[id]; busy || s.vols[id] != nil || s.closed {
+// removeIfAbandoned removes the data file of id when no open volume, create
+// in flight or volume of the applied state names it, and the group
+// committed it as abandoned (which it refuses if a volume has the id).
+// The commit comes first, so a create of the id committed at any moment
+// either comes before it (the file is kept) or is refused; the checks under
+// s.mu (which the apply of a create takes to open it) see a create this
+// server proposed itself. A promise left for it as prepared is dropped
+// with it.
+func (s *Store) removeIfAbandoned(ctx context.Context, id string) (bool, error) {
+	if s.namedLocally(id) {
 		return false, nil
 	}
-	if _, _, named := s.ctl.AppliedVolume(id); named {
+	abandonCheckedHook(id)
+	if err := s.ctl.AbandonFile(ctx, id, s.ctl.Self()); err != nil {
+		if errors.Is(err, ErrAlreadyExists) {
+			return false, nil // a create of it was committed meanwhile
+		}
+		return false, fmt.Errorf("commit the data file of %s as abandoned: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.namedLocked(id) {
 		return false, nil
 	}
 	for name, pv := range s.prov.prepared {
@@ -144,4 +173,26 @@ func (s *Store) removeIfAbandoned(id string) (bool, error) {
 	}
 	s.log.Warn("datapath: removed a data file no volume of the group names (a create that was never committed)", "volume", id, "after", AbandonedAfter)
 	return true, nil
+}
+
+// abandonCheckedHook runs between the local checks of a file and its commit
+// as abandoned (tests commit a create there).
+var abandonCheckedHook = func(string) {}
+
+// namedLocally is whether something of this server names the file of id,
+// which is then kept: an open volume, a create or
+// delete in flight, a volume of the applied state; or the store closed.
+func (s *Store) namedLocally(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.namedLocked(id)
+}
+
+// namedLocked is namedLocally with s.mu held.
+func (s *Store) namedLocked(id string) bool {
+	if _, busy := s.prov.fileOps[id]; busy || s.vols[id] != nil || s.closed {
+		return true
+	}
+	_, _, named := s.ctl.AppliedVolume(id)
+	return named
 }

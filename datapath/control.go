@@ -176,6 +176,10 @@ type Control interface {
 	// of its term, and every command up to it applied here), so a volume it
 	// does not hold by then was never created; an error otherwise.
 	Settled(ctx context.Context) error
+	// AbandonFile commits, the leader only, that the data file prepared
+	// under id on server is abandoned: refused (ErrAlreadyExists) when a
+	// volume has that id; once committed, a create of that id is refused.
+	AbandonFile(ctx context.Context, id, server string) error
 	// AddMember adds a server to the group, the leader only: recorded with
 	// its Raft and datapath addresses, then a voter. It refuses a server
 	// whose Raft address does not answer (adding it would leave the group

@@ -82,12 +82,17 @@
 // metadata (HolderAddressKey) and, on the bulk channel, as the first line of
 // the message (holder.go; TestClient_Group_IOGoesToTheHolder).
 // Data files no volume of the group names are logged at start and kept
-// until they are AbandonedAfter (10 min) old; then they are removed, but only
-// once this server's applied state is settled (Control.Settled: a server
-// behind the group may not know a volume yet) and no volume names them
-// (abandoned.go; TestStore_RemoveAbandoned_OldUnnamedFilesOnly,
+// until they are AbandonedAfter (10 min) old; then the leader removes its
+// own, but only once its applied state is settled (Control.Settled), no
+// volume names them, and the group committed each as abandoned
+// (Control.AbandonFile), which it refuses for a file a volume names and
+// after which it refuses a create naming the file: a create committed
+// during the sweep is first or fails (abandoned.go;
+// TestStore_RemoveAbandoned_OldUnnamedFilesOnly,
 // TestStore_RemoveAbandoned_AfterARestart,
-// TestStore_RemoveAbandoned_NotSettledKeepsAll). A create names the
+// TestStore_RemoveAbandoned_NotSettledKeepsAll,
+// TestStore_RemoveAbandoned_CreateCommitsDuringTheSweep); a follower keeps
+// its own until it leads. A create names the
 // server that holds the new volume's data (placement.go): the Go client
 // given the servers takes the one with the most free capacity, has it make
 // the data file (PrepareVolume), commits the create at the leader naming it

@@ -12,3 +12,11 @@ func SetPrepareHold(t testing.TB, d time.Duration) {
 	prepareHold = d
 	t.Cleanup(func() { prepareHold = old })
 }
+
+// OnAbandonChecked sets, for the test t, a function run between the local
+// checks of an old unnamed data file and its commit as abandoned.
+func OnAbandonChecked(t testing.TB, fn func(id string)) {
+	old := abandonCheckedHook
+	abandonCheckedHook = fn
+	t.Cleanup(func() { abandonCheckedHook = old })
+}

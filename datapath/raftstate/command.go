@@ -42,10 +42,18 @@ const (
 	OpReplicaOutOfSync Op = "replica-out-of-sync"
 	OpReplicaInSync    Op = "replica-in-sync"
 	OpReplaceReplica   Op = "replace-replica"
+	// OpAbandonFile records that the data file prepared under VolumeID on
+	// Server will be removed, no volume naming it: refused if a volume has
+	// that id, and from then on a create of that id is refused. A server
+	// of a release before it refuses it as a bad command (its state then
+	// lacks the record, and it would apply a later create of the id that
+	// the others refuse): it is proposed only for a file at least
+	// datapath.AbandonedAfter old, which no create reuses in practice.
+	OpAbandonFile Op = "abandon-file"
 )
 
 var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer, OpImportVolume,
-	OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica}
+	OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica, OpAbandonFile}
 
 // commandVersion is the first byte of every encoded command: the encoding
 // that follows (1: JSON). A server that meets a higher one refuses the entry
@@ -65,7 +73,7 @@ type Command struct {
 	// grant, fence, release.
 	VolumeID string `json:"volumeID,omitempty"`
 	// Name, Size, Access, Server: create. Server is the member that holds the
-	// volume's data.
+	// volume's data (abandon-file: the one that holds the file).
 	Name   string              `json:"name,omitempty"`
 	Size   int64               `json:"size,omitempty"`
 	Access datapath.AccessMode `json:"access,omitempty"`
@@ -218,6 +226,8 @@ func (c Command) validate() error {
 		err = c.validateImport()
 	case OpDeleteVolume:
 		err = datapath.ValidVolumeID(c.VolumeID)
+	case OpAbandonFile:
+		err = firstErr(datapath.ValidVolumeID(c.VolumeID), validServerID(c.Server))
 	case OpGrant:
 		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidNode(c.Node), c.Use.Validate())
 	case OpFence, OpRelease:

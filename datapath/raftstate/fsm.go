@@ -73,6 +73,9 @@ type state struct {
 	names   map[string]string // name -> id
 	leaves  map[string]Leave
 	servers map[string]Server
+	// abandoned: the ids of data files committed as abandoned (removed or
+	// about to be), with the server that held each; no create may use them.
+	abandoned map[string]string
 }
 
 type volState struct {
@@ -99,7 +102,7 @@ type result struct {
 func NewFSM() *FSM { return &FSM{st: newState()} }
 
 func newState() state {
-	return state{vols: map[string]*volState{}, names: map[string]string{}, leaves: map[string]Leave{}, servers: map[string]Server{}}
+	return state{vols: map[string]*volState{}, names: map[string]string{}, leaves: map[string]Leave{}, servers: map[string]Server{}, abandoned: map[string]string{}}
 }
 
 // Apply applies one committed log entry. A malformed entry, an unknown op or
@@ -135,7 +138,7 @@ func (f *FSM) applyEntry(l *raft.Log) result {
 		for _, fv := range res.fenced {
 			res.touched = append(res.touched, fv.VolumeID)
 		}
-	case c.VolumeID != "":
+	case c.VolumeID != "" && c.Op != OpAbandonFile: // no volume changed
 		res.touched = []string{c.VolumeID}
 	}
 	return res
@@ -165,6 +168,8 @@ func (s *state) apply(c Command) result {
 		return result{}
 	case OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica:
 		return s.changeReplicas(c)
+	case OpAbandonFile:
+		return result{err: s.abandon(c.VolumeID, c.Server)}
 	case OpAddServer:
 		return result{err: s.addServer(*c.Member)}
 	case OpRemoveServer:
@@ -190,6 +195,10 @@ func (s *state) create(c Command) result {
 	if old, ok := s.vols[c.VolumeID]; ok {
 		return result{err: fmt.Errorf("%w: volume id %s is taken by volume %q; propose another id", datapath.ErrInvalidArgument, c.VolumeID, old.vol.Name)}
 	}
+	if server, ok := s.abandoned[c.VolumeID]; ok {
+		return result{err: fmt.Errorf("%w: the data file prepared under volume id %s was removed by server %s as abandoned (no volume named it for %s); create the volume again, which prepares a new file",
+			datapath.ErrNotFound, c.VolumeID, server, datapath.AbandonedAfter)}
+	}
 	if _, ok := s.servers[c.Server]; !ok {
 		return result{err: fmt.Errorf("%w: volume %q placed on server %q, which is not a member; members are %s",
 			datapath.ErrInvalidArgument, c.Name, c.Server, s.memberList())}
@@ -205,6 +214,19 @@ func (s *state) create(c Command) result {
 	s.vols[v.ID] = &volState{vol: v, rows: map[string]rowState{}}
 	s.names[v.Name] = v.ID
 	return result{volume: v}
+}
+
+// abandon records the data file of id on server as abandoned, unless a
+// volume has that id (its create was committed: the file is not abandoned).
+// Recording it again changes nothing.
+func (s *state) abandon(id, server string) error {
+	if vs, ok := s.vols[id]; ok {
+		return fmt.Errorf("%w: volume id %s is volume %q's, held by server %s; its data file is not abandoned", datapath.ErrAlreadyExists, id, vs.vol.Name, vs.vol.Server)
+	}
+	if _, ok := s.abandoned[id]; !ok {
+		s.abandoned[id] = server
+	}
+	return nil
 }
 
 // importVolume records a volume of the release before with its epoch and

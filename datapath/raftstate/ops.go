@@ -164,6 +164,16 @@ func (g *Group) CreateVolumeWithID(ctx context.Context, id, name string, size in
 	return res.volume, err
 }
 
+// AbandonFile commits that the data file prepared under id on server
+// (this one, for the datapath) is abandoned: refused when a volume has that
+// id (ErrAlreadyExists), and from then on a create of that id is refused
+// (ErrNotFound), so the file may be removed. Committing it again is not an
+// error.
+func (g *Group) AbandonFile(ctx context.Context, id, server string) error {
+	_, err := g.apply(ctx, Command{Op: OpAbandonFile, VolumeID: id, Server: server})
+	return err
+}
+
 // ImportVolume records a volume with its epoch and attachment table as the
 // release before the group kept them in datapath.db; a volume already
 // recorded under its id is left as it is, so an import cut short may be done

@@ -24,6 +24,15 @@ type snapshotDoc struct {
 	Volumes []snapshotVolume `json:"volumes"`
 	Leaves  []Leave          `json:"leaves"`
 	Servers []Server         `json:"servers"`
+	// Abandoned: the data files committed as abandoned; absent when there
+	// are none (so such a snapshot is byte for byte the releases' before).
+	Abandoned []abandonedFile `json:"abandoned,omitempty"`
+}
+
+// abandonedFile is a data file committed as abandoned (OpAbandonFile).
+type abandonedFile struct {
+	ID     string `json:"id"`
+	Server string `json:"server"`
 }
 
 type snapshotVolume struct {
@@ -63,6 +72,10 @@ func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
 		doc.Servers = append(doc.Servers, m)
 	}
 	sort.Slice(doc.Servers, func(i, j int) bool { return doc.Servers[i].ID < doc.Servers[j].ID })
+	for id, server := range s.abandoned {
+		doc.Abandoned = append(doc.Abandoned, abandonedFile{ID: id, Server: server})
+	}
+	sort.Slice(doc.Abandoned, func(i, j int) bool { return doc.Abandoned[i].ID < doc.Abandoned[j].ID })
 	return json.Marshal(doc)
 }
 
@@ -104,6 +117,15 @@ func decodeSnapshot(r io.Reader) (state, appliedEntry, error) {
 			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: leave: %w", err)
 		}
 		st.leaves[l.Node] = l
+	}
+	for _, a := range doc.Abandoned {
+		if err := firstErr(datapath.ValidVolumeID(a.ID), validServerID(a.Server)); err != nil {
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: abandoned file: %w", err)
+		}
+		if _, named := st.vols[a.ID]; named {
+			return state{}, appliedEntry{}, fmt.Errorf("restore snapshot: volume %s is also listed as an abandoned file", a.ID)
+		}
+		st.abandoned[a.ID] = a.Server
 	}
 	return st, doc.Applied, nil
 }
