@@ -20,18 +20,43 @@ import (
 
 // The sandbox of TestDatapathServers: 4 nodes, 3 datapath servers on the
 // first 3.
-const (
-	serversName   = "e2e-servers"
-	serversSubnet = "10.213.160.0/24"
-	serversNS     = "servers"
-)
+var serversSandbox = serversSpec{name: "e2e-servers", subnet: "10.213.160.0/24", workDir: "vigil-e2e-servers"}
 
-// TestDatapathServers_LeaderPowerCut: the datapath as three servers in one
-// control group, each a process of its node (node-1 to node-3 of four).
+// serversNS is the namespace of TestDatapathServers/LeaderPowerCut's pod.
+const serversNS = "servers"
+
+// serversSpec names a sandbox of datapath servers on nodes: a name, subnet
+// and work directory of its own, so that it never meets another's leftovers.
+type serversSpec struct {
+	name, subnet, workDir string
+}
+
+// serversEnv is a sandbox of 4 kwok nodes whose datapath is 3 servers in one
+// control group on the first 3, and a client of the group as the manager.
+type serversEnv struct {
+	s   *sandbox.Sandbox
+	stk *sandbox.Stack
+	ctl *dpclient.Client
+}
+
+// TestDatapathServers: the datapath as three servers in one control group,
+// each a process of its node (node-1 to node-3 of four kwok nodes, each with
+// its engine and the kubelet stand-in), one sandbox for its cases, in order:
+// LeaderPowerCut (the client's fence through the new leader) and
+// PodOnLeaderNode (a pod on the leader's node, recovered by the closed loop).
+func TestDatapathServers(t *testing.T) {
+	e := upServers(t, serversSandbox)
+	runLoopCases(t, []loopCase{
+		{"LeaderPowerCut", e.testLeaderPowerCut},
+		{"PodOnLeaderNode", e.testPodOnLeaderNode},
+	})
+}
+
+// testLeaderPowerCut: the leader's node is powered off; nothing but the
+// datapath's group and the test's client acts.
 //
 //  1. Every server answers and one leads. A volume per other server's node
-//     is created on that first leader (so its data is there) and granted
-//     to the node, which writes at its epoch.
+//     is created and granted to the node, which writes at its epoch.
 //  2. The first leader's server is restarted (SIGTERM: it hands the
 //     leadership over first), so the leader is now a server that does not
 //     hold the volumes.
@@ -41,12 +66,10 @@ const (
 //  4. A new claim is provisioned, attached and mounted on node-4 and
 //     written through.
 //  5. The cut node is powered on: its write at its old epoch is refused.
-func TestDatapathServers_LeaderPowerCut(t *testing.T) {
-	s, stk := upServers(t)
+func (e *serversEnv) testLeaderPowerCut(t *testing.T) {
+	s, stk, ctl := e.s, e.stk, e.ctl
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ctl := dialServers(t, ctx, stk, stk.TokenFile, "")
-	defer ctl.Close()
 
 	first := waitDatapathLeader(t, ctx, s, "")
 	vols := map[string]grantedVolume{}
@@ -63,18 +86,17 @@ func TestDatapathServers_LeaderPowerCut(t *testing.T) {
 	if !ok {
 		t.Fatalf("the leader after the handover is %s, which runs no server of the group", victim.Node)
 	}
-	t.Logf("leader %s handed over to %s; %s's volume %s is held by %s at epoch %d", first.Node, victim.Node, victim.Node, v.id, first.Node, v.epoch)
+	holder := groupHolder(t, ctx, ctl, v.id)
+	if holder == victim.Node {
+		t.Fatalf("%s's volume %s is held by %s itself: its power cut would take the volume with it", victim.Node, v.id, holder)
+	}
+	t.Logf("leader %s handed over to %s; %s's volume %s is held by %s at epoch %d", first.Node, victim.Node, victim.Node, v.id, holder, v.epoch)
 
-	t0 := time.Now()
-	must(t, s.Stop(victim.Node))
-	next := waitDatapathLeader(t, ctx, s, victim.Node)
-	tLeader := time.Since(t0)
-	epoch := fenceUntilCommitted(t, ctx, ctl, v, victim.Node, next)
-	tFence := time.Since(t0)
+	cut := cutLeader(t, ctx, s, ctl, victim, v)
 	t.Logf("FIGURE power cut of the leader's node %s: new leader %s after %.2fs; first committed fence (volume %s of %s, held by %s, epoch %d) after %.2fs",
-		victim.Node, next.Node, tLeader.Seconds(), v.id, victim.Node, first.Node, epoch, tFence.Seconds())
-	if tLeader > 3*time.Second {
-		t.Logf("the new leader took %.2fs, past the 3 s target", tLeader.Seconds())
+		victim.Node, cut.next.Node, cut.leader.Seconds(), v.id, victim.Node, holder, cut.epoch, cut.fence.Seconds())
+	if cut.leader > 3*time.Second {
+		t.Logf("the new leader took %.2fs, past the 3 s target", cut.leader.Seconds())
 	}
 
 	mountNewClaim(t, ctx, s, stk, sandbox.NodeName(3))
@@ -88,14 +110,38 @@ func TestDatapathServers_LeaderPowerCut(t *testing.T) {
 	}
 }
 
-// upServers starts the sandbox and the stack with 3 servers on nodes.
-func upServers(t *testing.T) (*sandbox.Sandbox, *sandbox.Stack) {
+// leaderCut is what cutLeader measured.
+type leaderCut struct {
+	next   sandbox.DatapathServerStatus // the new leader
+	leader time.Duration                // power cut → a new leader
+	fence  time.Duration                // power cut → the first committed fence
+	epoch  uint64                       // the fence's epoch
+}
+
+// cutLeader powers off the node of the leading server victim, waits for a
+// new leader and fences the node on v (granted to it, held by another
+// server) until a fence is committed; it returns the times from the cut.
+func cutLeader(t *testing.T, ctx context.Context, s *sandbox.Sandbox, ctl *dpclient.Client, victim sandbox.DatapathServerStatus, v grantedVolume) leaderCut {
 	t.Helper()
-	workDir := filepath.Join(os.TempDir(), "vigil-e2e-servers")
+	t0 := time.Now()
+	must(t, s.Stop(victim.Node))
+	var c leaderCut
+	c.next = waitDatapathLeader(t, ctx, s, victim.Node)
+	c.leader = time.Since(t0)
+	c.epoch = fenceUntilCommitted(t, ctx, ctl, v, victim.Node, c.next)
+	c.fence = time.Since(t0)
+	return c
+}
+
+// upServers starts the sandbox of spec, the stack with 3 servers on nodes,
+// and a client of the group as the manager.
+func upServers(t *testing.T, spec serversSpec) *serversEnv {
+	t.Helper()
+	workDir := filepath.Join(os.TempDir(), spec.workDir)
 	must(t, sandbox.DownWorkDir(workDir))
 	downAtEnd(t, workDir)
-	cfg := sandbox.Config{Name: serversName, WorkDir: workDir, Nodes: 4, NodeMonitorGracePeriod: nodeMonitorGrace,
-		DefaultTolerationSeconds: tolerationSeconds, Subnet: serversSubnet}
+	cfg := sandbox.Config{Name: spec.name, WorkDir: workDir, Nodes: 4, NodeMonitorGracePeriod: nodeMonitorGrace,
+		DefaultTolerationSeconds: tolerationSeconds, Subnet: spec.subnet}
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -120,7 +166,9 @@ func upServers(t *testing.T) (*sandbox.Sandbox, *sandbox.Stack) {
 	for _, ns := range []string{vigil.Namespace, serversNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
 	}
-	return s, stk
+	ctl := dialServers(t, ctx, stk, stk.TokenFile, "")
+	t.Cleanup(func() { _ = ctl.Close() })
+	return &serversEnv{s: s, stk: stk, ctl: ctl}
 }
 
 // dialServers is a client of the stack's servers with the token in
@@ -166,20 +214,28 @@ type grantedVolume struct {
 	epoch uint64
 }
 
-// grantAndWrite creates a volume (on the leader), grants it to node and
-// writes to it as node at the grant's epoch, at the server that holds it.
-func grantAndWrite(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, ctl *dpclient.Client, holder, node string) grantedVolume {
+// grantAndWrite creates a volume (on the roomiest server), grants it to
+// node and writes to it as node at the grant's epoch (the node's client
+// dials first first).
+func grantAndWrite(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, ctl *dpclient.Client, first, node string) grantedVolume {
 	t.Helper()
 	v, err := ctl.CreateVolume(ctx, "servers-"+node, 1<<20, datapath.AccessRWO)
 	must(t, err)
-	epoch, err := ctl.Grant(ctx, v.ID, node)
+	return grantWrite(t, ctx, s, stk, ctl, v.ID, first, node)
+}
+
+// grantWrite grants volume id to node and writes to it as node at the
+// grant's epoch (the node's client dials first first).
+func grantWrite(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, ctl *dpclient.Client, id, first, node string) grantedVolume {
+	t.Helper()
+	epoch, err := ctl.Grant(ctx, id, node)
 	must(t, err)
-	w := dialServers(t, ctx, stk, sandbox.NodeTokenFile(s.NodeDir(node)), holder)
+	w := dialServers(t, ctx, stk, sandbox.NodeTokenFile(s.NodeDir(node)), first)
 	defer w.Close()
-	if err := w.WriteAt(ctx, v.ID, node, epoch, 0, []byte("before")); err != nil {
-		t.Fatalf("%s's write to %s at epoch %d: %v", node, v.ID, epoch, err)
+	if err := w.WriteAt(ctx, id, node, epoch, 0, []byte("before")); err != nil {
+		t.Fatalf("%s's write to %s at epoch %d: %v", node, id, epoch, err)
 	}
-	return grantedVolume{id: v.ID, epoch: epoch}
+	return grantedVolume{id: id, epoch: epoch}
 }
 
 // fenceUntilCommitted fences node on v, again until a fence is committed

@@ -209,6 +209,14 @@ func startLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, spec loopS
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
+	return startLoopOn(t, ctx, s, stk, spec.managerArgs)
+}
+
+// startLoopOn runs the closed loop on a running stack: the CRDs, the
+// settings, and the manager (a host process, so on no node), with
+// managerArgs added to its flags.
+func startLoopOn(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, managerArgs []string) *loopEnv {
+	t.Helper()
 	must(t, sandbox.InstallCRDs(ctx, s.RESTConfig()))
 	for _, ns := range []string{vigil.Namespace, loopNS} {
 		must(t, sandbox.EnsureNamespace(ctx, s.Client(), ns))
@@ -217,6 +225,7 @@ func startLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, spec loopS
 	e.set(t, settings.NameNodeDownPodDeletionPolicy, string(settings.PolicyDeleteBoth))
 	e.set(t, settings.NameFastFencedTrigger, "true")
 	e.set(t, settings.NameVolumeAttachmentRecoveryPolicy, string(settings.RecoveryImmediate))
+	var err error
 	e.rc, err = v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
 	e.dp = dialStack(t, ctx, stk, stk.TokenFile)
@@ -228,7 +237,7 @@ func startLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, spec loopS
 	must(t, os.WriteFile(tokenFile, []byte(loopAPIToken+"\n"), 0o600))
 	e.mgrOpts = managerOpts{storeSpec: e.store, leaseNamespace: vigil.Namespace, leaseName: vigil.ManagerLeaseName,
 		kubeconfig: kubeconfig, extra: append([]string{"--datapath", stk.DatapathAddr, "--datapath-token-file", stk.TokenFile,
-			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, spec.managerArgs...)}
+			"--datapath-ca-file", stk.CAFile, "--api-token-file", tokenFile}, managerArgs...)}
 	e.mgr = startManager(t, "loop", e.mgrOpts)
 	return e
 }
@@ -280,11 +289,19 @@ func (e *loopEnv) newLoopApp(t *testing.T, name, node string) loopApp {
 // before it is created.
 func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*appsv1.StatefulSet)) loopApp {
 	t.Helper()
+	a := e.newAppClaim(t, name)
+	e.startLoopApp(t, a, node, change)
+	return a
+}
+
+// startLoopApp starts app a's StatefulSet on its claim, preferring node,
+// with a change to it (nil: none) before it is created.
+func (e *loopEnv) startLoopApp(t *testing.T, a loopApp, node string, change func(*appsv1.StatefulSet)) {
+	t.Helper()
 	ctx := context.Background()
 	c := e.s.Client()
-	a := e.newAppClaim(t, name)
 	grace := int64(30)
-	w := sandbox.Workload{Namespace: loopNS, Name: name, Prefer: []string{node}, Claims: []string{a.claim},
+	w := sandbox.Workload{Namespace: loopNS, Name: a.name, Prefer: []string{node}, Claims: []string{a.claim},
 		TerminationGracePeriodSeconds: &grace, Image: e.writer.Image, WriterLedgerDir: e.writer.WriterLedgerDir}
 	sts := w.StatefulSet(1)
 	if change != nil {
@@ -292,7 +309,6 @@ func (e *loopEnv) newLoopAppWith(t *testing.T, name, node string, change func(*a
 	}
 	_, err := c.AppsV1().StatefulSets(loopNS).Create(ctx, sts, metav1.CreateOptions{})
 	must(t, err)
-	return a
 }
 
 // newAppClaim creates app name's claim and waits until it is bound.

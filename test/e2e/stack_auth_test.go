@@ -12,10 +12,16 @@ import (
 )
 
 // dialStack connects to the stack's datapath over TLS with the token in
-// tokenFile (read again when it changes).
+// tokenFile (read again when it changes): to every server, when the
+// datapath runs as servers on nodes.
 func dialStack(t *testing.T, ctx context.Context, stk *sandbox.Stack, tokenFile string) *dpclient.Client {
 	t.Helper()
-	dp, err := dpclient.Dial(ctx, stk.DatapathAddr, "", dpclient.WithTokenFile(tokenFile), dpclient.WithCAFile(stk.CAFile))
+	addrs := stk.DatapathAddrs()
+	opts := []dpclient.Option{dpclient.WithTokenFile(tokenFile), dpclient.WithCAFile(stk.CAFile)}
+	if len(addrs) > 1 {
+		opts = append(opts, dpclient.WithServers(addrs[1:]...))
+	}
+	dp, err := dpclient.Dial(ctx, addrs[0], "", opts...)
 	must(t, err)
 	return dp
 }
@@ -47,7 +53,7 @@ func checkStackIdentities(t *testing.T, ctx context.Context, s *sandbox.Sandbox,
 	}
 	tok, err := datapath.ReadTokenFile(stk.TokenFile)
 	must(t, err)
-	plain, err := dpclient.Dial(ctx, stk.DatapathAddr, tok, dpclient.WithRetries(0), dpclient.WithTimeout(3*time.Second))
+	plain, err := dpclient.Dial(ctx, stk.DatapathAddrs()[0], tok, dpclient.WithRetries(0), dpclient.WithTimeout(3*time.Second))
 	must(t, err)
 	defer plain.Close()
 	if _, err := plain.ListVolumes(ctx); err == nil {

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
+	"github.com/vigil-storage/vigil/datapath"
+	dpclient "github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/ledger"
+)
+
+// testPodOnLeaderNode: the power cut of a node that runs a StatefulSet's pod
+// and the datapath's leader at once, while the pod's volume has its data on
+// another server. Kwok nodes with the kubelet stand-in; the closed loop's
+// manager (TestLoopKwok's, delete-both, the fast trigger, immediate
+// attachment recovery) is started here, as a host process: no power cut of
+// a node takes it down.
+//
+//  1. The claim is provisioned first, and where its data landed (the server
+//     the group records as its holder) chooses the pod's node: the leader's,
+//     after a restart of the holder's server (which hands the lead over) if
+//     the holder leads.
+//  2. The StatefulSet's pod runs there; a ledger writer appends fsync'd
+//     records to its volume and acknowledges each once fsync returned.
+//  3. The node is powered off (its kwok, engine, kubelet stand-in, datapath
+//     server and the writer die at once). The group elects a new leader,
+//     the manager fences the node through it, reaps the pod and frees its
+//     attachment; the replacement runs on another node with the volume
+//     granted at a higher epoch, and every acknowledged record is on it.
+//  4. The node is powered on: its write at its old epoch is refused, and its
+//     engine cleans up and removes the fenced taint.
+func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	l := startLoopOn(t, ctx, e.s, e.stk, nil)
+	t.Logf("closed loop (CRDs, settings, manager on the host) started in %.1fs", time.Since(t0).Seconds())
+
+	app := l.newAppClaim(t, "leader-node")
+	holder := groupHolder(t, ctx, e.ctl, app.handle)
+	leader := waitDatapathLeader(t, ctx, e.s, "")
+	if leader.Node == holder {
+		if _, err := e.s.RestartProcess(holder, sandbox.StackDatapath, 10*time.Second); err != nil {
+			t.Fatalf("restart the leader's server on %s, which holds %s: %v", holder, app.handle, err)
+		}
+		leader = waitDatapathLeader(t, ctx, e.s, holder)
+	}
+	victim := leader.Node
+	l.startLoopApp(t, app, victim, nil)
+	podA := l.waitAppPod(t, app, "", "", 60*time.Second)
+	if podA.Spec.NodeName != victim {
+		t.Fatalf("pod %s scheduled on %s, not on the leader's node %s it prefers", podA.Name, podA.Spec.NodeName, victim)
+	}
+	epochA := waitAttached(t, ctx, e.s, app.pv, victim)
+	targetA := waitPublished(t, ctx, e.s, victim, podA, app.pv)
+	waitVolumesAttached(t, ctx, e.s, victim, app.handle)
+	l.waitVolumesInUse(t, victim, app.handle)
+	ledgerFile := startLedgerWriter(t, e.s, victim, podA, targetA)
+	if now := waitDatapathLeader(t, ctx, e.s, ""); now.Node != victim {
+		t.Fatalf("the leader moved from %s to %s before the power cut", victim, now.Node)
+	}
+	t.Logf("pod %s on %s, the leader's node; its volume %s held by %s, attached at epoch %d; ledger writer running", podA.Name, victim, app.handle, holder, epochA)
+
+	start := time.Now()
+	must(t, e.s.Stop(victim))
+	tl := newTimeline(start)
+	tl.mark("power cut of "+victim+" (kwok, engine, kubelet stand-in, datapath leader, writer SIGKILLed)", time.Now())
+	next := waitDatapathLeader(t, ctx, e.s, victim)
+	tl.mark("new datapath leader "+next.Node, time.Now())
+	podB := l.waitAppPod(t, app, string(podA.UID), victim, 60*time.Second)
+	nodeB := podB.Spec.NodeName
+	tl.mark("replacement scheduled on "+nodeB, time.Now())
+	epochB := waitAttached(t, ctx, e.s, app.pv, nodeB)
+	targetB := waitPublished(t, ctx, e.s, nodeB, podB, app.pv)
+	dataAt := time.Now()
+	tl.mark("replacement's volume staged and published on "+nodeB, dataAt)
+
+	rec := l.waitRecovery(t, victim, start, v1alpha1.PhaseRecovered, 30*time.Second)
+	l.checkRecovery(t, rec, app, podA.UID, podB.UID)
+	markRecovery(tl, rec)
+	checkLedger(t, ledgerFile, targetB, podA, victim, rec)
+	g := l.grants(t, app.handle)
+	if a := g[victim]; a.Live() || a.Epoch <= epochA {
+		t.Errorf("datapath: %s's row %+v, want fenced or released at an epoch above %d", victim, a, epochA)
+	}
+	if b := g[nodeB]; !b.Live() || b.Epoch != epochB || epochB <= g[victim].Epoch {
+		t.Errorf("datapath: %s's row %+v, want a live grant of epoch %d above the fence", nodeB, b, epochB)
+	}
+	if v, ok := l.mgr.metric(t, `vigil_fences_total{outcome="done"}`); !ok || v < 1 {
+		t.Errorf("vigil_fences_total{outcome=\"done\"} = %v (present %t), want ≥ 1", v, ok)
+	}
+	t.Log(tl.table(fmt.Sprintf("Power cut of %s (a StatefulSet's pod and the datapath's leader; the volume's data on %s) → replacement on %s", victim, holder, nodeB)))
+	t.Logf("FIGURE power cut of the leader's node %s with a pod on it: new leader %s, fenced by the manager %.2fs, replacement's volume published on %s %.2fs after the cut; epochs %s %d → fence %d → %s %d",
+		victim, next.Node, rec.Status.FencedAt.Sub(start).Seconds(), nodeB, dataAt.Sub(start).Seconds(), victim, epochA, g[victim].Epoch, nodeB, epochB)
+
+	boot := time.Now()
+	must(t, e.s.Start(victim))
+	zombie := dialServers(t, ctx, e.stk, sandbox.NodeTokenFile(e.s.NodeDir(victim)), next.Address)
+	defer zombie.Close()
+	if err := zombie.WriteAt(ctx, app.handle, victim, epochA, 0, []byte("zombie")); !errors.Is(err, datapath.ErrFenced) {
+		t.Errorf("the returning %s's write at its old epoch %d: %v, want ErrFenced", victim, epochA, err)
+	}
+	tb := newTimeline(boot)
+	tb.mark(victim+" started (new boot id); its write at epoch "+fmt.Sprint(epochA)+" refused", time.Now())
+	l.waitNodeClean(t, victim, tb)
+	t.Log(tb.table("Start of " + victim + " → its engine cleans up what the reaped pod left and removes the taint"))
+}
+
+// groupHolder is the node of the server the control group records as
+// holding volume id's data.
+func groupHolder(t *testing.T, ctx context.Context, ctl *dpclient.Client, id string) string {
+	t.Helper()
+	vs, err := ctl.GroupVolumes(ctx)
+	must(t, err)
+	var seen []string
+	for _, v := range vs {
+		if v.ID == id {
+			if v.Server == "" {
+				t.Fatalf("the group records no server holding %s", id)
+			}
+			return v.Server
+		}
+		seen = append(seen, v.ID)
+	}
+	t.Fatalf("the group's volumes %s lack %s", strings.Join(seen, ", "), id)
+	return ""
+}
+
+// startLedgerWriter runs a ledger writer on node (as its process, so a power
+// cut of the node kills it) on pod's volume at target, in a mount namespace
+// of its own as a container's, and waits until it acknowledged 10 records.
+// It returns the ledger's path on the host.
+func startLedgerWriter(t *testing.T, s *sandbox.Sandbox, node string, pod corev1.Pod, target string) string {
+	t.Helper()
+	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", sandbox.BinVigilSandbox))
+	must(t, err)
+	file := filepath.Join(t.TempDir(), "ledger.log")
+	must(t, s.RunOnNode(node, sandbox.ProcessSpec{Name: "writer-" + pod.Name, Args: []string{bin, "writer",
+		"--dir", target, "--pod-uid", string(pod.UID), "--ledger", file, "--own-mount-namespace"}}))
+	must(t, sandbox.Poll(context.Background(), 30*time.Second, "10 records acknowledged by the writer on "+node, func(context.Context) (bool, string, error) {
+		acks, _ := ledger.ReadLedger(file)
+		return len(acks) >= 10, fmt.Sprintf("%d acknowledged", len(acks)), nil
+	}, nil))
+	return file
+}
+
+// checkLedger checks the old pod's records as the replacement's volume at
+// target holds them: every record the writer acknowledged on node is there,
+// and none is from after the manager's fence.
+func checkLedger(t *testing.T, ledgerFile, target string, pod corev1.Pod, node string, rec *v1alpha1.NodeRecovery) {
+	t.Helper()
+	acks, err := ledger.ReadLedger(ledgerFile)
+	must(t, err)
+	found, err := ledger.ReadRecords(filepath.Join(target, ledger.RecordsFile(string(pod.UID))))
+	must(t, err)
+	var fenced []ledger.Span
+	if rec.Status.FencedAt != nil {
+		fenced = append(fenced, ledger.Span{From: rec.Status.FencedAt.Time})
+	}
+	res := ledger.Verify(ledger.Pod{UID: string(pod.UID), Node: node, Acks: acks, Found: found, Fenced: fenced})
+	if !res.OK() || res.Acked < 10 {
+		t.Errorf("the old pod's records on the replacement's volume: %s", res)
+		return
+	}
+	t.Logf("the old pod's records on the replacement's volume: %s", res)
+}
