@@ -118,7 +118,7 @@ bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernet
 bench-apiserver-outage: testbin build ## kube-apiserver stopped 5 minutes under running writers: no I/O error, nothing fenced (about 7 min; not part of make test)
 	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 20m -run '^TestBench_APIServerOutage$$' ./test/e2e/
 
-bench-failover: testbin build ## FAILOVER_KILLS (default 20) power cuts of the datapath leader's node, 3 servers on kwok nodes: cut → new leader and → first committed fence, min/median/p90/p99/max; report in $$FAILOVER_REPORT (about 5 min; not part of make test)
+bench-failover: testbin build ## FAILOVER_KILLS (default 20) power cuts of the datapath leader's node, 3 servers on kwok nodes: cut → new leader and → first committed fence, min/median/p90/p99/max; report in $$FAILOVER_REPORT (about 1 min; not part of make test)
 	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 30m -run '^TestBench_DatapathFailover$$' ./test/e2e/
 
 bench:
