@@ -110,11 +110,10 @@ func failoverKills(t *testing.T) int {
 
 // prepareFailover returns the leader to cut and a volume granted to its
 // node, written by it, whose data another server holds. The volume is
-// created on the roomiest server, which among equals is the one a client
-// lists first; placement considers only recorded members (a server is
-// recorded once it led), so when the data lands on the leader anyway, the
-// leader's server is restarted (it hands the lead over) and the new leader
-// is cut instead.
+// created on the roomiest server, which among equals (one disk here) is the
+// one a client lists first: a client that lists a follower first. Should
+// the data land on the leader anyway, the leader's server is restarted (it
+// hands the lead over) and the new leader is cut instead.
 func (e *serversEnv) prepareFailover(t *testing.T, ctx context.Context, i int) (sandbox.DatapathServerStatus, grantedVolume, string) {
 	t.Helper()
 	leader := waitDatapathLeader(t, ctx, e.s, "")

@@ -56,7 +56,8 @@ func TestDatapathServers(t *testing.T) {
 // datapath's group and the test's client acts.
 //
 //  1. Every server answers and one leads. A volume per other server's node
-//     is created and granted to the node, which writes at its epoch.
+//     is created with its data on the leader and granted to the node, which
+//     writes at its epoch.
 //  2. The first leader's server is restarted (SIGTERM: it hands the
 //     leadership over first), so the leader is now a server that does not
 //     hold the volumes.
@@ -72,10 +73,15 @@ func (e *serversEnv) testLeaderPowerCut(t *testing.T) {
 	defer cancel()
 
 	first := waitDatapathLeader(t, ctx, s, "")
+	// A create places the data on the roomiest server, the first a client
+	// lists among equals (one disk here): this one lists the first leader
+	// first.
+	creator := dialServers(t, ctx, stk, stk.TokenFile, first.Address)
+	defer creator.Close()
 	vols := map[string]grantedVolume{}
 	for _, srv := range stk.DatapathServers {
 		if srv.Node != first.Node {
-			vols[srv.Node] = grantAndWrite(t, ctx, s, stk, ctl, first.Address, srv.Node)
+			vols[srv.Node] = grantAndWrite(t, ctx, s, stk, creator, first.Address, srv.Node)
 		}
 	}
 	if _, err := s.RestartProcess(first.Node, sandbox.StackDatapath, 10*time.Second); err != nil {
