@@ -114,6 +114,31 @@ func (e *serversEnv) testLeaderPowerCut(t *testing.T) {
 	if !errors.Is(err, datapath.ErrFenced) {
 		t.Fatalf("the returning node's write at its old epoch %d: %v, want ErrFenced", v.epoch, err)
 	}
+	e.deleteLeaderCutVolumes(t, ctx, vols)
+}
+
+// deleteLeaderCutVolumes deletes what testLeaderPowerCut made, so that the
+// next case starts on a group that holds no volume: its volumes (each
+// node's row released first) and the new claim with its pod.
+func (e *serversEnv) deleteLeaderCutVolumes(t *testing.T, ctx context.Context, vols map[string]grantedVolume) {
+	t.Helper()
+	c := e.s.Client()
+	for node, v := range vols {
+		if err := e.ctl.Release(ctx, v.id, node); err != nil && !errors.Is(err, datapath.ErrFenced) {
+			t.Fatalf("release %s on %s: %v", node, v.id, err)
+		}
+		must(t, e.ctl.DeleteVolume(ctx, v.id))
+	}
+	zero := int64(0)
+	must(t, c.CoreV1().Pods(serversNS).Delete(ctx, newClaimName, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	must(t, c.CoreV1().PersistentVolumeClaims(serversNS).Delete(ctx, newClaimName, metav1.DeleteOptions{}))
+	must(t, sandbox.Poll(ctx, 90*time.Second, "every volume of the group deleted", func(ctx context.Context) (bool, string, error) {
+		vs, err := e.ctl.GroupVolumes(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(vs) == 0, fmt.Sprintf("%d left: %+v", len(vs), vs), nil
+	}, describeStack(e.s)))
 }
 
 // leaderCut is what cutLeader measured.
@@ -266,13 +291,16 @@ func fenceUntilCommitted(t *testing.T, ctx context.Context, ctl *dpclient.Client
 	return epoch
 }
 
+// newClaimName names the claim and pod of mountNewClaim.
+const newClaimName = "after-cut"
+
 // mountNewClaim provisions a claim, runs a pod with it on node and waits
 // until the volume is attached and published there, then writes through
 // the mount.
 func mountNewClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, node string) {
 	t.Helper()
 	c := s.Client()
-	const claim = "after-cut"
+	const claim = newClaimName
 	t0 := time.Now()
 	must(t, sandbox.CreateClaim(ctx, c, serversNS, claim, stk.StorageClass, "64Mi"))
 	must(t, sandbox.WaitPVCsBound(ctx, c, serversNS, []string{claim}, 60*time.Second))
