@@ -252,7 +252,7 @@ func (b *bulkSession) next() bool {
 		if err == nil {
 			b.start(req, func() (uint64, error) {
 				err := b.s.store.sessions.write(volumeID, node, req.Epoch, req.Gen, func() error {
-					return b.s.store.write(volumeID, node, req.Epoch, 0, req.Offset, int64(req.DataLen), func(f File) error {
+					return b.s.store.write(volumeID, node, req.Epoch, req.MemberEpoch, req.Offset, int64(req.DataLen), func(f File) error {
 						return st.drainTo(f, req.Offset, req.DataLen)
 					})
 				})
@@ -297,7 +297,7 @@ func (b *bulkSession) readRest(req wire.BulkRequest, volumeID, node string, st *
 		return false // truncated payload: nothing is written
 	}
 	b.start(req, func() (uint64, error) {
-		err := b.s.store.writeInSession(volumeID, node, req.Epoch, req.Gen, req.Offset, data)
+		err := b.s.store.writeInSession(volumeID, node, req.Epoch, req.Gen, req.MemberEpoch, req.Offset, data)
 		bulkBufs.Put(bp)
 		return 0, err
 	})

@@ -121,9 +121,11 @@
 // anything, with ErrStaleMemberEpoch (gRPC Aborted, reason
 // STALE_MEMBER_EPOCH, a bulk code of its own: WriteAtMember,
 // TestStoreControl_WriteAtAStaleMemberEpochRefused,
-// TestBulkCode_StaleMemberEpochHasItsOwnCode); neither channel carries a
-// member epoch yet, so clients write at 0, where a single copy stays for
-// good. Data still has one copy (the holder's) in this release; the rest of
+// TestBulkCode_StaleMemberEpochHasItsOwnCode). Both channels carry the
+// writer's member epoch, absent meaning 0, where a single copy stays for
+// good, so clients and servers from before member epochs work with these
+// both ways (wire.BulkRequest, wire.WriteRequest,
+// TestServer_MemberEpochOnBothChannels). Data still has one copy (the holder's) in this release; the rest of
 // the argument is the design the write path will follow
 // (docs/architecture.md, "Replicated volumes"):
 //

@@ -391,6 +391,8 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: -1, Data: []byte("x")}},
 		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen - 1, Offset: 0, Data: []byte("late")}},
 		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Offset: 0, Data: []byte("no session")}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: 0, Data: []byte("member 1"), MemberEpoch: 1}},
+		{wire.MethodWrite, &wire.WriteRequest{IOTarget: io, Gen: fuzzGen, Offset: 0, Data: []byte("member 0")}},
 		{wire.MethodOpenWriteSession, &wire.OpenSessionRequest{IOTarget: io}},
 		{wire.MethodRead, &wire.ReadRequest{IOTarget: io, Offset: 0, Length: 1 << 30}},
 		{wire.MethodRead, &wire.ReadRequest{IOTarget: io, Offset: 0, Length: 6}},
@@ -434,6 +436,7 @@ func fuzzSeeds() []fuzzSeed {
 	}
 	return append(out,
 		fuzzSeed{node1, methodIndex(wire.MethodWrite), []byte{0xff, 0xff, 0xff}},
+		fuzzSeed{node1, methodIndex(wire.MethodWrite), append(write("node-1", 1), 0x80)},                   // garbled member epoch
 		fuzzSeed{5, methodIndex(wire.MethodFenceNode), node1Ref},                                           // wrong token
 		fuzzSeed{6, methodIndex(wire.MethodHeartbeat), (&wire.NodeRef{Node: "node-9"}).MarshalAppend(nil)}, // no token
 		fuzzSeed{7, methodIndex(wire.MethodDeleteVolume), (&wire.VolumeRef{ID: fuzzVolumeID}).MarshalAppend(nil)},

@@ -25,7 +25,7 @@ func (s *Store) WriteAt(volumeID, node string, epoch uint64, off int64, p []byte
 // copy is at member epoch 0 for good, so WriteAt, and every client from
 // before replica sets, writes it as before. Every copy of a replicated
 // volume will check each write so (docs/architecture.md, "Replicated
-// volumes"); neither channel carries a member epoch yet.
+// volumes"); both channels carry it (an absent one is 0).
 func (s *Store) WriteAtMember(volumeID, node string, epoch, member uint64, off int64, p []byte) error {
 	return s.write(volumeID, node, epoch, member, off, int64(len(p)), func(f File) error {
 		_, err := f.WriteAt(p, off)
@@ -33,14 +33,14 @@ func (s *Store) WriteAtMember(volumeID, node string, epoch, member uint64, off i
 	})
 }
 
-// writeVec is WriteAt for a payload in pieces (gRPC's receive buffers),
-// written with pwritev.
-func (s *Store) writeVec(volumeID, node string, epoch uint64, off int64, iov [][]byte) error {
+// writeVec is WriteAtMember for a payload in pieces (gRPC's receive
+// buffers), written with pwritev.
+func (s *Store) writeVec(volumeID, node string, epoch, member uint64, off int64, iov [][]byte) error {
 	var n int64
 	for _, p := range iov {
 		n += int64(len(p))
 	}
-	return s.write(volumeID, node, epoch, 0, off, n, func(f File) error { return pwritev(f, iov, off) })
+	return s.write(volumeID, node, epoch, member, off, n, func(f File) error { return pwritev(f, iov, off) })
 }
 
 func (s *Store) write(volumeID, node string, epoch, member uint64, off, n int64, do func(File) error) error {

@@ -261,7 +261,7 @@ func writeMethod() grpc.MethodDesc {
 		}
 		run := func(ctx context.Context, _ any) (any, error) {
 			err := s.store.sessions.write(req.VolumeID, req.Node, req.Epoch, req.Gen, func() error {
-				return s.store.writeVec(req.VolumeID, req.Node, req.Epoch, req.Offset, iov)
+				return s.store.writeVec(req.VolumeID, req.Node, req.Epoch, req.MemberEpoch, req.Offset, iov)
 			})
 			if err != nil {
 				return nil, ToStatus(err)

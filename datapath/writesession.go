@@ -104,8 +104,8 @@ func (s *Store) OpenWriteSession(volumeID, node string, epoch uint64) (uint64, e
 // writeInSession is WriteAt under generation gen of (volumeID, node)'s write
 // session: ErrStaleSession, nothing written, unless gen is the generation
 // opened last under epoch.
-func (s *Store) writeInSession(volumeID, node string, epoch, gen uint64, off int64, p []byte) error {
-	return s.sessions.write(volumeID, node, epoch, gen, func() error { return s.WriteAt(volumeID, node, epoch, off, p) })
+func (s *Store) writeInSession(volumeID, node string, epoch, gen, member uint64, off int64, p []byte) error {
+	return s.sessions.write(volumeID, node, epoch, gen, func() error { return s.WriteAtMember(volumeID, node, epoch, member, off, p) })
 }
 
 // write runs apply if gen is the current generation of (volumeID, node)'s

@@ -16,6 +16,8 @@ import (
 //	server hello:  a response with id 0 (code 0: accepted, the message the boot id
 //	               of the server's machine or empty; else refused and closed)
 //	request:       BulkRequestHeaderLen bytes (see BulkRequest), volume id, node, data
+//	               (a write carries the member epoch of the volume's replica set
+//	               its writer holds; 0 for a single copy)
 //	response:      BulkResponseHeaderLen bytes (see BulkResponse), message
 //
 // All integers are little-endian. Requests carry ids chosen by the client, so
@@ -68,16 +70,37 @@ const (
 
 // BulkRequest is the fixed header of a bulk request. Its layout (48 bytes):
 // op u8, reserved u8, volume id length u16, node length u16, reserved u16,
-// payload length u32, reserved u32, id u64, epoch u64, offset i64, gen u64.
+// payload length u32, member epoch u32, id u64, epoch u64, offset i64, gen u64.
+//
+// The member epoch took 4 bytes that were reserved and had to be zero, so a
+// request of a client from before member epochs is a write at member epoch
+// 0 (a single copy), and a server from before refuses a write at any other
+// as malformed instead of writing it unchecked. Its top bit stays clear: a
+// value from MaxMemberEpoch+1 up is refused as negative.
 type BulkRequest struct {
-	Op      uint8
-	VolLen  int
-	NodeLen int
-	DataLen int
-	ID      uint64
-	Epoch   uint64
-	Offset  int64
-	Gen     uint64
+	Op          uint8
+	VolLen      int
+	NodeLen     int
+	DataLen     int
+	MemberEpoch uint64
+	ID          uint64
+	Epoch       uint64
+	Offset      int64
+	Gen         uint64
+}
+
+// MaxMemberEpoch is the highest member epoch either channel carries (a
+// non-negative int32, so the bulk header's field fits it); a change of a
+// replica set moves the member epoch by one.
+const MaxMemberEpoch = 1<<31 - 1
+
+// CheckMemberEpoch refuses a member epoch above MaxMemberEpoch, which
+// neither channel can carry.
+func CheckMemberEpoch(m uint64) error {
+	if m > MaxMemberEpoch {
+		return fmt.Errorf("member epoch %d cannot be sent: allowed are 0 to %d", m, MaxMemberEpoch)
+	}
+	return nil
 }
 
 // AppendBulkHello appends a client hello carrying token.
@@ -96,7 +119,8 @@ func BulkHelloTokenLen(b [2]byte) (int, error) {
 	return n, nil
 }
 
-// AppendBulkRequest appends the header r (its VolLen and NodeLen are taken
+// AppendBulkRequest appends the header r (its MemberEpoch at most
+// MaxMemberEpoch: the caller checks, see CheckMemberEpoch) (its VolLen and NodeLen are taken
 // from volumeID and node) followed by the volume id and the node; a write's
 // payload follows separately, so it need not be copied.
 func AppendBulkRequest(b []byte, r BulkRequest, volumeID, node string) []byte {
@@ -105,6 +129,7 @@ func AppendBulkRequest(b []byte, r BulkRequest, volumeID, node string) []byte {
 	binary.LittleEndian.PutUint16(h[2:], uint16(len(volumeID)))
 	binary.LittleEndian.PutUint16(h[4:], uint16(len(node)))
 	binary.LittleEndian.PutUint32(h[8:], uint32(r.DataLen))
+	binary.LittleEndian.PutUint32(h[12:], uint32(r.MemberEpoch))
 	binary.LittleEndian.PutUint64(h[16:], r.ID)
 	binary.LittleEndian.PutUint64(h[24:], r.Epoch)
 	binary.LittleEndian.PutUint64(h[32:], uint64(r.Offset))
@@ -124,20 +149,23 @@ func DecodeBulkRequest(h []byte) (BulkRequest, error) {
 		return BulkRequest{}, fmt.Errorf("%w: bulk request header is %d bytes, want %d", ErrMalformed, len(h), BulkRequestHeaderLen)
 	}
 	r := BulkRequest{
-		Op:      h[0],
-		VolLen:  int(binary.LittleEndian.Uint16(h[2:])),
-		NodeLen: int(binary.LittleEndian.Uint16(h[4:])),
-		DataLen: int(binary.LittleEndian.Uint32(h[8:])),
-		ID:      binary.LittleEndian.Uint64(h[16:]),
-		Epoch:   binary.LittleEndian.Uint64(h[24:]),
-		Offset:  int64(binary.LittleEndian.Uint64(h[32:])),
-		Gen:     binary.LittleEndian.Uint64(h[40:]),
+		Op:          h[0],
+		VolLen:      int(binary.LittleEndian.Uint16(h[2:])),
+		NodeLen:     int(binary.LittleEndian.Uint16(h[4:])),
+		DataLen:     int(binary.LittleEndian.Uint32(h[8:])),
+		MemberEpoch: uint64(binary.LittleEndian.Uint32(h[12:])),
+		ID:          binary.LittleEndian.Uint64(h[16:]),
+		Epoch:       binary.LittleEndian.Uint64(h[24:]),
+		Offset:      int64(binary.LittleEndian.Uint64(h[32:])),
+		Gen:         binary.LittleEndian.Uint64(h[40:]),
 	}
 	switch {
 	case r.Op != BulkOpWrite && r.Op != BulkOpSession:
 		return r, fmt.Errorf("%w: bulk request op %d; the ops are %d (write) and %d (open a write session)", ErrMalformed, r.Op, BulkOpWrite, BulkOpSession)
-	case h[1] != 0 || h[6] != 0 || h[7] != 0 || binary.LittleEndian.Uint32(h[12:]) != 0:
+	case h[1] != 0 || h[6] != 0 || h[7] != 0:
 		return r, fmt.Errorf("%w: bulk request: reserved header bytes must be zero", ErrMalformed)
+	case r.MemberEpoch > MaxMemberEpoch:
+		return r, fmt.Errorf("%w: bulk request: member epoch field 0x%08x is negative; allowed are 0 to %d", ErrMalformed, r.MemberEpoch, MaxMemberEpoch)
 	case r.VolLen == 0 || r.VolLen > BulkMaxName:
 		return r, fmt.Errorf("%w: bulk request: volume id length %d, allowed are 1 to %d", ErrMalformed, r.VolLen, BulkMaxName)
 	case r.NodeLen == 0 || r.NodeLen > BulkMaxName:
@@ -148,8 +176,8 @@ func DecodeBulkRequest(h []byte) (BulkRequest, error) {
 		return r, fmt.Errorf("%w: bulk request id 0 is reserved for the hello", ErrMalformed)
 	case r.Op == BulkOpWrite && r.Gen == 0:
 		return r, fmt.Errorf("%w: bulk write: generation 0; a write carries the generation of an open write session (op %d)", ErrMalformed, BulkOpSession)
-	case r.Op == BulkOpSession && (r.DataLen != 0 || r.Offset != 0 || r.Gen != 0):
-		return r, fmt.Errorf("%w: bulk session request: payload, offset and generation must be zero", ErrMalformed)
+	case r.Op == BulkOpSession && (r.DataLen != 0 || r.Offset != 0 || r.Gen != 0 || r.MemberEpoch != 0):
+		return r, fmt.Errorf("%w: bulk session request: payload, offset, generation and member epoch must be zero", ErrMalformed)
 	}
 	return r, nil
 }

@@ -13,6 +13,8 @@ func FuzzDecodeBulk(f *testing.F) {
 	f.Add(AppendBulkRequest(nil, BulkRequest{Op: BulkOpWrite, ID: 1, Epoch: 7, Offset: 4096, Gen: 9, DataLen: 1 << 20}, "vol-0123456789abcdef", "node-a"))
 	f.Add(AppendBulkRequest(nil, BulkRequest{Op: BulkOpWrite, ID: 2, Epoch: 1, Gen: 1, DataLen: BulkMaxData + 1}, "v", "n"))
 	f.Add(AppendBulkRequest(nil, BulkRequest{Op: BulkOpSession, ID: 4, Epoch: 7}, "vol-0123456789abcdef", "node-a"))
+	f.Add(AppendBulkRequest(nil, BulkRequest{Op: BulkOpWrite, ID: 5, Epoch: 7, Gen: 2, DataLen: 4, MemberEpoch: 3}, "v", "n"))
+	f.Add(AppendBulkRequest(nil, BulkRequest{Op: BulkOpWrite, ID: 6, Epoch: 7, Gen: 2, DataLen: 4, MemberEpoch: 1 << 31}, "v", "n"))
 	f.Add(AppendBulkResponse(nil, 3, 3, 0, "datapath: fenced"))
 	f.Add(AppendBulkResponse(nil, 4, 0, 1<<62, ""))
 	f.Add(AppendBulkHello(nil, "token"))
@@ -28,7 +30,10 @@ func FuzzDecodeBulk(f *testing.F) {
 				if r.VolLen < 1 || r.VolLen > BulkMaxName || r.NodeLen < 1 || r.NodeLen > BulkMaxName || r.DataLen > BulkMaxData || r.ID == 0 {
 					t.Fatalf("accepted a header outside the limits: %+v", r)
 				}
-				if (r.Op == BulkOpWrite && r.Gen == 0) || (r.Op == BulkOpSession && (r.Gen != 0 || r.DataLen != 0 || r.Offset != 0)) {
+				if r.MemberEpoch > MaxMemberEpoch {
+					t.Fatalf("accepted a negative member epoch: %+v", r)
+				}
+				if (r.Op == BulkOpWrite && r.Gen == 0) || (r.Op == BulkOpSession && (r.Gen != 0 || r.DataLen != 0 || r.Offset != 0 || r.MemberEpoch != 0)) {
 					t.Fatalf("accepted a %d op with a generation, payload or offset it cannot carry: %+v", r.Op, r)
 				}
 				again := AppendBulkRequest(nil, r, string(make([]byte, r.VolLen)), string(make([]byte, r.NodeLen)))
@@ -69,7 +74,7 @@ func TestDecodeBulkRequest_RejectsBadHeaders(t *testing.T) {
 	}
 	bad := map[string]func(h []byte){
 		"op":                   func(h []byte) { h[0] = 9 },
-		"reserved":             func(h []byte) { h[13] = 1 },
+		"reserved":             func(h []byte) { h[6] = 1 },
 		"no vol":               func(h []byte) { h[2], h[3] = 0, 0 },
 		"long vol":             func(h []byte) { h[2], h[3] = 0xff, 0xff },
 		"no node":              func(h []byte) { h[4], h[5] = 0, 0 },

@@ -78,16 +78,20 @@ func (Codec) Name() string { return CodecName }
 // (WriteRequest.WaitReleased) before giving the caller its buffer back. Other
 // payloads (a read's answer on the server) are fresh slices nobody reuses.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if w, ok := v.(*WriteRequest); ok && len(w.Data) > 0 {
+	if w, ok := v.(*WriteRequest); ok {
 		h := w.Header(make([]byte, 0, 64))
 		data := w.Data[:len(w.Data):len(w.Data)]
 		if mem.IsBelowBufferPoolingThreshold(len(data)) {
 			// Too small for gRPC to track its release: copy it instead.
-			return mem.BufferSlice{mem.SliceBuffer(append(h, data...))}, nil
+			return mem.BufferSlice{mem.SliceBuffer(w.Trailer(append(h, data...)))}, nil
 		}
 		pool := &releasePool{done: make(chan struct{})}
 		w.released = append(w.released, pool.done)
-		return mem.BufferSlice{mem.SliceBuffer(h), mem.NewBuffer(&data, pool)}, nil
+		out := mem.BufferSlice{mem.SliceBuffer(h), mem.NewBuffer(&data, pool)}
+		if t := w.Trailer(nil); len(t) > 0 {
+			out = append(out, mem.SliceBuffer(t))
+		}
+		return out, nil
 	}
 	if p, ok := v.(payloader); ok {
 		h := p.Header(make([]byte, 0, 64))
@@ -185,24 +189,48 @@ func (f *Frame) DecodeWrite() (WriteRequest, [][]byte, error) {
 		d.fail("data", "length %d over the limit of %d", n, MaxBytes)
 	}
 	hlen := len(head) - len(d.b)
-	if d.err == nil && uint64(total-hlen) != n {
+	if d.err == nil && uint64(total-hlen) < n {
 		d.fail("data", "length %d but %d bytes follow", n, total-hlen)
+	}
+	if d.err == nil && uint64(total-hlen) > n+binaryMaxVarint {
+		d.fail("data", "length %d but %d bytes follow; only the member epoch may follow the data", n, total-hlen)
 	}
 	if d.err != nil {
 		return WriteRequest{}, nil, fmt.Errorf("WriteRequest: %w", d.err)
 	}
+	end := hlen + int(n)
+	if end < total {
+		tail := make([]byte, total-end)
+		f.tail(end, tail)
+		t := decoder{b: tail}
+		m.MemberEpoch = decMemberEpoch(&t)
+		if err := t.finish("WriteRequest"); err != nil {
+			return WriteRequest{}, nil, err
+		}
+	}
+	return m, f.slices(hlen, end), nil
+}
+
+// slices returns the frame's bytes [from, to) as slices of its buffers.
+func (f *Frame) slices(from, to int) [][]byte {
 	var iov [][]byte
-	skip := hlen
+	pos := 0
 	for _, buf := range f.Bufs {
 		p := buf.ReadOnlyData()
-		if skip >= len(p) {
-			skip -= len(p)
-			continue
+		lo, hi := max(from-pos, 0), min(to-pos, len(p))
+		pos += len(p)
+		if lo < hi {
+			iov = append(iov, p[lo:hi])
 		}
-		iov = append(iov, p[skip:])
-		skip = 0
 	}
-	return m, iov, nil
+	return iov
+}
+
+// tail copies the frame's bytes from `from` into p.
+func (f *Frame) tail(from int, p []byte) {
+	for _, q := range f.slices(from, from+len(p)) {
+		p = p[copy(p, q):]
+	}
 }
 
 // WaitReleased waits until gRPC has let go of the payload of every attempt to

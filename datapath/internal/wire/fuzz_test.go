@@ -104,6 +104,7 @@ func seedMessages() []Message {
 		&Epoch{Epoch: 1 << 40},
 		&AttachmentList{VolumeID: "vol-0123456789abcdef", Items: []Attachment{{Node: "n", Epoch: 3, State: "fenced", UpdatedUnix: 5}}},
 		&WriteRequest{IOTarget: io, Gen: 1 << 60, Offset: 4096, Data: []byte("hello")},
+		&WriteRequest{IOTarget: io, Gen: 3, Offset: 512, Data: []byte("at a member epoch"), MemberEpoch: 42},
 		&ReadRequest{IOTarget: io, Offset: 0, Length: 512},
 		&Data{Data: []byte{1, 2, 3}},
 		&FlushRequest{IOTarget: io},
@@ -198,7 +199,7 @@ func checkDecodeWrite(t *testing.T, cut int, data []byte) {
 	for _, p := range iov {
 		payload = append(payload, p...)
 	}
-	if got.IOTarget != want.IOTarget || got.Gen != want.Gen || got.Offset != want.Offset || !bytes.Equal(payload, want.Data) {
+	if got.IOTarget != want.IOTarget || got.Gen != want.Gen || got.Offset != want.Offset || got.MemberEpoch != want.MemberEpoch || !bytes.Equal(payload, want.Data) {
 		t.Fatalf("DecodeWrite = %+v %q, Unmarshal = %+v", got, payload, want)
 	}
 }

@@ -259,13 +259,19 @@ func (t *IOTarget) dec(d *decoder) {
 }
 
 // WriteRequest writes Data at Offset under generation Gen of the write
-// session of (VolumeID, Node, Epoch). Data is the last field, so the codec can
-// send it without copying (see Payload).
+// session of (VolumeID, Node, Epoch), at MemberEpoch, the member epoch of
+// the volume's replica set the writer holds. Data comes after the fixed
+// fields, so the codec can send it without copying (see Payload); the
+// member epoch follows it only when it is not 0 (Trailer), so a request of a
+// client from before member epochs is a write at member epoch 0, as a single
+// copy is, and a server from before refuses a write at any other member
+// epoch as malformed (trailing bytes) instead of writing it unchecked.
 type WriteRequest struct {
 	IOTarget
-	Gen    uint64
-	Offset int64
-	Data   []byte
+	Gen         uint64
+	Offset      int64
+	Data        []byte
+	MemberEpoch uint64
 
 	released []chan struct{} // one per marshal: closed when gRPC frees Data
 }
@@ -283,8 +289,19 @@ func (m *WriteRequest) Header(b []byte) []byte {
 // Payload is the data that follows Header on the wire.
 func (m *WriteRequest) Payload() []byte { return m.Data }
 
+// Trailer appends what follows the payload: the member epoch, when it is
+// not 0.
+func (m *WriteRequest) Trailer(b []byte) []byte {
+	if m.MemberEpoch == 0 {
+		return b
+	}
+	e := encoder{b}
+	e.u64(m.MemberEpoch)
+	return e.b
+}
+
 func (m *WriteRequest) MarshalAppend(b []byte) []byte {
-	return append(m.Header(b), m.Data...)
+	return m.Trailer(append(m.Header(b), m.Data...))
 }
 
 func (m *WriteRequest) Unmarshal(b []byte) error {
@@ -293,7 +310,21 @@ func (m *WriteRequest) Unmarshal(b []byte) error {
 	m.Gen = d.u64("gen")
 	m.Offset = d.i64("offset")
 	m.Data = d.bytes("data")
+	m.MemberEpoch = decMemberEpoch(&d)
 	return d.finish("WriteRequest")
+}
+
+// decMemberEpoch reads the optional member epoch at the end of a request:
+// absent is 0; present, it is a varint of at most MaxMemberEpoch.
+func decMemberEpoch(d *decoder) uint64 {
+	if d.err != nil || len(d.b) == 0 {
+		return 0
+	}
+	m := d.u64("member_epoch")
+	if d.err == nil && m > MaxMemberEpoch {
+		d.fail("member_epoch", "%d is negative or over the limit; allowed are 0 to %d", m, MaxMemberEpoch)
+	}
+	return m
 }
 
 // OpenSessionRequest opens a new generation of the write session of
