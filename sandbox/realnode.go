@@ -361,10 +361,13 @@ func nodeMountsWrapper(d realDirs) string {
 // slave of the host's (what the host mounts is seen, what is mounted here
 // stays here), except the node's /var/lib and what is under it, which stay
 // peers of the host's (shareMount); then that directory is the namespace's
-// /var/lib, with its mounts (the kubelet's root directory).
+// /var/lib, with its mounts (the kubelet's root directory). A mount that
+// went between the listing and its turn (another node's kubelet unmounting a
+// pod's volume meanwhile) is passed over; one that is still there and
+// cannot be made a slave fails the script.
 func nodeMountNamespace(d realDirs) string {
 	return fmt.Sprintf(`awk '{print $5}' /proc/self/mountinfo | while read -r m; do
-	case "$m" in %[1]q|%[1]q/*) ;; *) mount --make-slave "$m" ;; esac
+	case "$m" in %[1]q|%[1]q/*) ;; *) if ! mount --make-slave "$m" && mountpoint -q "$m"; then exit 1; fi ;; esac
 done
 mount --rbind %[1]s %[2]s
 `, d.varLib, machineVarLib)

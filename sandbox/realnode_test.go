@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func TestRealNodeConfigs_OwnDirectories(t *testing.T) {
 	d := dirsOf(st, n)
 	// Both the kubelet and containerd see the node's own /var/lib, a peer of
 	// the host's; every other mount is a slave of the host's.
-	nodeNS := `case "$m" in "/w/nodes/node-1/var-lib"|"/w/nodes/node-1/var-lib"/*) ;; *) mount --make-slave "$m" ;; esac
+	nodeNS := `case "$m" in "/w/nodes/node-1/var-lib"|"/w/nodes/node-1/var-lib"/*) ;; *) if ! mount --make-slave "$m" && mountpoint -q "$m"; then exit 1; fi ;; esac
 done
 mount --rbind /w/nodes/node-1/var-lib /var/lib
 `
@@ -235,6 +236,33 @@ func TestMachineDir(t *testing.T) {
 	for _, in := range []string{"/var/libx", "/etc", "var/lib/kubelet", "/var/lib/../run"} {
 		if got, err := s.MachineDir("node-2", in); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), "/var/lib") {
 			t.Errorf("MachineDir(%s) = %q, %v; want ErrInvalidConfig naming /var/lib", in, got, err)
+		}
+	}
+}
+
+// The node's mount namespace passes over a mount that went while the script
+// ran (mount --make-slave fails, mountpoint says it is gone) and fails on
+// one that is still there: mount and mountpoint are stubs here, the list of
+// mounts this process's.
+func TestNodeMountNamespace_MountGoneMeanwhile(t *testing.T) {
+	stubs := t.TempDir()
+	for name, body := range map[string]string{
+		"mount":      "case \"$1\" in --make-slave) echo \"mount: $2: mount point does not exist.\" >&2; exit 32;; esac\n",
+		"mountpoint": "exit \"$MOUNTPOINT_RC\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(stubs, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := dirsOf(&state{WorkDir: "/w"}, &nodeState{Name: "node-1"})
+	script := "set -e\n" + nodeMountNamespace(d) + "echo reached\n"
+	for rc, want := range map[string]bool{"1": true, "0": false} {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = append(os.Environ(), "PATH="+stubs+":"+os.Getenv("PATH"), "MOUNTPOINT_RC="+rc)
+		out, err := cmd.CombinedOutput()
+		if got := err == nil && strings.Contains(string(out), "reached"); got != want {
+			t.Errorf("mountpoint exits %s (the mount %s): the script went on %t, want %t (err %v):\n%s", rc,
+				map[string]string{"1": "gone", "0": "still there"}[rc], got, want, err, out)
 		}
 	}
 }
