@@ -69,7 +69,8 @@ type loopEnv struct {
 // order (each leaves every node healthy and untainted for the next). Every
 // application pod is a container of the writer image appending fsync'd
 // records to its Vigil volume; the real kubelets stage, publish, unpublish
-// and unstage.
+// and unstage. Policies, last, is the policy matrix's representative case
+// (TestReaper_PolicyMatrix runs every policy on kwok nodes).
 func TestLoop(t *testing.T) {
 	e := upLoopWith(t, loopSpec{name: loopName, subnet: loopSubnet, workDir: "vigil-e2e-loop", realNodes: true, podSubnet: loopPodSubnet})
 	runLoopCases(t, []loopCase{
@@ -83,6 +84,7 @@ func TestLoop(t *testing.T) {
 		{"DeleteClaim", e.testDeleteClaim},
 		{"AccessModes", e.testAccessModes},
 		{"UIRecovery", e.testUIRecovery},
+		{"Policies", e.testRealPolicies},
 	})
 }
 

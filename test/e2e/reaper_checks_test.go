@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/vigil-storage/vigil/controller"
 	"github.com/vigil-storage/vigil/sandbox"
@@ -64,7 +65,13 @@ func checkStays(t *testing.T, ctx context.Context, rec *recorder, pods map[strin
 // pod with a finalizer stays in the API even then).
 func checkNoForceDelete(t *testing.T, ctx context.Context, p corev1.Pod) {
 	t.Helper()
-	evs, err := sb.Client().CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+	checkNoForceDeleteIn(t, ctx, sb.Client(), p)
+}
+
+// checkNoForceDeleteIn is checkNoForceDelete in the cluster of client c.
+func checkNoForceDeleteIn(t *testing.T, ctx context.Context, c kubernetes.Interface, p corev1.Pod) {
+	t.Helper()
+	evs, err := c.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"involvedObject.kind": "Pod", "involvedObject.name": p.Name, "reason": controller.EventPodForceDeleted}.String()})
 	if err != nil {
 		t.Errorf("events of %s: %v", p.Name, err)
@@ -146,7 +153,12 @@ func checkNoReplacement(t *testing.T, ctx context.Context, old corev1.Pod) {
 // the victim node (naming the pod), both messages containing every want.
 func waitEvent(t *testing.T, ctx context.Context, p corev1.Pod, reason string, want ...string) {
 	t.Helper()
-	c := sb.Client()
+	waitPodEvent(t, ctx, sb.Client(), p, reason, want...)
+}
+
+// waitPodEvent is waitEvent in the cluster of client c.
+func waitPodEvent(t *testing.T, ctx context.Context, c kubernetes.Interface, p corev1.Pod, reason string, want ...string) {
+	t.Helper()
 	match := func(e corev1.Event) bool {
 		if e.Reason != reason {
 			return false

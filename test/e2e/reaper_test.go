@@ -50,6 +50,20 @@ type caseRun struct {
 // the sandbox, one power cut of node-2 per policy, with bin/vigil-manager run
 // as a child process. Each case also proves one more thing: do-nothing then a
 // settings change acting at once, dry-run, and leader failover.
+//
+// It stays on kwok nodes, with static volumes of driver.vigil.io and no
+// datapath, because what it tests is the control loop's decision alone: the
+// Kubernetes-compatible trigger (a pod Terminating past its deletion
+// deadline), which owner kinds each policy covers, the Events and metrics of
+// each action and non-action, a settings change or dry-run acting without a
+// resync, and a standby manager taking over. No volume is fenced (nothing is
+// proven fenced without a datapath), so no attachment is freed and no I/O
+// happens: a real kubelet, a real CSI driver and writers in containers would
+// add nothing it checks, and four power cuts of real nodes would cost minutes
+// of make test. Its representative case on real nodes, with the real CSI
+// driver, the datapath's fence and a writer container in every pod, is
+// TestLoop/Policies: delete-both with the fast trigger, a pod of each owner
+// kind on the cut node.
 func TestReaper_PolicyMatrix(t *testing.T) {
 	ctx := context.Background()
 	cases := []reapCase{
