@@ -18,8 +18,12 @@ import (
 
 // lookupHeld is lookup for the calls only the holder serves: a volume this
 // server does not hold but the group places on another server is refused
-// with a NotHolderError naming that server.
+// with a NotHolderError naming that server. Nothing is answered before the
+// server has caught up with the group since it started (caughtup.go).
 func (s *Store) lookupHeld(id string) (*volume, error) {
+	if err := s.errNotCaughtUp(); err != nil {
+		return nil, err
+	}
 	v, err := s.lookup(id)
 	if errors.Is(err, ErrNotFound) {
 		if nh := s.heldElsewhere(id); nh != nil {

@@ -111,6 +111,9 @@ func (s *Store) NodeGrants(node string) ([]Attachment, error) {
 	if err := validNode(node); err != nil {
 		return nil, err
 	}
+	if err := s.errNotCaughtUp(); err != nil {
+		return nil, err
+	}
 	vols, err := s.volumes(s.index.volumesOf(node))
 	if err != nil {
 		return nil, err

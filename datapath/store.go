@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -66,8 +67,11 @@ type Store struct {
 	open     OpenFileFunc
 	// ctl, when set, holds the control state (control.go).
 	ctl Control
-	// stopSweep ends the sweep of abandoned data files (abandoned.go).
+	// stopSweep ends the sweep of abandoned data files (abandoned.go) and
+	// the catching up after a start (caughtup.go).
 	stopSweep chan struct{}
+	// caughtUp: the server settled with the control group since Open.
+	caughtUp atomic.Bool
 
 	// mu guards vols, names, closed and prov. Every I/O holds it for
 	// reading (lookup), so it is held for writing only briefly: never across
@@ -158,6 +162,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if s.ctl != nil {
 		s.stopSweep = make(chan struct{})
 		go s.sweepAbandoned(s.stopSweep)
+		s.startCatchUp(s.stopSweep)
 	}
 	return s, nil
 }
