@@ -185,6 +185,10 @@ type Control interface {
 	// whose Raft address does not answer (adding it would leave the group
 	// waiting for it).
 	AddMember(ctx context.Context, id, raftAddress, datapathAddress string) error
+	// AddNonvoter adds a running server as a non-voter, the leader only: it
+	// receives and applies the log, the majority does not count it, and it
+	// is not a member of the control state until AddMember.
+	AddNonvoter(ctx context.Context, id, raftAddress string) error
 	// PushCommit has the leader tell the followers its commit index now,
 	// so that one that holds a changed volume's data applies the change
 	// without waiting for the next append; it does not wait.

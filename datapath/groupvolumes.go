@@ -104,3 +104,29 @@ func (s *Store) AddServer(id, raftAddress, datapathAddress string) error {
 	}
 	return nil
 }
+
+// AddNonvoter adds a running server to the control group as a non-voter,
+// at the leader (Control.AddNonvoter): it catches up on the log without
+// counting for the majority; AddServer then makes it a voter. The datapath
+// address is checked only (it is recorded by AddServer). A store without a
+// control group refuses.
+func (s *Store) AddNonvoter(id, raftAddress, datapathAddress string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.ctl == nil {
+		return fmt.Errorf("%w: add server %s: this server keeps its control state in datapath.db, not in a control group", ErrInvalidArgument, id)
+	}
+	if datapathAddress == "" {
+		return fmt.Errorf("%w: server %s: no datapath address; give the host:port it serves clients at", ErrInvalidArgument, id)
+	}
+	if err := s.ctl.CheckLeader(); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctlContext()
+	defer cancel()
+	if err := s.ctl.AddNonvoter(ctx, id, raftAddress); err != nil {
+		return fmt.Errorf("add server %s as a non-voter: %w", id, err)
+	}
+	return nil
+}

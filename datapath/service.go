@@ -165,6 +165,9 @@ var serviceDesc = grpc.ServiceDesc{
 			return &wire.PreparedVolume{ID: v.ID, Server: server}, err
 		}),
 		method(wire.MethodAddServer, func(s *Store, r *wire.AddServerRequest) (wire.Message, error) {
+			if r.Nonvoter {
+				return &wire.Empty{}, s.AddNonvoter(r.ID, r.RaftAddress, r.DatapathAddress)
+			}
 			return &wire.Empty{}, s.AddServer(r.ID, r.RaftAddress, r.DatapathAddress)
 		}),
 	},

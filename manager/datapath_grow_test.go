@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,10 +52,17 @@ func TestDatapathServe_GrowsTheBboltReleaseToThree(t *testing.T) {
 		t.Fatal("a joining server served before it was added")
 	}
 	for i := 1; i < 3; i++ {
-		err := DatapathApp().Run([]string{DatapathBinary, "add-server", "--addr", dp[0], "--token-file", ctlToken,
+		app, out := DatapathApp(), &bytes.Buffer{}
+		app.Writer = out
+		err := app.Run([]string{DatapathBinary, "add-server", "--addr", dp[0], "--token-file", ctlToken,
 			"--server-id", fmt.Sprintf("datapath-%d", i), "--raft-address", raft[i], "--advertise-address", dp[i]})
 		if err != nil {
-			t.Fatalf("add-server datapath-%d: %v", i, err)
+			t.Fatalf("add-server datapath-%d: %v\n%s", i, err, out)
+		}
+		for _, want := range []string{"added as a non-voter", "catching up: applied", "as a voter"} {
+			if !strings.Contains(out.String(), want) {
+				t.Fatalf("add-server datapath-%d printed:\n%s\nwant it to say %q", i, out, want)
+			}
 		}
 		if !joiners[i].waitListening(30 * time.Second) {
 			t.Fatalf("datapath-%d did not serve after it was added", i)
@@ -178,6 +186,7 @@ func TestDatapathAddServer_BadFlags(t *testing.T) {
 		{"raft address without a port", with("--raft-address", "dp-1.example"), `--raft-address "dp-1.example": want HOST:PORT`},
 		{"clients' address 0.0.0.0", with("--advertise-address", "0.0.0.0:9600"), "not 0.0.0.0"},
 		{"an argument", append(append([]string{}, good...), "datapath-1"), "add-server takes no arguments"},
+		{"no catch-up time", append(append([]string{}, good...), "--catch-up-timeout", "0s"), "--catch-up-timeout 0s: want a positive duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := DatapathApp().Run(append([]string{DatapathBinary, "add-server", "--timeout", "2s"}, tc.args...))

@@ -380,3 +380,11 @@ func (c *Client) AddServer(ctx context.Context, id, raftAddress, datapathAddress
 	req := &wire.AddServerRequest{ID: id, RaftAddress: raftAddress, DatapathAddress: datapathAddress}
 	return c.call(ctx, "", wire.MethodAddServer, req, &wire.Empty{}, retrySafe)
 }
+
+// AddNonvoter adds a running server to the control group as a non-voter,
+// at the leader (Store.AddNonvoter): it catches up on the log without
+// counting for the majority; AddServer then makes it a voter.
+func (c *Client) AddNonvoter(ctx context.Context, id, raftAddress, datapathAddress string) error {
+	req := &wire.AddServerRequest{ID: id, RaftAddress: raftAddress, DatapathAddress: datapathAddress, Nonvoter: true}
+	return c.call(ctx, "", wire.MethodAddServer, req, &wire.Empty{}, retrySafe)
+}

@@ -56,8 +56,12 @@
 // gives each one's datapath address are all recorded with it by the first
 // leader, before any other leads (TestStart_EveryPeerRecordedAtOnce). A
 // server started with Config.Join bootstraps nothing and waits until the
-// leader adds it (AddMember, which refuses a member whose Raft address does
-// not answer: TestGroup_AddMember_BadInputRefused); a lone server's
+// leader adds it: first as a non-voter (AddNonvoter), which the majority
+// does not count, then, once `add-server` saw it catch up on the log, as a
+// recorded voter (AddMember); both refuse a server whose Raft address does
+// not answer (TestGroup_AddMember_BadInputRefused), and a server that never
+// catches up stays a non-voter, the group keeping its majority
+// (TestDatapathAddServer_NeverCatchesUp in manager/); a lone server's
 // directory grows to three so, volumes and epochs kept
 // (TestDatapathServe_GrowsTheBboltReleaseToThree in manager/).
 //

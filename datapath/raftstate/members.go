@@ -156,3 +156,42 @@ func (g *Group) AddMember(ctx context.Context, id, raftAddress, datapathAddress 
 	}
 	return g.AddServer(ctx, m)
 }
+
+// AddNonvoter adds a running server to the group as a non-voter, the leader
+// only: it receives the log and applies it, but the majority does not count
+// it, so a server that is slow or dies does not cost the group its
+// majority. It is not recorded as a member (no volume is placed on it)
+// until AddMember makes it a voter once it caught up. A server that is a
+// voter already is left as it is. Its Raft address must answer.
+func (g *Group) AddNonvoter(ctx context.Context, id, raftAddress string) error {
+	if err := firstErr(validServerID(id), validAddress("raft address of server "+id, raftAddress)); err != nil {
+		return err
+	}
+	if err := g.CheckLeader(); err != nil {
+		return err
+	}
+	if id == g.id {
+		return fmt.Errorf("%w: server %s is this group's leader, a voter already", datapath.ErrInvalidArgument, id)
+	}
+	f := g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id && s.Suffrage == raft.Voter {
+			if string(s.Address) != raftAddress {
+				return fmt.Errorf("%w: server %s is a voter at raft address %s, not %s", datapath.ErrInvalidArgument, id, s.Address, raftAddress)
+			}
+			return nil
+		}
+	}
+	conn, err := net.DialTimeout("tcp", raftAddress, memberDialWait)
+	if err != nil {
+		return fmt.Errorf("%w: server %s's raft address %s does not answer (%v): start it first with `serve --raft-join`, then add it",
+			datapath.ErrInvalidArgument, id, raftAddress, err)
+	}
+	_ = conn.Close()
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	return g.wait(ctx, "add non-voter "+id, g.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddress), 0, g.applyTimeout))
+}

@@ -124,7 +124,7 @@ func TestParsePeers(t *testing.T) {
 	}
 }
 
-// TestGroup_AddMember_BadInputRefused: AddMember refuses a malformed id or
+// TestGroup_AddMember_BadInputRefused: AddMember (and AddNonvoter) refuses a malformed id or
 // address, a member without a datapath address and one whose Raft address
 // does not answer, naming what is wrong, and the group goes on; Start
 // refuses to join and bootstrap at once.
@@ -148,6 +148,19 @@ func TestGroup_AddMember_BadInputRefused(t *testing.T) {
 		if err := g.AddMember(ctx, c.id, c.raft, c.dp); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("AddMember(%q, %q, %q): %v; want ErrInvalidArgument containing %q", c.id, c.raft, c.dp, err, c.want)
 		}
+	}
+	for _, c := range []struct{ id, raft, want string }{
+		{"s 2", addrs[1], "white space"},
+		{"s2", "nowhere", `raft address of server s2 "nowhere"`},
+		{"s1", addrs[1], "server s1 is this group's leader, a voter already"},
+		{"s2", addrs[1], "server s2's raft address " + addrs[1] + " does not answer"},
+	} {
+		if err := g.AddNonvoter(ctx, c.id, c.raft); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("AddNonvoter(%q, %q): %v; want ErrInvalidArgument containing %q", c.id, c.raft, err, c.want)
+		}
+	}
+	if f := g.raft.GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) != 1 {
+		t.Fatalf("the configuration after the refusals: %+v, %v; want s1 alone", f.Configuration(), f.Error())
 	}
 	if members, err := g.Servers(ctx); err != nil || len(members) != 1 {
 		t.Fatalf("members after the refusals: %+v, %v; want s1 alone", members, err)

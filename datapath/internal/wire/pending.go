@@ -138,19 +138,28 @@ func (m *WaitAppliedRequest) Unmarshal(b []byte) error {
 }
 
 // MethodAddServer asks the leader to add a server to the control group
-// (AddServerRequest): recorded with its addresses, then a voter; the answer
-// is Empty.
+// (AddServerRequest): recorded with its addresses, then a voter; with
+// Nonvoter, a non-voter only, not recorded. The answer is Empty.
 const MethodAddServer = "AddServer"
 
 // AddServerRequest names a server to add: its id, the host:port of its Raft
-// transport and the host:port it serves clients at.
-type AddServerRequest struct{ ID, RaftAddress, DatapathAddress string }
+// transport and the host:port it serves clients at; Nonvoter asks to add it
+// as a non-voter first (encoded only when set, so a request without it
+// reads as the release's before; a server of that release refuses one with
+// it as malformed).
+type AddServerRequest struct {
+	ID, RaftAddress, DatapathAddress string
+	Nonvoter                         bool
+}
 
 func (m *AddServerRequest) MarshalAppend(b []byte) []byte {
 	e := encoder{b}
 	e.str(m.ID)
 	e.str(m.RaftAddress)
 	e.str(m.DatapathAddress)
+	if m.Nonvoter {
+		e.boolean(true)
+	}
 	return e.b
 }
 
@@ -159,5 +168,8 @@ func (m *AddServerRequest) Unmarshal(b []byte) error {
 	m.ID = d.str("id")
 	m.RaftAddress = d.str("raftAddress")
 	m.DatapathAddress = d.str("datapathAddress")
+	if d.err == nil && len(d.b) > 0 {
+		m.Nonvoter = d.boolean("nonvoter")
+	}
 	return d.finish("AddServerRequest")
 }
