@@ -125,8 +125,15 @@ func (c *Client) askElsewhere(vol, addr string, err error) bool {
 		c.holders.mu.Unlock()
 		return false // every server was asked
 	}
+	// Each map on its own: toHolder makes m (and namedDial) without guessed,
+	// so a client that followed one NOT_HOLDER before its Dial address went
+	// down must not write to a nil guessed (the engines of two nodes died of
+	// it at a datapath leader's power cut, and their nodes were fenced).
 	if c.holders.m == nil {
-		c.holders.m, c.holders.guessed = map[string]string{}, map[string]bool{}
+		c.holders.m = map[string]string{}
+	}
+	if c.holders.guessed == nil {
+		c.holders.guessed = map[string]bool{}
 	}
 	c.holders.m[vol], c.holders.guessed[vol] = next, true
 	c.holders.mu.Unlock()

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/vigil-storage/vigil/datapath"
 )
 
@@ -50,5 +53,50 @@ func TestClient_ToHolder_MovesTheVolumeAndEndsItsSessions(t *testing.T) {
 		if g, _ := c.sessions.gen(ctx, k.vol, k.node, 1, open(21)); g != k.want {
 			t.Errorf("%s/%s writes under generation %d after the move; want %d", k.vol, k.node, g, k.want)
 		}
+	}
+}
+
+// TestClient_AskElsewhere_AfterAMove: a client that followed a NOT_HOLDER
+// refusal (naming another server, or naming the Dial address) before its
+// Dial address stopped answering sends the calls of another volume, whose
+// holder it does not know, to the next server of the group, and keeps
+// doing so for the next unanswered one; it panicked on a nil map, and the
+// engines of two nodes died of it at a datapath leader's power cut.
+func TestClient_AskElsewhere_AfterAMove(t *testing.T) {
+	const a, b, c3 = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+	unanswered := status.Error(codes.Unavailable, "connection refused")
+	refusal := func(addr string) error {
+		return &datapath.RemoteError{Sentinel: datapath.ErrNotHolder, HolderAddress: addr, Message: "not here"}
+	}
+	for _, tc := range []struct {
+		name    string
+		from    string // the server that refused vol-moved
+		namedAt string // the holder it named
+	}{
+		{"named another server", a, b},
+		{"named the Dial address", b, a},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Dial(context.Background(), a, "token-0123456789", WithServers(b, c3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if !c.toHolder("vol-moved", tc.from, refusal(tc.namedAt)) {
+				t.Fatalf("toHolder did not follow a refusal from %s naming %s", tc.from, tc.namedAt)
+			}
+			if !c.askElsewhere("vol-other", a, unanswered) || c.holderOf("vol-other") != b {
+				t.Fatalf("vol-other unanswered at the Dial address: sent to %s; want %s", c.holderOf("vol-other"), b)
+			}
+			if !c.askElsewhere("vol-other", b, unanswered) || c.holderOf("vol-other") != c3 {
+				t.Fatalf("vol-other unanswered at %s too: sent to %s; want %s", b, c.holderOf("vol-other"), c3)
+			}
+			if c.askElsewhere("vol-other", c3, unanswered) {
+				t.Fatalf("vol-other asked again after every server was asked")
+			}
+			if got := c.holderOf("vol-moved"); got != tc.namedAt {
+				t.Fatalf("vol-moved now at %s; want %s (the holder named)", got, tc.namedAt)
+			}
+		})
 	}
 }
