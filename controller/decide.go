@@ -152,6 +152,9 @@ const (
 	// The fence's scope (decideFenceVolumes): why a pod's volumes keep their grant.
 	ReasonVolumeNotProvable    Reason = "volume-not-provable-by-fencing-back-end"
 	ReasonSharesUnfencedVolume Reason = "shares-volume-with-unreaped-pod"
+	// ReasonVolumeServerSilent: the volume's datapath server does not
+	// answer, so the node's grant on it can be neither fenced nor proven.
+	ReasonVolumeServerSilent Reason = "volume-server-not-answering"
 )
 
 // ActionKind is one API call of the pod reaper or attachment recovery.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -24,6 +25,24 @@ type grantsView struct {
 	// fenced: volume handle → the node's row on it is fenced (neither live nor
 	// released): a fence's promise that may still be open (node_fence_resume.go).
 	fenced map[string]bool
+	// silent: volume handle → its datapath server does not answer (the back
+	// end's state unknown); also in live, since nothing proves the node
+	// cannot write it.
+	silent map[string]bool
+}
+
+// liveHandles returns the volumes in live and those of them whose server
+// does not answer, each sorted.
+func (g grantsView) liveHandles() (live, silent []string) {
+	for h := range g.live {
+		live = append(live, h)
+		if g.silent[h] {
+			silent = append(silent, h)
+		}
+	}
+	sort.Strings(live)
+	sort.Strings(silent)
+	return live, silent
 }
 
 // fetched reports whether the view holds an answer.
@@ -35,8 +54,11 @@ func (g grantsView) fetched() bool { return !g.at.IsZero() }
 func (g grantsView) proven(handle string) bool { return g.fetched() && !g.live[handle] }
 
 func newGrantsView(gs []fenceapi.Grant, at time.Time) grantsView {
-	v := grantsView{at: at, live: make(map[string]bool, len(gs)), fenced: map[string]bool{}}
+	v := grantsView{at: at, live: make(map[string]bool, len(gs)), fenced: map[string]bool{}, silent: map[string]bool{}}
 	for _, g := range gs {
+		if g.State == fenceapi.StateUnknown {
+			v.silent[g.Handle] = true
+		}
 		switch {
 		case g.State.Live():
 			v.live[g.Handle] = true

@@ -20,7 +20,12 @@ import (
 // works as if nothing had happened. A pod that would be reaped but shares a
 // volume with one that will not is not reaped either (its volume is not fenced,
 // so it is never proven), and its other volumes are not fenced: the rule closes
-// over shared volumes.
+// over shared volumes. A volume whose datapath server does not answer (the
+// back end's state unknown) cannot be fenced now: it is held like a volume of
+// a pod that will not be reaped, so the pods that use it are not reaped (their
+// volume is never proven) and the rest of the node's fence goes ahead: one dead
+// datapath server does not stop the recovery of the pods whose data is on
+// the others.
 
 // fencePod is what decideFenceVolumes knows of one pod on the node.
 type fencePod struct {
@@ -41,12 +46,18 @@ type heldVolume struct {
 	Pod string
 	Why Reason
 	// Via, for a pod that would have been reaped, is the volume it shares with
-	// a pod that will not be (held for that pod's sake).
+	// a pod that will not be (held for that pod's sake), or its volume whose
+	// datapath server does not answer (Why ReasonVolumeServerSilent).
 	Via string
 }
 
 func (h heldVolume) String() string {
-	if h.Via != "" {
+	switch {
+	case h.Why == ReasonVolumeServerSilent && h.Pod == "":
+		return "its datapath server does not answer, so it cannot be fenced now"
+	case h.Why == ReasonVolumeServerSilent:
+		return fmt.Sprintf("used by pod %s, whose volume %s is on a datapath server that does not answer", h.Pod, h.Via)
+	case h.Via != "":
 		return fmt.Sprintf("used by pod %s, which shares volume %s with a pod that will not be reaped", h.Pod, h.Via)
 	}
 	return fmt.Sprintf("used by pod %s, which will not be reaped (%s)", h.Pod, h.Why)
@@ -64,9 +75,10 @@ type fencePlan struct {
 }
 
 // decideFenceVolumes is the fence's scope. It is pure: live are the volumes on
-// which the node holds a live grant, pods the node's pods (sorted by Key for a
-// stable answer).
-func decideFenceVolumes(live []string, pods []fencePod) fencePlan {
+// which the node holds a live grant or may hold one, silent those of them
+// whose datapath server does not answer, pods the node's pods (sorted by Key
+// for a stable answer).
+func decideFenceVolumes(live, silent []string, pods []fencePod) fencePlan {
 	plan := fencePlan{Reaped: map[types.UID]bool{}, Held: map[string]heldVolume{}}
 	hold := func(handles []string, h heldVolume) {
 		for _, v := range handles {
@@ -82,6 +94,7 @@ func decideFenceVolumes(live []string, pods []fencePod) fencePlan {
 			hold(p.Handles, heldVolume{Pod: p.Key, Why: p.Why})
 		}
 	}
+	hold(silent, heldVolume{Why: ReasonVolumeServerSilent})
 	for changed := true; changed; {
 		changed = false
 		for _, p := range pods {
@@ -89,9 +102,14 @@ func decideFenceVolumes(live []string, pods []fencePod) fencePlan {
 				continue
 			}
 			for _, v := range p.Handles {
-				if _, held := plan.Held[v]; held {
+				if h, held := plan.Held[v]; held {
+					why := ReasonSharesUnfencedVolume
+					if h.Why == ReasonVolumeServerSilent && h.Pod == "" {
+						why = ReasonVolumeServerSilent
+						delete(plan.Held, v) // held for this pod now, which names it
+					}
 					delete(plan.Reaped, p.UID)
-					hold(p.Handles, heldVolume{Pod: p.Key, Why: ReasonSharesUnfencedVolume, Via: v})
+					hold(p.Handles, heldVolume{Pod: p.Key, Why: why, Via: v})
 					changed = true
 					break
 				}
@@ -165,11 +183,8 @@ func (r *nodeFence) planFence(ctx context.Context, node string, set *Settings) (
 	if err != nil {
 		return fencePlan{}, err
 	}
-	live := make([]string, 0, len(view.live))
-	for h := range view.live {
-		live = append(live, h)
-	}
-	return decideFenceVolumes(live, r.fencePods(node, set)), nil
+	live, silent := view.liveHandles()
+	return decideFenceVolumes(live, silent, r.fencePods(node, set)), nil
 }
 
 // describeHeld lists the volumes a fence left alone and why, for Events.

@@ -70,7 +70,7 @@ func TestDecideFenceVolumes_Table(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideFenceVolumes(tc.live, tc.pods)
+			got := decideFenceVolumes(tc.live, nil, tc.pods)
 			var reapedKeys []string
 			for uid := range got.Reaped {
 				reapedKeys = append(reapedKeys, string(uid))
@@ -79,6 +79,61 @@ func TestDecideFenceVolumes_Table(t *testing.T) {
 			if !reflect.DeepEqual(got.Fence, tc.wantFence) || !reflect.DeepEqual(reapedKeys, tc.wantReaped) || !reflect.DeepEqual(got.Held, tc.wantHeld) {
 				t.Errorf("got fence %q reaped %q held %+v\nwant fence %q reaped %q held %+v",
 					got.Fence, reapedKeys, got.Held, tc.wantFence, tc.wantReaped, tc.wantHeld)
+			}
+		})
+	}
+}
+
+// TestDecideFenceVolumes_SilentServer: a volume whose datapath server does
+// not answer cannot be fenced now. It is held, the pods that use it are not
+// reaped (nor, closing over shared volumes, are their other volumes fenced),
+// and the rest of the node's fence goes ahead, so a dead datapath server
+// does not stop the recovery of the pods whose data is on the others.
+func TestDecideFenceVolumes_SilentServer(t *testing.T) {
+	reaped := func(key string, handles ...string) fencePod {
+		return fencePod{Key: key, UID: types.UID(key), Reaped: true, Handles: handles}
+	}
+	cases := []struct {
+		name         string
+		live, silent []string
+		pods         []fencePod
+		wantFence    []string
+		wantReaped   []string
+		wantHeld     map[string]heldVolume
+	}{
+		{"a pod whose data is on a live server is fenced and reaped; the pod on the silent server's volume is not",
+			[]string{"up", "down"}, []string{"down"}, []fencePod{reaped("ns/db-0", "up"), reaped("ns/db-1", "down")},
+			[]string{"up"}, []string{"ns/db-0"}, map[string]heldVolume{
+				"down": {Pod: "ns/db-1", Why: ReasonVolumeServerSilent, Via: "down"}}},
+		{"a pod with one volume on the silent server keeps its other volumes' grants",
+			[]string{"up", "down", "other"}, []string{"down"}, []fencePod{reaped("ns/db-0", "up", "down"), reaped("ns/db-1", "other")},
+			[]string{"other"}, []string{"ns/db-1"}, map[string]heldVolume{
+				"up":   {Pod: "ns/db-0", Why: ReasonVolumeServerSilent, Via: "down"},
+				"down": {Pod: "ns/db-0", Why: ReasonVolumeServerSilent, Via: "down"}}},
+		{"a silent server's volume no pod of the node uses is held without a pod",
+			[]string{"up", "elsewhere"}, []string{"elsewhere"}, []fencePod{reaped("ns/db-0", "up")},
+			[]string{"up"}, []string{"ns/db-0"}, map[string]heldVolume{
+				"elsewhere": {Why: ReasonVolumeServerSilent}}},
+		{"every volume silent: nothing fenced, nobody reaped",
+			[]string{"a"}, []string{"a"}, []fencePod{reaped("ns/db-0", "a")},
+			nil, nil, map[string]heldVolume{"a": {Pod: "ns/db-0", Why: ReasonVolumeServerSilent, Via: "a"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decideFenceVolumes(tc.live, tc.silent, tc.pods)
+			var reapedKeys []string
+			for uid := range got.Reaped {
+				reapedKeys = append(reapedKeys, string(uid))
+			}
+			sort.Strings(reapedKeys)
+			if !reflect.DeepEqual(got.Fence, tc.wantFence) || !reflect.DeepEqual(reapedKeys, tc.wantReaped) || !reflect.DeepEqual(got.Held, tc.wantHeld) {
+				t.Errorf("got fence %q reaped %q held %+v\nwant fence %q reaped %q held %+v",
+					got.Fence, reapedKeys, got.Held, tc.wantFence, tc.wantReaped, tc.wantHeld)
+			}
+			for _, h := range got.Held {
+				if !strings.Contains(h.String(), "datapath server does not answer") && !strings.Contains(h.String(), "on a datapath server that does not answer") {
+					t.Errorf("held %+v says %q; want it to name the silent datapath server", h, h.String())
+				}
 			}
 		})
 	}

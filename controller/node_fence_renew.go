@@ -88,11 +88,8 @@ func (r *nodeFence) refence(ctx context.Context, name string, o nodeObservation,
 	if err != nil {
 		return fmt.Errorf("grants of fenced node %s: %w", name, err)
 	}
-	live := make([]string, 0, len(view.live))
-	for h := range view.live {
-		live = append(live, h)
-	}
-	in.Plan = decideFenceVolumes(live, r.fencePods(name, set))
+	live, silent := view.liveHandles()
+	in.Plan = decideFenceVolumes(live, silent, r.fencePods(name, set))
 	if len(in.Plan.Fence) > 0 {
 		rep, err := r.backend.Connectivity(ctx)
 		if err != nil {

@@ -28,9 +28,10 @@ import (
 //  1. The claim is provisioned first, and where its data landed (the server
 //     the group records as its holder) chooses the pod's node: the leader's,
 //     after a restart of the holder's server (which hands the lead over) if
-//     the holder leads. The group holds no other volume (LeaderPowerCut
-//     deletes its own), so the cut server holds none (requireHoldsNothing
-//     says why that matters today).
+//     the holder leads. Whether the cut server holds volumes of its own is
+//     logged: if it does, they are unknown grants of the cut node while it
+//     is silent, and the fence must leave them (and only them) alone and go
+//     ahead with the rest (TestDecideFenceVolumes_SilentServer).
 //  2. The StatefulSet's pod runs there; a ledger writer appends fsync'd
 //     records to its volume and acknowledges each once fsync returned.
 //  3. The node is powered off (its kwok, engine, kubelet stand-in, datapath
@@ -70,7 +71,7 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	if now := waitDatapathLeader(t, ctx, e.s, ""); now.Node != victim {
 		t.Fatalf("the leader moved from %s to %s before the power cut", victim, now.Node)
 	}
-	requireHoldsNothing(t, ctx, e.ctl, victim)
+	logHeldBy(t, ctx, e.ctl, victim)
 	t.Logf("pod %s on %s, the leader's node; its volume %s held by %s, attached at epoch %d; ledger writer running", podA.Name, victim, app.handle, holder, epochA)
 
 	start := time.Now()
@@ -122,21 +123,18 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	t.Log(tb.table("Start of " + victim + " → its engine cleans up what the reaped pod left and removes the taint"))
 }
 
-// requireHoldsNothing fails t unless no volume of the group has its data on
-// node's server. A power cut of a server that holds volumes makes them
-// unknown grants of every node, the cut node too, and the manager's fence of
-// that node fails as a whole while they cannot be fenced: none of its pods
-// is recovered on the fast trigger, not even those whose data is elsewhere
-// (README, what Vigil does not protect against).
-func requireHoldsNothing(t *testing.T, ctx context.Context, ctl *dpclient.Client, node string) {
+// logHeldBy logs the volumes of the group whose data is on node's server.
+func logHeldBy(t *testing.T, ctx context.Context, ctl *dpclient.Client, node string) {
 	t.Helper()
 	vs, err := ctl.GroupVolumes(ctx)
 	must(t, err)
+	var held []string
 	for _, v := range vs {
 		if v.Server == node {
-			t.Fatalf("%s's server holds volume %s (%s): the case needs a cut server that holds none", node, v.ID, v.Name)
+			held = append(held, v.ID)
 		}
 	}
+	t.Logf("%s's server holds %d volume(s) %v: while it is silent they are unknown grants of %s, which its fence leaves alone", node, len(held), held, node)
 }
 
 // groupHolder is the node of the server the control group records as
