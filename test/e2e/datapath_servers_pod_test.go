@@ -28,10 +28,10 @@ import (
 //  1. The claim is provisioned first, and where its data landed (the server
 //     the group records as its holder) chooses the pod's node: the leader's,
 //     after a restart of the holder's server (which hands the lead over) if
-//     the holder leads. Whether the cut server holds volumes of its own is
-//     logged: if it does, they are unknown grants of the cut node while it
-//     is silent, and the fence must leave them (and only them) alone and go
-//     ahead with the rest (TestDecideFenceVolumes_SilentServer).
+//     the holder leads. A second volume, granted to that node and written,
+//     has its data on the node's own server (ownVolume): while the server
+//     is silent it is an unknown grant of the node, which the fence must
+//     leave alone while it goes ahead with the rest.
 //  2. The StatefulSet's pod runs there; a ledger writer appends fsync'd
 //     records to its volume and acknowledges each once fsync returned.
 //  3. The node is powered off (its kwok, engine, kubelet stand-in, datapath
@@ -71,6 +71,7 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	if now := waitDatapathLeader(t, ctx, e.s, ""); now.Node != victim {
 		t.Fatalf("the leader moved from %s to %s before the power cut", victim, now.Node)
 	}
+	own := e.ownVolume(t, ctx, leader)
 	logHeldBy(t, ctx, e.ctl, victim)
 	t.Logf("pod %s on %s, the leader's node; its volume %s held by %s, attached at epoch %d; ledger writer running", podA.Name, victim, app.handle, holder, epochA)
 
@@ -121,6 +122,55 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	tb.mark(victim+" started (new boot id); its write at epoch "+fmt.Sprint(epochA)+" refused", time.Now())
 	l.waitNodeClean(t, victim, tb)
 	t.Log(tb.table("Start of " + victim + " → its engine cleans up what the reaped pod left and removes the taint"))
+	checkNeverFenced(t, ctx, e.ctl, own, victim)
+}
+
+// checkNeverFenced fails t if node was fenced on v (the volume whose data
+// was on the node's own server, silent during the node's outage): once that
+// server answers again, node's row must be at v's epoch and not fenced (its
+// engine may have released it since).
+func checkNeverFenced(t *testing.T, ctx context.Context, ctl *dpclient.Client, v grantedVolume, node string) {
+	t.Helper()
+	must(t, sandbox.Poll(ctx, 30*time.Second, node+"'s row on "+v.id+" once its server is back", func(ctx context.Context) (bool, string, error) {
+		atts, err := ctl.Attachments(ctx, v.id)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, a := range atts {
+			if a.Node != node {
+				continue
+			}
+			if a.State == datapath.StateFenced || a.Epoch != v.epoch {
+				return false, "", fmt.Errorf("%s's row on %s, whose data was on its own silent server: %+v; want it never fenced (epoch %d)", node, v.id, a, v.epoch)
+			}
+			return true, "", nil
+		}
+		return false, "", fmt.Errorf("%s has no row on %s: want its grant of epoch %d, never fenced", node, v.id, v.epoch)
+	}, nil))
+}
+
+// ownVolume creates a volume whose data is on leader's own server (a create
+// places it on the first server a client lists among equals: one disk
+// here), grants it to leader's node and writes to it; it is released and
+// deleted at the end of the test.
+func (e *serversEnv) ownVolume(t *testing.T, ctx context.Context, leader sandbox.DatapathServerStatus) grantedVolume {
+	t.Helper()
+	creator := dialServers(t, ctx, e.stk, e.stk.TokenFile, leader.Address)
+	defer creator.Close()
+	v, err := creator.CreateVolume(ctx, "own-"+leader.Node, 1<<20, datapath.AccessRWO)
+	must(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = e.ctl.Release(cctx, v.ID, leader.Node)
+		if err := e.ctl.DeleteVolume(cctx, v.ID); err != nil {
+			t.Errorf("delete volume %s: %v", v.ID, err)
+		}
+	})
+	if h := groupHolder(t, ctx, e.ctl, v.ID); h != leader.Node {
+		t.Fatalf("volume %s, created by a client that lists %s's server first, is held by %s", v.ID, leader.Node, h)
+	}
+	return grantWrite(t, ctx, e.s, e.stk, e.ctl, v.ID, leader.Address, leader.Node)
 }
 
 // logHeldBy logs the volumes of the group whose data is on node's server.
