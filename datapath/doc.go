@@ -474,8 +474,9 @@
 // (Servers: each member as it reports itself at its own address: role, last
 // contact with the leader, applied index; one that does not answer is
 // unreachable), and the group's volumes with the server holding each
-// (GroupVolumes) as replicas, in-sync or unreachable (-o json: .servers[]
-// and .volumes[]); `vigil-datapath clear-failure
+// (GroupVolumes) with their member epoch and recorded replica set, each
+// replica in-sync, faulted (out of sync) or unreachable (-o json:
+// .servers[] and .volumes[]); `vigil-datapath clear-failure
 // VOLUME` clears a failed volume.
 //
 // # Performance

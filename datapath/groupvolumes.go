@@ -24,6 +24,16 @@ type GroupVolume struct {
 	// (ServerStatus.ID); empty for a Store without a Control.
 	Server string
 	Epoch  uint64
+	// Replicas, InSync and MemberEpoch are its recorded replica set
+	// (ControlVolume); all empty for a single copy on Server.
+	Replicas, InSync []string
+	MemberEpoch      uint64
+}
+
+// ReplicaSet is the volume's replica set; SingleCopy on Server when none
+// is recorded.
+func (v GroupVolume) ReplicaSet() ReplicaSet {
+	return ControlVolume{Volume: Volume{ID: v.ID}, Server: v.Server, Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}.ReplicaSet()
 }
 
 // GroupVolumes reports every volume of the control group, sorted by name,
@@ -47,7 +57,8 @@ func (s *Store) GroupVolumes() ([]GroupVolume, error) {
 			return nil, err
 		}
 		for _, cv := range cvs {
-			out = append(out, GroupVolume{ID: cv.ID, Name: cv.Name, Server: cv.Server, Epoch: cv.Epoch})
+			out = append(out, GroupVolume{ID: cv.ID, Name: cv.Name, Server: cv.Server, Epoch: cv.Epoch,
+				Replicas: cv.Replicas, InSync: cv.InSync, MemberEpoch: cv.MemberEpoch})
 		}
 	} else {
 		vs, err := s.ListVolumes()

@@ -137,11 +137,15 @@ var serviceDesc = grpc.ServiceDesc{
 			gen, err := s.OpenWriteSession(r.VolumeID, r.Node, r.Epoch)
 			return &wire.Generation{Gen: gen}, err
 		}),
-		method(wire.MethodGroupVolumes, func(s *Store, _ *wire.Empty) (wire.Message, error) {
+		methodCtx(wire.MethodGroupVolumes, func(ctx context.Context, s *Store, _ *wire.Empty) (wire.Message, error) {
 			vs, err := s.GroupVolumes()
 			out := &wire.GroupVolumeList{Items: make([]wire.GroupVolume, len(vs))}
+			if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(wire.ReplicasMetadataKey)) > 0 {
+				out.WithReplicas = true // a client from before would not decode the section
+			}
 			for i, v := range vs {
-				out.Items[i] = wire.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch}
+				out.Items[i] = wire.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch,
+					Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
 			}
 			return out, err
 		}),

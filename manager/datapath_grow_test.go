@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,7 +142,7 @@ func checkSameVolumes(t *testing.T, before, got []datapath.GroupVolume, bumped m
 		if e, ok := bumped[v.ID]; ok {
 			v.Epoch = e
 		}
-		if got[i] != v {
+		if !reflect.DeepEqual(got[i], v) {
 			t.Fatalf("volume %d: %+v; want %+v", i, got[i], v)
 		}
 	}

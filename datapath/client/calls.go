@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
@@ -352,8 +354,10 @@ func (c *Client) serversAt(ctx context.Context, addr string) (datapath.ServersRe
 
 // GroupVolumes reports every volume of the datapath's control group as the
 // server asked applied it, sorted by name: its id, name, the id of the
-// server holding its data (datapath.ServerStatus.ID) and its epoch. A
-// server without a group reports its own volumes, with no server.
+// server holding its data (datapath.ServerStatus.ID), its epoch and its
+// recorded replica set (empty for a single copy, and from a server from
+// before replica sets). A server without a group reports its own volumes,
+// with no server.
 func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, error) {
 	return c.groupVolumesAt(ctx, "")
 }
@@ -361,12 +365,14 @@ func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, erro
 // groupVolumesAt is GroupVolumes asked of the server at addr ("": Dial's).
 func (c *Client) groupVolumesAt(ctx context.Context, addr string) ([]datapath.GroupVolume, error) {
 	var resp wire.GroupVolumeList
+	ctx = metadata.AppendToOutgoingContext(ctx, wire.ReplicasMetadataKey, "1")
 	if err := c.callTo(ctx, "", addr, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.GroupVolume, len(resp.Items))
 	for i, v := range resp.Items {
-		out[i] = datapath.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch}
+		out[i] = datapath.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch,
+			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
 	}
 	return out, nil
 }

@@ -123,6 +123,7 @@ func seedMessages() []Message {
 		&Epoch{Epoch: 9, Pending: seedPending()},
 		&FencedList{Items: []FencedVolume{{VolumeID: "vol-0123456789abcdef", Epoch: 5}}, Pending: seedPending()},
 		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "datapath-1", Epoch: 6}}},
+		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "s1", Epoch: 6, Replicas: []string{"s1", "s2"}, InSync: []string{"s1"}, MemberEpoch: 3}}, WithReplicas: true},
 	}
 }
 

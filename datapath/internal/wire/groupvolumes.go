@@ -5,11 +5,26 @@ type GroupVolume struct {
 	ID, Name string
 	Server   string // the id of the server holding its data; "" without a group
 	Epoch    uint64 // the highest epoch issued for it
+	// Replicas, InSync and MemberEpoch are its recorded replica set, all
+	// empty for a single copy on Server (and in an answer without
+	// WithReplicas).
+	Replicas, InSync []string
+	MemberEpoch      uint64
 }
 
-// GroupVolumeList is the answer to GroupVolumes.
+// ReplicasMetadataKey, sent with GroupVolumes, asks for each volume's
+// replica set (GroupVolumeList.WithReplicas). A server from before replica
+// sets ignores it and answers without them; a client from before does not
+// send it, so it gets the answer it decodes.
+const ReplicasMetadataKey = "vigil-replicas"
+
+// GroupVolumeList is the answer to GroupVolumes. With WithReplicas, a
+// section follows the items: for each item in order, its member epoch, its
+// replicas and its in-sync replicas. An answer without the section decodes
+// with WithReplicas false and no replica sets.
 type GroupVolumeList struct {
-	Items []GroupVolume
+	Items        []GroupVolume
+	WithReplicas bool
 }
 
 func (m *GroupVolumeList) MarshalAppend(b []byte) []byte {
@@ -21,7 +36,33 @@ func (m *GroupVolumeList) MarshalAppend(b []byte) []byte {
 		e.str(v.Server)
 		e.u64(v.Epoch)
 	}
+	if m.WithReplicas {
+		for _, v := range m.Items {
+			e.u64(v.MemberEpoch)
+			encStrs(&e, v.Replicas)
+			encStrs(&e, v.InSync)
+		}
+	}
 	return e.b
+}
+
+func encStrs(e *encoder, ss []string) {
+	e.u64(uint64(len(ss)))
+	for _, s := range ss {
+		e.str(s)
+	}
+}
+
+func decStrs(d *decoder, field string) []string {
+	n := d.count(field)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = d.str(field)
+	}
+	return out
 }
 
 func (m *GroupVolumeList) Unmarshal(b []byte) error {
@@ -34,6 +75,15 @@ func (m *GroupVolumeList) Unmarshal(b []byte) error {
 		v.Name = d.str("name")
 		v.Server = d.str("server")
 		v.Epoch = d.u64("epoch")
+	}
+	if d.err == nil && len(d.b) > 0 {
+		m.WithReplicas = true
+		for i := 0; i < n && d.err == nil; i++ {
+			v := &m.Items[i]
+			v.MemberEpoch = d.u64("member_epoch")
+			v.Replicas = decStrs(&d, "replicas")
+			v.InSync = decStrs(&d, "in_sync")
+		}
 	}
 	return d.finish("GroupVolumeList")
 }
