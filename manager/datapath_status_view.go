@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -31,10 +32,13 @@ type serverView struct {
 }
 
 type volumeView struct {
-	ID       string        `json:"id"`
-	Name     string        `json:"name"`
-	Epoch    uint64        `json:"epoch"`
-	Replicas []replicaView `json:"replicas"`
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Epoch uint64 `json:"epoch"`
+	// MemberEpoch counts the committed changes of the volume's replica
+	// set (0 for a single copy).
+	MemberEpoch uint64        `json:"memberEpoch"`
+	Replicas    []replicaView `json:"replicas"`
 }
 
 // replicaView is one copy of a volume's data: the node and server holding
@@ -47,9 +51,11 @@ type replicaView struct {
 
 // statusOf builds the status from the group's servers (rows, as groupRows
 // returns them; nil for a datapath without a group) and volumes: each
-// volume's one replica is on the server holding it, in sync when that
-// server answered, unreachable when it did not or is not a known member.
-// Without a group the one server holds every volume.
+// volume's replicas are its recorded replica set (one copy, on the server
+// holding it, for a volume without one), each unreachable when its server
+// did not answer or is not a known member, else faulted when the set has
+// it out of sync, else in sync. Without a group the one server holds every
+// volume.
 func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusView {
 	out := statusView{Servers: make([]serverView, 0, len(rows)), Volumes: make([]volumeView, 0, len(vols))}
 	byID := make(map[string]datapath.ServerStatus, len(rows))
@@ -67,17 +73,30 @@ func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusV
 		out.Servers = append(out.Servers, sv)
 	}
 	for _, v := range vols {
-		r := replicaView{Server: v.Server, State: datapath.ReplicaInSync}
-		if rows != nil {
-			s, known := byID[v.Server]
-			r.Node = s.Node
-			if !known || s.Role == datapath.RoleUnreachable {
-				r.State = datapath.ReplicaUnreachable
-			}
+		set := v.ReplicaSet()
+		vv := volumeView{ID: v.ID, Name: v.Name, Epoch: v.Epoch, MemberEpoch: set.MemberEpoch, Replicas: make([]replicaView, 0, len(set.Replicas))}
+		for _, server := range set.Replicas {
+			vv.Replicas = append(vv.Replicas, replicaOf(server, set, rows, byID))
 		}
-		out.Volumes = append(out.Volumes, volumeView{ID: v.ID, Name: v.Name, Epoch: v.Epoch, Replicas: []replicaView{r}})
+		out.Volumes = append(out.Volumes, vv)
 	}
 	return out
+}
+
+// replicaOf is the view of the replica of set on server.
+func replicaOf(server string, set datapath.ReplicaSet, rows []datapath.ServerStatus, byID map[string]datapath.ServerStatus) replicaView {
+	r := replicaView{Server: server, State: datapath.ReplicaFaulted}
+	if slices.Contains(set.InSync, server) {
+		r.State = datapath.ReplicaInSync
+	}
+	if rows != nil {
+		s, known := byID[server]
+		r.Node = s.Node
+		if !known || s.Role == datapath.RoleUnreachable {
+			r.State = datapath.ReplicaUnreachable
+		}
+	}
+	return r
 }
 
 // writeStatusJSON prints the status as indented JSON.
@@ -90,15 +109,17 @@ func writeStatusJSON(out io.Writer, v statusView) error {
 // printReplicas prints the volumes' replicas of `datapath status`.
 func printReplicas(out io.Writer, v statusView) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "VOLUME\tNAME\tEPOCH\tREPLICA NODE\tSERVER\tSTATE\n")
+	fmt.Fprintf(w, "VOLUME\tNAME\tEPOCH\tMEMBER EPOCH\tREPLICA NODE\tSERVER\tSTATE\n")
+	replicas := 0
 	for _, vol := range v.Volumes {
 		for _, r := range vol.Replicas {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", vol.ID, vol.Name, vol.Epoch, dash(r.Node), dash(r.Server), r.State)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", vol.ID, vol.Name, vol.Epoch, vol.MemberEpoch, dash(r.Node), dash(r.Server), r.State)
+			replicas++
 		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(out, "%d volumes in the control group, one replica each\n", len(v.Volumes))
+	_, err := fmt.Fprintf(out, "%d volumes in the control group, %d replicas\n", len(v.Volumes), replicas)
 	return err
 }

@@ -11,10 +11,11 @@ import (
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
 
-// TestStatusOf is the specification of `datapath status`'s volumes: one
-// replica each, on the server holding the volume, in sync while that server
-// answers and unreachable when it does not or is no known member; without
-// a group the one server holds every volume.
+// TestStatusOf is the specification of `datapath status`'s volumes: each
+// replica of the recorded replica set (one, on the server holding the
+// volume, without one), unreachable when its server does not answer or is
+// no known member, else faulted when out of sync, else in sync, with the
+// member epoch; without a group the one server holds every volume.
 func TestStatusOf(t *testing.T) {
 	contact := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 	rows := []datapath.ServerStatus{
@@ -26,6 +27,8 @@ func TestStatusOf(t *testing.T) {
 		{ID: "vol-a", Name: "pvc-a", Server: "datapath-0", Epoch: 3},
 		{ID: "vol-b", Name: "pvc-b", Server: "datapath-2", Epoch: 1},
 		{ID: "vol-c", Name: "pvc-c", Server: "datapath-9", Epoch: 2},
+		{ID: "vol-d", Name: "pvc-d", Server: "datapath-0", Epoch: 5, MemberEpoch: 3,
+			Replicas: []string{"datapath-0", "datapath-1", "datapath-2"}, InSync: []string{"datapath-0", "datapath-2"}},
 	}
 	nine, eight := uint64(9), uint64(8)
 	for _, tc := range []struct {
@@ -44,6 +47,11 @@ func TestStatusOf(t *testing.T) {
 				{ID: "vol-a", Name: "pvc-a", Epoch: 3, Replicas: []replicaView{{Node: "n0", Server: "datapath-0", State: "in-sync"}}},
 				{ID: "vol-b", Name: "pvc-b", Epoch: 1, Replicas: []replicaView{{Node: "n2", Server: "datapath-2", State: "unreachable"}}},
 				{ID: "vol-c", Name: "pvc-c", Epoch: 2, Replicas: []replicaView{{Server: "datapath-9", State: "unreachable"}}},
+				{ID: "vol-d", Name: "pvc-d", Epoch: 5, MemberEpoch: 3, Replicas: []replicaView{
+					{Node: "n0", Server: "datapath-0", State: "in-sync"},
+					{Node: "n1", Server: "datapath-1", State: "faulted"},
+					{Node: "n2", Server: "datapath-2", State: "unreachable"},
+				}},
 			},
 		}},
 		{"no group: the one server holds every volume", nil, []datapath.GroupVolume{{ID: "vol-a", Name: "pvc-a", Epoch: 4}}, statusView{
@@ -57,6 +65,38 @@ func TestStatusOf(t *testing.T) {
 				t.Fatalf("statusOf:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPrintReplicas: the table has a row per replica with the volume's
+// epoch and member epoch, and counts the volumes and replicas.
+func TestPrintReplicas(t *testing.T) {
+	v := statusView{Volumes: []volumeView{
+		{ID: "vol-a", Name: "pvc-a", Epoch: 3, Replicas: []replicaView{{Node: "n0", Server: "datapath-0", State: "in-sync"}}},
+		{ID: "vol-d", Name: "pvc-d", Epoch: 5, MemberEpoch: 3, Replicas: []replicaView{
+			{Node: "n0", Server: "datapath-0", State: "in-sync"},
+			{Node: "n1", Server: "datapath-1", State: "faulted"},
+		}},
+	}}
+	var out strings.Builder
+	if err := printReplicas(&out, v); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := [][]string{
+		{"VOLUME", "NAME", "EPOCH", "MEMBER", "EPOCH", "REPLICA", "NODE", "SERVER", "STATE"},
+		{"vol-a", "pvc-a", "3", "0", "n0", "datapath-0", "in-sync"},
+		{"vol-d", "pvc-d", "5", "3", "n0", "datapath-0", "in-sync"},
+		{"vol-d", "pvc-d", "5", "3", "n1", "datapath-1", "faulted"},
+		{"2", "volumes", "in", "the", "control", "group,", "3", "replicas"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i]); !reflect.DeepEqual(got, w) {
+			t.Errorf("line %d: %q; want %q", i, got, w)
+		}
 	}
 }
 
@@ -100,6 +140,9 @@ func TestDatapathStatus_JSON_ServersAndVolumes(t *testing.T) {
 		t.Fatalf("servers: %+v", view.Servers)
 	}
 	want := []volumeView{{ID: v.ID, Name: "pvc-a", Epoch: 1, Replicas: []replicaView{{Server: "datapath-0", State: "in-sync"}}}}
+	if !strings.Contains(rawStatus(t, srvs[1].Addr, token), `"memberEpoch": 0`) {
+		t.Error("the JSON has no memberEpoch")
+	}
 	if !reflect.DeepEqual(view.Volumes, want) {
 		t.Fatalf("volumes: %+v; want %+v", view.Volumes, want)
 	}
@@ -115,4 +158,16 @@ func TestDatapathStatus_JSON_ServersAndVolumes(t *testing.T) {
 	if view.Servers[0].Role != "unreachable" || view.Servers[0].AppliedIndex != nil || len(view.Volumes) != 1 || view.Volumes[0].Replicas[0].State != "unreachable" {
 		t.Fatalf("with the holder stopped: %+v", view)
 	}
+}
+
+// rawStatus is `datapath status -o json` at addr as printed.
+func rawStatus(t *testing.T, addr, token string) string {
+	t.Helper()
+	var out strings.Builder
+	app := DatapathApp()
+	app.Writer = &out
+	if err := app.Run([]string{DatapathBinary, "status", "-o", "json", "--addr", addr, "--token-file", token, "--timeout", "5s"}); err != nil {
+		t.Fatalf("datapath status -o json: %v\n%s", err, out.String())
+	}
+	return out.String()
 }
