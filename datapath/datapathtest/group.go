@@ -2,6 +2,7 @@ package datapathtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -126,11 +127,35 @@ func startGrown(t testing.TB, ctx context.Context, out []*Server, groups []*raft
 			groups[i], err = raftstate.Open(cfg)
 			if err == nil {
 				self.RaftAddress = groups[i].Address()
-				err = groups[0].AddServer(ctx, self)
+				err = addAtLeader(ctx, groups[:i], self)
 			}
 		}
 		if err != nil {
 			t.Fatalf("control group member %s: %v", id, err)
+		}
+	}
+}
+
+// addAtLeader adds self at the member of members that leads, again at the
+// next leader when the one asked loses its leadership meanwhile (the short
+// timings of the tests on a loaded machine), until ctx ends.
+func addAtLeader(ctx context.Context, members []*raftstate.Group, self raftstate.Server) error {
+	for {
+		var err error
+		for _, g := range members {
+			if g.IsLeader() {
+				if err = g.AddServer(ctx, self); err == nil {
+					return nil
+				}
+			}
+		}
+		if err == nil {
+			err = errors.New("no member leads")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("add-server %s: %w (last: %v)", self.ID, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
