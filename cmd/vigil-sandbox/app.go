@@ -76,10 +76,12 @@ func upCommand() *cli.Command {
 				"with a kubelet stand-in on kwok nodes; on real nodes the engine is the real kubelet's CSI node plugin, and --kubelet real imports the writer image too)"},
 			&cli.StringFlag{Name: "vigil-bin-dir", Usage: "Vigil's binaries for --stack (default: this binary's directory)"},
 			&cli.IntFlag{Name: "datapath-servers", Usage: "with --stack: run N datapath servers in one control group, one a process of each of the first N nodes " +
-				"(in the node's network namespace on its IP, its data under the node's directory, killed by the node's power cut, cut off by its partition); " +
-				"N is odd, at most --nodes (2 servers need both for a majority, so they cannot lose one). 0, the default, runs one server on the host: " +
-				"until each volume's data is replicated, a volume's data lives on one server, so a server on a node would make that node's power cut " +
-				"take the volumes it holds with it; the default becomes 3 with replicated data"},
+				"(in the node's network namespace on its IP, its data under the node's directory, killed by the node's power cut, cut off by its partition), " +
+				"as on a hyperconverged cluster; N is odd, at most --nodes (2 servers need both for a majority, so they cannot lose one). " +
+				"0 runs one server on the host instead, which no node's power cut or partition reaches: give --datapath-servers 0 to cut a " +
+				"writer's node and keep its volume, since a volume's data has one copy, on one server, and a server on the cut node takes " +
+				"the volumes it holds with it",
+				DefaultText: "3 with 3 or more nodes; 0, the host server, with 1 or 2 nodes (a group of 1 or 2 survives no server's loss) or with --racks"},
 			&cli.StringFlag{Name: "datapath-auth", Value: string(sandbox.StackAuthTokenReview),
 				Usage: "how --stack's callers prove who they are to the datapath: tokenreview (ServiceAccount tokens, the engines' bound to their Node) or static (a tokens file)"},
 			&cli.BoolFlag{Name: "install", Usage: "with --kubelet real: install Vigil from deploy/ (kubectl apply -k deploy/overlays/sandbox, through the API) " +
@@ -100,8 +102,8 @@ func upCommand() *cli.Command {
 			case c.IsSet("datapath-servers") && !c.Bool("stack"):
 				return fmt.Errorf("--datapath-servers is for --stack's datapath; give --stack too")
 			}
-			if err := sandbox.CheckDatapathServers(c.Int("datapath-servers"), c.Int("nodes"), c.Int("racks") != 0); err != nil {
-				return fmt.Errorf("--datapath-servers: %w", err)
+			if _, err := datapathServers(c); err != nil {
+				return err
 			}
 			if err := checkKubeletFlags(c); err != nil {
 				return err
@@ -151,6 +153,41 @@ func upCommand() *cli.Command {
 			return printStatus(c.Context, s)
 		},
 	}
+}
+
+// defaultGroupServers is --datapath-servers when not given on a sandbox of
+// at least as many nodes: the smallest group that survives one server's loss.
+const defaultGroupServers = 3
+
+// defaultDatapathServers is --datapath-servers when not given: a group of
+// defaultGroupServers on a sandbox of at least that many nodes, else 0 (the
+// host server). Below 3 nodes a group cannot survive a loss (one server, or
+// two that both make the majority), so a power cut of a server's node would
+// stop every volume; the host server keeps a small sandbox's volumes across
+// every node cut. A scale sandbox (racks) runs no servers on nodes.
+func defaultDatapathServers(nodes int, racks bool) int {
+	if racks || nodes < defaultGroupServers {
+		return 0
+	}
+	return defaultGroupServers
+}
+
+// datapathServers is up's count of datapath servers on nodes: with --stack
+// the flag if given, else its default for --nodes, checked against the
+// sandbox's nodes; without --stack 0 (no datapath runs).
+func datapathServers(c *cli.Context) (int, error) {
+	if !c.Bool("stack") {
+		return 0, nil
+	}
+	nodes, racks := c.Int("nodes"), c.Int("racks") != 0
+	servers := defaultDatapathServers(nodes, racks)
+	if c.IsSet("datapath-servers") {
+		servers = c.Int("datapath-servers")
+	}
+	if err := sandbox.CheckDatapathServers(servers, nodes, racks); err != nil {
+		return 0, fmt.Errorf("--datapath-servers: %w", err)
+	}
+	return servers, nil
 }
 
 // checkKubeletFlags refuses the real-node flags without --kubelet real, and
@@ -416,8 +453,12 @@ func startStack(c *cli.Context, s *sandbox.Sandbox) error {
 		}
 		dir = filepath.Dir(exe)
 	}
+	servers, err := datapathServers(c)
+	if err != nil {
+		return err
+	}
 	stk, err := s.StartStack(c.Context, sandbox.StackConfig{VigilBinDir: dir, Auth: sandbox.StackAuth(c.String("datapath-auth")),
-		DatapathServers: c.Int("datapath-servers")})
+		DatapathServers: servers})
 	if err != nil {
 		return fmt.Errorf("%w (the sandbox is up: logs in %s, `vigil-sandbox down` removes it)", err, s.WorkDir())
 	}

@@ -86,6 +86,9 @@ func TestApp_Up_BadDatapathServers(t *testing.T) {
 		"--stack --kubelet real --datapath-servers 2": "needs 2 for a majority",
 		"--stack --nodes 1 --datapath-servers 3":      "from 1 to the 1 nodes",
 		"--stack --nodes 2 --datapath-servers 2":      "survives no more losses than 1 servers",
+		"--stack --nodes 4 --datapath-servers -3":     "want 0 (one server on the host) or an odd number from 1 to the 4 nodes",
+		"--stack --nodes 5 --datapath-servers 7":      "more servers than nodes",
+		"--stack --racks 2 --datapath-servers 3":      "on a scale sandbox",
 	} {
 		err := run(append([]string{"--workdir", dir, "up"}, strings.Fields(args)...)...)
 		if err == nil || !strings.Contains(err.Error(), mention) {
@@ -94,6 +97,61 @@ func TestApp_Up_BadDatapathServers(t *testing.T) {
 	}
 	if _, err := sandbox.Open(dir); !errors.Is(err, sandbox.ErrNotUp) {
 		t.Errorf("a refused up left a sandbox behind: %v", err)
+	}
+}
+
+// upServers runs `vigil-sandbox up ARGS` with an Action that only resolves
+// --datapath-servers, so that the flags parse as the real command's do.
+func upServers(t *testing.T, args ...string) (int, error) {
+	t.Helper()
+	a := app()
+	up := a.Command("up")
+	if up == nil {
+		t.Fatal("no up command")
+	}
+	got := -1
+	up.Action = func(c *cli.Context) (err error) {
+		got, err = datapathServers(c)
+		return err
+	}
+	err := cliflags.Run(a, append([]string{"vigil-sandbox", "--workdir", t.TempDir(), "up"}, args...))
+	return got, err
+}
+
+// TestApp_Up_DatapathServersDefault is the spec of --datapath-servers'
+// default: 3 servers on nodes with 3 or more nodes, the host server (0)
+// below, and the flag, 0 included, always wins.
+func TestApp_Up_DatapathServersDefault(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		want int
+	}{
+		{"--stack --nodes 1", 0},
+		{"--stack --nodes 2", 0},
+		{"--stack --nodes 3", 3},
+		{"--stack --nodes 4", 3},
+		{"--stack --nodes 5", 3},
+		{"--stack", 3}, // --nodes defaults to 3
+		{"--stack --nodes 1 --datapath-servers 1", 1},
+		{"--stack --nodes 2 --datapath-servers 1", 1},
+		{"--stack --nodes 3 --datapath-servers 1", 1},
+		{"--stack --nodes 4 --datapath-servers 1", 1},
+		{"--stack --nodes 5 --datapath-servers 5", 5},
+		{"--stack --nodes 1 --datapath-servers 0", 0},
+		{"--stack --nodes 2 --datapath-servers 0", 0},
+		{"--stack --nodes 3 --datapath-servers 0", 0},
+		{"--stack --nodes 4 --datapath-servers 0", 0},
+		{"--stack --nodes 5 --datapath-servers=0", 0},
+		{"--stack --nodes 3 --datapath-servers 3", 3},
+		{"--stack --nodes 5 --datapath-servers 3", 3},
+		{"--stack --racks 2 --rack-size 10", 0},
+		{"--stack --racks 2 --nodes 3", 0},
+		{"--nodes 3", 0}, // no stack: no datapath at all
+	} {
+		got, err := upServers(t, strings.Fields(tc.args)...)
+		if err != nil || got != tc.want {
+			t.Errorf("up %s: --datapath-servers = %d, %v; want %d", tc.args, got, err, tc.want)
+		}
 	}
 }
 
