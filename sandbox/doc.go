@@ -248,11 +248,17 @@
 // (Stack.DatapathServers: node, address, Raft address), and every client,
 // host process or engine, gets the whole list (Stack.DatapathAddr is the
 // comma-separated list). DatapathServers asks each server for its role;
-// `vigil-sandbox status` shows them and which one leads. The default stays 0,
-// one server on the host, until each volume's data is replicated: a volume's
-// data is on one server, so a server on a node makes that node's power cut
-// take the volumes it holds with it, and the tests that cut a writer's node
-// would cut its volume too. DatapathPowerLoss and CutDatapathPower are for
+// `vigil-sandbox status` shows them and which one leads.
+//
+// `vigil-sandbox up --stack` runs 3 servers by default when the sandbox has 3
+// or more nodes, and the host server with 1 or 2 nodes (a group of 1 or 2
+// survives no server's loss, so one node's power cut would stop every volume)
+// or with racks; `--datapath-servers 0` asks for the host server. The Go
+// API's zero value, StackConfig.DatapathServers 0, stays the host server: a
+// volume's data has one copy, on one server, so a server on a node makes that
+// node's power cut take the volumes it holds with it, and the demo and the
+// tests that cut a writer's node and need its volume on the next node ask for
+// the host server explicitly. DatapathPowerLoss and CutDatapathPower are for
 // the host server only.
 //
 // # Identities

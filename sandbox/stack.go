@@ -59,11 +59,13 @@ type StackConfig struct {
 	// node's IP; 0 picks a free one.
 	DatapathPort int
 	// DatapathServers is how many datapath servers run, one a process of
-	// each of the first N nodes (stack_servers.go): 0 (the default) runs one
-	// server on the host instead; else an odd number up to the node count.
-	// The default moves to 3 once each volume's data is replicated: until
-	// then a server's node takes the volumes whose data it holds down with
-	// it, and tests that cut a writer's node would cut its volume too.
+	// each of the first N nodes (stack_servers.go): 0 (the zero value) runs
+	// one server on the host instead; else an odd number up to the node
+	// count. The zero value stays the host server although `vigil-sandbox up
+	// --stack` defaults to 3 on 3 or more nodes: a volume's data has one
+	// copy, so a server's node takes the volumes whose data it holds down
+	// with it, and the callers that cut a writer's node and need its volume
+	// (the demo, the e2e loop, the recovery benchmark) say 0 explicitly.
 	DatapathServers int
 	// DatapathRaftPort is, with DatapathServers, each server's Raft port on
 	// its node's IP; 0 picks a free one.

@@ -25,10 +25,11 @@ import (
 // node's. The servers form one control group (--raft-peers), each server's
 // id its node's name. Every client gets the whole list of servers.
 //
-// The default stays 0 (one server on the host) until each volume's data is
-// replicated: a volume's data is on one server, so a server on a node makes
-// that node's power cut take the volumes it holds with it, and the tests
-// that cut the node of a writer would lose the writer's volume with it.
+// `vigil-sandbox up --stack` asks for 3 on 3 or more nodes; the Go API's
+// zero value stays 0 (one server on the host): a volume's data is on one
+// server, so a server on a node makes that node's power cut take the volumes
+// it holds with it, and the callers that cut the node of a writer and need
+// its volume ask for 0 explicitly.
 
 // StackServer is one datapath server of a stack whose servers run on nodes.
 type StackServer struct {

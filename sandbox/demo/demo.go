@@ -192,7 +192,11 @@ func (d *demo) setUp(ctx context.Context) error {
 	}
 	d.step(2, "Vigil's volume stack, each part under its identity of deploy/: datapath, CSI controller with the "+
 		"external-provisioner and -attacher, and on every node an engine and a kubelet stand-in")
-	if d.stk, err = d.s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin}); err != nil {
+	// DatapathServers 0, the host server, unlike `up --stack`'s default: the
+	// demo cuts the writer's node's power and shows its volume on another
+	// node, and a volume's data has one copy, which a server on the cut node
+	// would take down with it.
+	if d.stk, err = d.s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, DatapathServers: 0}); err != nil {
 		return err
 	}
 	if err := sandbox.InstallCRDs(ctx, d.s.RESTConfig()); err != nil {

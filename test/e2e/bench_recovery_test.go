@@ -122,7 +122,10 @@ func upBench(t *testing.T) *loopEnv {
 	must(t, err)
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
-	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin})
+	// DatapathServers 0, the host server: the benchmark cuts the writer's
+	// node and needs its volume to survive; a volume's data has one copy,
+	// which a server on the cut node would take down with it.
+	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, DatapathServers: 0})
 	must(t, err)
 	must(t, sandbox.InstallCRDs(ctx, s.RESTConfig()))
 	for _, ns := range []string{vigil.Namespace, benchNS} {

@@ -207,7 +207,11 @@ func startLoop(t *testing.T, ctx context.Context, s *sandbox.Sandbox, spec loopS
 	t.Helper()
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin"))
 	must(t, err)
-	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, TokenReviewOutageGrace: spec.outageGrace})
+	// DatapathServers 0, the host server: the cases cut a writer's node and
+	// check its volume on the next node; a volume's data has one copy, which
+	// a server on the cut node would take down with it.
+	stk, err := s.StartStack(ctx, sandbox.StackConfig{VigilBinDir: bin, DatapathServers: 0,
+		TokenReviewOutageGrace: spec.outageGrace})
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}

@@ -81,7 +81,9 @@ func setup(ctx context.Context, cfg Config, workDir, vigilBin string, logf func(
 	}
 	w.c = w.sb.Client()
 	if err := w.timed("stack up", func() (err error) {
-		w.stk, err = w.sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin})
+		// DatapathServers 0, the host server: a scale sandbox's racks run
+		// no servers (CheckDatapathServers refuses any).
+		w.stk, err = w.sb.StartStack(ctx, sandbox.StackConfig{VigilBinDir: vigilBin, DatapathServers: 0})
 		return err
 	}); err != nil {
 		return w, err
