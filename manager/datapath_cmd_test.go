@@ -239,6 +239,8 @@ current-context: c
 		{"kubeconfig without service accounts", serve("--token-file", good, "--kubeconfig", kubeconfig), "no ServiceAccount has a role"},
 		{"audience without service accounts", serve("--token-file", good, "--token-review-audience", "x"), "--token-review-audience is a TokenReview setting"},
 		{"bad server id", serve("--token-file", good, "--server-id", "data path"), `--server-id "data path"`},
+		{"node name with white space", serve("--token-file", good, "--node-name", "node 1"), `--node-name: datapath: invalid argument: node "node 1" contains white space`},
+		{"node name too long", serve("--token-file", good, "--node-name", strings.Repeat("n", 254)), "--node-name: datapath: invalid argument: node"},
 		{"peers without a raft address", serve("--token-file", good, "--raft-peers", "datapath-0=127.0.0.1:9601"), "--raft-peers needs --raft-listen"},
 		{"raft address without a port", serve("--token-file", good, "--raft-listen", "127.0.0.1"), `--raft-listen "127.0.0.1": want HOST:PORT`},
 		{"raft address on port 0", serve("--token-file", good, "--raft-listen", "127.0.0.1:0"), "with a fixed port"},

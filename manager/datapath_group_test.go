@@ -136,7 +136,7 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	var args [][]string
 	for i, p := range raftPorts {
 		args = append(args, []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--token-file", tokens,
-			"--server-id", fmt.Sprintf("dp-%d", i), "--raft-listen", "127.0.0.1:" + p, "--raft-advertise", "localhost:" + p,
+			"--server-id", fmt.Sprintf("dp-%d", i), "--node-name", fmt.Sprintf("node-%d", i), "--raft-listen", "127.0.0.1:" + p, "--raft-advertise", "localhost:" + p,
 			"--raft-peers", strings.Join(peers, ","), "--advertise-address", fmt.Sprintf("dp-%d.example:9600", i),
 			"--tls-cert-file", certs.Cert, "--tls-private-key-file", certs.Key, "--raft-ca-file", certs.CA})
 	}
@@ -155,6 +155,9 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 				t.Errorf("the leader's record: %+v; want its advertised addresses %s and localhost:%s", s, g.advertise, raftPorts[i])
 			}
 		}
+		if want := fmt.Sprintf("node-%d", i); s.Node != want { // every server's own row, recorded or not
+			t.Errorf("server %d's own row: %+v; want node %s (--node-name)", i, s, want)
+		}
 	}
 	if leader < 0 {
 		t.Fatal("no server leads")
@@ -167,6 +170,11 @@ func TestDatapathServe_GroupAdvertisesAndHandsOverOnSIGTERM(t *testing.T) {
 	rep, err := c.Servers(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range rep.Servers {
+		if s.Self && s.Node != fmt.Sprintf("node-%d", leader) {
+			t.Errorf("the leader's record of itself: %+v; want node node-%d", s, leader)
+		}
 	}
 	for _, s := range rep.Servers { // every server recorded at once, not only the leader
 		if i := strings.TrimPrefix(s.ID, "dp-"); s.Address != srvs[atoi(t, i)].advertise || s.RaftAddress != "localhost:"+raftPorts[atoi(t, i)] {

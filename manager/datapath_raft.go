@@ -40,6 +40,9 @@ const (
 	flagServeRaftCA  = "raft-ca-file"
 	flagServeRaftDir = "raft-dir"
 	flagServeMetrics = "metrics-address"
+	// flagServeNodeName is the Kubernetes node the server runs on, recorded
+	// in the group and shown by the manager's nodes page.
+	flagServeNodeName = "node-name"
 	// flagServeRaftInsecure lets the Raft transport off loopback while the
 	// clients' port serves TLS (--insecure is for the clients' port, and
 	// contradicts TLS there).
@@ -64,6 +67,9 @@ func datapathServeRaftFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagServeServerID, Value: defaultServerID, EnvVars: []string{"VIGIL_DATAPATH_SERVER_ID"},
 			Usage: "this server's id in the control group (1 to 253 printable characters, no white space); stable across restarts, " +
 				"since the group knows its members and the volumes whose data each holds by it"},
+		&cli.StringFlag{Name: flagServeNodeName, EnvVars: []string{"VIGIL_DATAPATH_NODE_NAME"},
+			Usage: "the Kubernetes node this server runs on (in a pod: spec.nodeName), recorded in the control group: the manager's nodes page " +
+				"shows the server on that node, and an Event on a PersistentVolume whose server does not answer names it; empty: not recorded"},
 		&cli.StringFlag{Name: flagServeRaftListen, EnvVars: []string{"VIGIL_DATAPATH_RAFT_LISTEN"},
 			Usage: "host:port the control group's Raft transport listens on and the other servers reach this one at; empty (a lone server): " +
 				"Raft runs in process with no port. Off loopback only with --" + flagServeRaftCA + " (mutual TLS), or in the clear with --" + flagServeInsecure +
@@ -130,6 +136,11 @@ func parseRaftFlags(c *cli.Context) (raftFlags, error) {
 	}
 	if err := raftstate.ValidServerID(f.self.ID); err != nil {
 		return f, cliflags.Usagef("--%s %q: %v", flagServeServerID, f.self.ID, err)
+	}
+	if f.self.Node = c.String(flagServeNodeName); f.self.Node != "" {
+		if err := datapath.ValidNode(f.self.Node); err != nil {
+			return f, cliflags.Usagef("--%s: %v", flagServeNodeName, err)
+		}
 	}
 	if f.dir == "" {
 		f.dir = filepath.Join(c.String("data-dir"), "raft")

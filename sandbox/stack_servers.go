@@ -100,7 +100,7 @@ func datapathServerSpec(cfg StackConfig, stk *Stack, workDir string, security []
 	args := []string{filepath.Join(cfg.VigilBinDir, BinVigilDatapath), "serve",
 		"--listen", net.JoinHostPort("$VIGIL_NODE_IP", strconv.Itoa(stk.DatapathPort)),
 		"--data-dir", "$VIGIL_NODE_DIR/datapath", "--boot-id-file", "$VIGIL_NODE_DIR/boot_id",
-		"--server-id", "$VIGIL_NODE", "--raft-listen", net.JoinHostPort("$VIGIL_NODE_IP", strconv.Itoa(stk.RaftPort)),
+		"--server-id", "$VIGIL_NODE", "--node-name", "$VIGIL_NODE", "--raft-listen", net.JoinHostPort("$VIGIL_NODE_IP", strconv.Itoa(stk.RaftPort)),
 		"--raft-peers", strings.Join(peers, ","), "--raft-ca-file", stk.CAFile}
 	sec := append([]string{}, security...)
 	for i, a := range sec {

@@ -100,7 +100,7 @@ func TestDatapathServerSpec_PerNode(t *testing.T) {
 	args := strings.Join(expandArgs(spec.Args, nodeEnv(&state{WorkDir: work}, n)), " ")
 	for _, w := range []string{
 		"/bin/vigil-datapath serve --listen 10.213.0.6:9600 --data-dir /w/nodes/node-2/datapath --boot-id-file /w/nodes/node-2/boot_id",
-		"--server-id node-2 --raft-listen 10.213.0.6:9601",
+		"--server-id node-2 --node-name node-2 --raft-listen 10.213.0.6:9601",
 		"--raft-peers node-1=10.213.0.2:9601@10.213.0.2:9600,node-2=10.213.0.6:9601@10.213.0.6:9600,node-3=10.213.0.10:9601@10.213.0.10:9600 --raft-ca-file /w/stack/tls/ca.crt",
 		"--tls-cert-file /w/stack/tls/server.crt",
 		"--kubeconfig " + identityKubeconfig(work, vigil.DatapathServiceAccount, "node-2"),

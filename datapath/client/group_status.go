@@ -17,9 +17,11 @@ import (
 // when the leader answered, else the first answering server's. Asked for
 // the volumes, and given the leader's answer, it adds the group's volumes
 // and the server holding each, as the leader applied them (VolumesKnown);
-// without the leader's answer they are not known. It
-// fails only when no server answered. A datapath without a group (a release
-// before it) reports no servers and no volumes.
+// without the leader's answer they are not known. A server's node is as it
+// reports it (its --node-name) or as the group records it; one that does
+// not answer keeps the node this client last learned for it. It fails only
+// when no server answered. A datapath without a group (a release before
+// it) reports no servers and no volumes.
 func (c *Client) GroupStatus(ctx context.Context, volumes bool) (datapath.GroupStatus, error) {
 	reps := make([]datapath.ServersReport, len(c.group.servers))
 	errs := c.each(func(i int, addr string) error {
@@ -62,6 +64,7 @@ func (c *Client) GroupStatus(ctx context.Context, volumes bool) (datapath.GroupS
 		case asked[m.Address]:
 			m.Role, m.LastContact, m.AppliedIndex = datapath.RoleUnreachable, time.Time{}, 0
 		}
+		m.Node = c.group.nodeOf(m.ID, m.Node)
 		m.Self = false
 		out.Servers = append(out.Servers, m)
 	}
@@ -72,4 +75,19 @@ func (c *Client) GroupStatus(ctx context.Context, volumes bool) (datapath.GroupS
 		}
 	}
 	return out, nil
+}
+
+// nodeOf returns the node of server id: node when known (and remembered),
+// else the one last remembered for it.
+func (g *leaders) nodeOf(id, node string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if node != "" {
+		if g.nodes == nil {
+			g.nodes = map[string]string{}
+		}
+		g.nodes[id] = node
+		return node
+	}
+	return g.nodes[id]
 }

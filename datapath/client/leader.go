@@ -48,6 +48,7 @@ type leaders struct {
 	servers []string // the Dial address first
 	leader  string
 	conns   map[string]*grpc.ClientConn
+	nodes   map[string]string // server id -> its node, as last reported (GroupStatus)
 }
 
 // connFor returns the connection and address a method goes to.

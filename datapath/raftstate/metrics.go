@@ -184,6 +184,9 @@ func (g *Group) GroupStatus() []datapath.ServerStatus {
 		switch {
 		case m.ID == g.id:
 			s.Role, s.LastContact, s.AppliedIndex, s.Self = st.Role, st.LastContact, st.AppliedIndex, true
+			if self := g.self.Load(); s.Node == "" && self != nil {
+				s.Node = self.Node // recorded once it leads; its own all the same
+			}
 		case m.ID == leader:
 			s.Role = datapath.RoleLeader
 		case st.Role == StateLeader && unreachable[m.ID]:
