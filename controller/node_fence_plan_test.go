@@ -71,15 +71,7 @@ func TestDecideFenceVolumes_Table(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := decideFenceVolumes(tc.live, nil, tc.pods)
-			var reapedKeys []string
-			for uid := range got.Reaped {
-				reapedKeys = append(reapedKeys, string(uid))
-			}
-			sort.Strings(reapedKeys)
-			if !reflect.DeepEqual(got.Fence, tc.wantFence) || !reflect.DeepEqual(reapedKeys, tc.wantReaped) || !reflect.DeepEqual(got.Held, tc.wantHeld) {
-				t.Errorf("got fence %q reaped %q held %+v\nwant fence %q reaped %q held %+v",
-					got.Fence, reapedKeys, got.Held, tc.wantFence, tc.wantReaped, tc.wantHeld)
-			}
+			checkFencePlan(t, got, tc.wantFence, tc.wantReaped, tc.wantHeld)
 		})
 	}
 }
@@ -121,21 +113,27 @@ func TestDecideFenceVolumes_SilentServer(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := decideFenceVolumes(tc.live, tc.silent, tc.pods)
-			var reapedKeys []string
-			for uid := range got.Reaped {
-				reapedKeys = append(reapedKeys, string(uid))
-			}
-			sort.Strings(reapedKeys)
-			if !reflect.DeepEqual(got.Fence, tc.wantFence) || !reflect.DeepEqual(reapedKeys, tc.wantReaped) || !reflect.DeepEqual(got.Held, tc.wantHeld) {
-				t.Errorf("got fence %q reaped %q held %+v\nwant fence %q reaped %q held %+v",
-					got.Fence, reapedKeys, got.Held, tc.wantFence, tc.wantReaped, tc.wantHeld)
-			}
+			checkFencePlan(t, got, tc.wantFence, tc.wantReaped, tc.wantHeld)
 			for _, h := range got.Held {
 				if !strings.Contains(h.String(), "datapath server does not answer") && !strings.Contains(h.String(), "on a datapath server that does not answer") {
 					t.Errorf("held %+v says %q; want it to name the silent datapath server", h, h.String())
 				}
 			}
 		})
+	}
+}
+
+// checkFencePlan fails t unless plan fences, reaps and holds what is wanted.
+func checkFencePlan(t *testing.T, plan fencePlan, wantFence, wantReaped []string, wantHeld map[string]heldVolume) {
+	t.Helper()
+	var reapedKeys []string
+	for uid := range plan.Reaped {
+		reapedKeys = append(reapedKeys, string(uid))
+	}
+	sort.Strings(reapedKeys)
+	if !reflect.DeepEqual(plan.Fence, wantFence) || !reflect.DeepEqual(reapedKeys, wantReaped) || !reflect.DeepEqual(plan.Held, wantHeld) {
+		t.Errorf("got fence %q reaped %q held %+v\nwant fence %q reaped %q held %+v",
+			plan.Fence, reapedKeys, plan.Held, wantFence, wantReaped, wantHeld)
 	}
 }
 

@@ -75,13 +75,7 @@ type ComponentReady struct {
 // runs no container.
 func (s *Sandbox) Install(ctx context.Context, cfg InstallConfig) (*Installed, error) {
 	t0 := time.Now()
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultInstallTimeout
-	}
-	logf := cfg.Progressf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
+	logf := cfg.defaults()
 	st, err := loadState(s.workDir)
 	if err != nil {
 		return nil, err
@@ -311,3 +305,15 @@ func applyOne(ctx context.Context, dc dynamic.Interface, mapper *restmapper.Defe
 // ErrNotInstalled is returned (wrapped in an InstallError) when a
 // component is not Ready within InstallConfig.Timeout, or its Job failed.
 var ErrNotInstalled = errors.New("install: components not ready")
+
+// defaults sets the timeout when none is given and returns the progress
+// function, one that prints nothing when none is given.
+func (cfg *InstallConfig) defaults() func(string, ...any) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultInstallTimeout
+	}
+	if cfg.Progressf == nil {
+		return func(string, ...any) {}
+	}
+	return cfg.Progressf
+}

@@ -34,13 +34,7 @@ type Uninstalled struct {
 // Nodes and on the nodes' disks is removed after, by whoever runs it.
 func (s *Sandbox) Uninstall(ctx context.Context, cfg InstallConfig) (*Uninstalled, error) {
 	t0 := time.Now()
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultInstallTimeout
-	}
-	logf := cfg.Progressf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
+	logf := cfg.defaults()
 	objs, err := RenderDeploy(cfg.Dir)
 	if err != nil {
 		return nil, err
