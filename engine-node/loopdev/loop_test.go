@@ -10,9 +10,11 @@ import (
 	"github.com/vigil-storage/vigil/internal/testenv"
 )
 
-func TestAttach_File_SizeAndAutoclear(t *testing.T) {
+// attachMiB attaches a loop device to a new 1 MiB file in dir, detached
+// at the test's end; it fails t without loop devices.
+func attachMiB(t *testing.T, dir string) (string, *Device) {
+	t.Helper()
 	testenv.RequireNoError(t, "loop devices", Usable())
-	dir := t.TempDir()
 	backing := filepath.Join(dir, "img")
 	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
@@ -22,6 +24,12 @@ func TestAttach_File_SizeAndAutoclear(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Detach() })
+	return backing, d
+}
+
+func TestAttach_File_SizeAndAutoclear(t *testing.T) {
+	dir := t.TempDir()
+	_, d := attachMiB(t, dir)
 	size, err := d.Size()
 	if err != nil || size != 1<<20 {
 		t.Fatalf("size %d, %v", size, err)
@@ -69,16 +77,7 @@ func TestDetach_AlreadyDetached_NoError(t *testing.T) {
 // when the last opener of a disk lets go. Detaching first would strand it in
 // the page cache of a device with no backing any more.
 func TestDevice_Detach_KeepsBufferedWrites(t *testing.T) {
-	testenv.RequireNoError(t, "loop devices", Usable())
-	backing := filepath.Join(t.TempDir(), "img")
-	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d, err := Attach(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Detach() })
+	backing, d := attachMiB(t, t.TempDir())
 	want := []byte("written through the page cache, never synced by its writer")
 	w, err := os.OpenFile(d.Path, os.O_WRONLY, 0)
 	if err != nil {
@@ -111,15 +110,7 @@ func TestDevice_Detach_KeepsBufferedWrites(t *testing.T) {
 // attached to (a recovery that finds it already let go) flushes nothing and
 // is no error.
 func TestDetach_FreeDevice_NoError(t *testing.T) {
-	testenv.RequireNoError(t, "loop devices", Usable())
-	backing := filepath.Join(t.TempDir(), "img")
-	if err := os.WriteFile(backing, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d, err := Attach(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := attachMiB(t, t.TempDir())
 	if err := d.Detach(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
+	dpclient "github.com/vigil-storage/vigil/datapath/client"
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
@@ -217,15 +218,10 @@ func (h *Harness) newProbe(ctx context.Context, cycle int, target string) (probe
 // probeFence asks the cut-off server alone to fence probeNode on the probe.
 func (h *Harness) probeFence(ctx context.Context, r *CycleResult, pr *probe) {
 	time.Sleep(time.Second) // cut off for real: its connections to the others stall
-	c, err := h.dialServer(ctx, h.serverOf(pr.target), 3*time.Second)
-	if err != nil {
-		h.note(r, "dial the cut-off server %s: %v", pr.target, err)
+	e, ok, err := h.askCutOff(ctx, r, pr, func(ctx context.Context, c *dpclient.Client) (uint64, error) { return c.Fence(ctx, pr.vol, probeNode) })
+	if !ok {
 		return
 	}
-	defer c.Close()
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	e, err := c.Fence(cctx, pr.vol, probeNode)
 	if err != nil {
 		h.note(r, "the cut-off server %s refused the probe's fence: %v", pr.target, err)
 		return
@@ -250,21 +246,31 @@ func (h *Harness) probeGrant(ctx context.Context, r *CycleResult, pr *probe) {
 		h.note(r, "the majority did not fence the probe: %v", err)
 		return
 	}
-	c, err := h.dialServer(ctx, h.serverOf(pr.target), 3*time.Second)
-	if err != nil {
-		h.note(r, "dial the cut-off server %s: %v", pr.target, err)
+	e, ok, err := h.askCutOff(ctx, r, pr, func(ctx context.Context, c *dpclient.Client) (uint64, error) { return c.Grant(ctx, pr.vol, probeNode) })
+	if !ok {
 		return
 	}
-	defer c.Close()
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	e, err := c.Grant(cctx, pr.vol, probeNode)
 	if err != nil {
 		h.note(r, "the majority fenced the probe at epoch %d; the cut-off server %s refused a grant of it: %v", pr.majority, pr.target, err)
 		return
 	}
 	pr.regranted = e
 	h.note(r, "the majority fenced the probe at epoch %d; the cut-off server %s answered a grant of it with epoch %d", pr.majority, pr.target, e)
+}
+
+// askCutOff dials the cut-off server alone and has call ask it, within 3 s;
+// ok is false (and noted) when the server cannot be dialed.
+func (h *Harness) askCutOff(ctx context.Context, r *CycleResult, pr *probe, call func(context.Context, *dpclient.Client) (uint64, error)) (epoch uint64, ok bool, err error) {
+	c, err := h.dialServer(ctx, h.serverOf(pr.target), 3*time.Second)
+	if err != nil {
+		h.note(r, "dial the cut-off server %s: %v", pr.target, err)
+		return 0, false, nil
+	}
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	epoch, err = call(cctx, c)
+	return epoch, true, err
 }
 
 // checkProbe: whatever the cut-off server answered as done must be in the
