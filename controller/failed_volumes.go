@@ -59,18 +59,13 @@ func (c *Controller) pollFailedVolumes(ctx context.Context) {
 // warnFailed puts the Warning Event on the volume's PersistentVolume, or
 // logs it when no PersistentVolume has that handle.
 func (c *Controller) warnFailed(ctx context.Context, f fenceapi.FailedVolume) {
-	objs, err := c.pvIndex.ByIndex(pvByHandleIndex, c.backend.Driver()+"^"+f.Handle)
-	var pv *corev1.PersistentVolume
-	if err == nil && len(objs) > 0 {
-		pv, _ = objs[0].(*corev1.PersistentVolume)
-	}
+	pv := c.pvOf(f.Handle)
 	if pv == nil {
 		klog.FromContext(ctx).Error(nil, "a volume failed and refuses all I/O; no PersistentVolume has its handle",
 			"handle", f.Handle, "since", f.Since, "reason", f.Reason, "clear", f.Clear)
 		return
 	}
-	ref := &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
-	c.events.emit(ref, pv.UID, corev1.EventTypeWarning, EventVolumeFailed,
+	c.emitOnPV(pv, corev1.EventTypeWarning, EventVolumeFailed,
 		fmt.Sprintf("volume %s: %s at %s, so writes acknowledged before then may be lost; every read, write and flush of it is refused "+
 			"until an operator checks the disk and the volume's data, then runs `%s`",
 			f.Handle, f.Reason, f.Since.UTC().Format(time.RFC3339), f.Clear))

@@ -126,8 +126,7 @@ func (c *Controller) emitOutage(ctx context.Context, e outageEvent) {
 		klog.FromContext(ctx).Info("no PersistentVolume has the volume's handle: "+msg, "handle", o.Handle, "reason", reason)
 		return
 	}
-	ref := &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
-	c.events.emit(ref, pv.UID, typ, reason, msg)
+	c.emitOnPV(pv, typ, reason, msg)
 }
 
 func outageMessage(o volumeOutage) string {
@@ -150,6 +149,12 @@ func serverName(s fenceapi.Server) string {
 		name += " (" + s.Address + ")"
 	}
 	return name
+}
+
+// emitOnPV records an Event on pv.
+func (c *Controller) emitOnPV(pv *corev1.PersistentVolume, typ, reason, msg string) {
+	ref := &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
+	c.events.emit(ref, pv.UID, typ, reason, msg)
 }
 
 // pvOf is the PersistentVolume of the back end's volume handle, or nil.

@@ -119,7 +119,7 @@ func (s *Store) oldUnnamedFiles() ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), imgSuffix)
-		if !ok || s.holdsFile(id) {
+		if !ok || s.namedLocally(id) {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) >= AbandonedAfter {
@@ -128,15 +128,6 @@ func (s *Store) oldUnnamedFiles() ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// holdsFile says whether an open volume or a create or delete in flight
-// holds the data file of id.
-func (s *Store) holdsFile(id string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, busy := s.prov.fileOps[id]
-	return busy || s.vols[id] != nil
 }
 
 // removeIfAbandoned removes the data file of id when no open volume, create

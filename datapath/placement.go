@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -153,13 +152,7 @@ func (s *Store) CreatePlacedVolume(id, name string, size int64, mode AccessMode,
 }
 
 func (s *Store) createPlaced(id, name string, size int64, mode AccessMode, server string, pend *pendingApply) (Volume, error) {
-	if err := validName(name); err != nil {
-		return Volume{}, err
-	}
-	if err := validSize(size); err != nil {
-		return Volume{}, err
-	}
-	if err := mode.Validate(); err != nil {
+	if err := ValidVolume(name, size, mode); err != nil {
 		return Volume{}, err
 	}
 	if err := validID(id); err != nil {
@@ -174,7 +167,7 @@ func (s *Store) createPlaced(id, name string, size int64, mode AccessMode, serve
 	if err := s.ctl.CheckLeader(); err != nil {
 		return Volume{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	ctx, cancel := s.ctlContext()
 	defer cancel()
 	cv, err := s.ctl.CreateVolumeWithID(ctx, id, name, size, mode, server)
 	if err != nil {

@@ -125,9 +125,15 @@ const serverNodesGrace = 300 * time.Millisecond
 // each runs fn for every server of the group at once and returns their
 // errors in the order of the servers.
 func (c *Client) each(fn func(i int, addr string) error) []error {
-	errs := make([]error, len(c.group.servers))
+	return eachOf(c.group.servers, fn)
+}
+
+// eachOf runs fn for every server of servers at once and returns their
+// errors in their order.
+func eachOf(servers []string, fn func(i int, addr string) error) []error {
+	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
-	for i, addr := range c.group.servers {
+	for i, addr := range servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

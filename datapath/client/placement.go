@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -82,16 +81,11 @@ func (c *Client) roomiest(ctx context.Context) (string, error) {
 	defer cancel()
 	servers := c.members(ctx)
 	free := make([]int64, len(servers))
-	errs := make([]error, len(servers))
-	var wg sync.WaitGroup
-	for i, addr := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			free[i], errs[i] = c.capacityAt(ctx, addr)
-		}()
-	}
-	wg.Wait()
+	errs := eachOf(servers, func(i int, addr string) error {
+		var err error
+		free[i], err = c.capacityAt(ctx, addr)
+		return err
+	})
 	most := int64(-1)
 	for i := range servers {
 		if errs[i] == nil {
@@ -101,12 +95,11 @@ func (c *Client) roomiest(ctx context.Context) (string, error) {
 	if most < 0 {
 		return "", fmt.Errorf("no datapath server told its free capacity: %w", errors.Join(errs...))
 	}
-	for i := range servers {
-		if errs[i] == nil && free[i] >= most-most/roomTolerance {
-			return servers[i], nil
-		}
+	i := 0 // the first within the tolerance of the most: the roomiest itself at the latest
+	for errs[i] != nil || free[i] < most-most/roomTolerance {
+		i++
 	}
-	return "", errors.New("unreachable")
+	return servers[i], nil
 }
 
 // members is the client's servers that the group records as members, in

@@ -94,7 +94,7 @@ func catalogue() []spec {
 		{name: Vigil, ref: tagged("vigil"), fill: fillVigil},
 		{name: Pause, ref: tagged("vigil-pause"), fill: fillPause, program: "pause"},
 		{name: Writer, ref: tagged("vigil-writer"), fill: fillWriter, program: "writer"},
-		{name: Tools, ref: func(Options) string { return ToolsRef }, fill: fillTools},
+		{name: Tools, ref: func(Options) string { return ToolsRef }, fill: fillBusybox("")}, // busybox and a link per applet in /bin, run as root: a shell for looking at a node's mounts and files
 		sidecar(CSIProvisioner, "EXTERNAL_PROVISIONER_VERSION"),
 		sidecar(CSIAttacher, "EXTERNAL_ATTACHER_VERSION"),
 		sidecar(CSIRegistrar, "NODE_DRIVER_REGISTRAR_VERSION"),
@@ -192,18 +192,6 @@ func fillWriter(_ context.Context, _ Options, progs string, t *ociimage.Tree) (o
 
 // busybox is where Debian's busybox-static installs its one binary.
 const busybox = "/bin/busybox"
-
-// fillTools makes the tools image: busybox and a link per applet in /bin. It
-// runs as root, as a shell for looking at a node's mounts and files would.
-func fillTools(ctx context.Context, _ Options, _ string, t *ociimage.Tree) (ociimage.Config, error) {
-	if err := busyboxTree(ctx, t); err != nil {
-		return ociimage.Config{}, err
-	}
-	if err := etcFiles(t); err != nil {
-		return ociimage.Config{}, err
-	}
-	return ociimage.Config{User: Root, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, nil
-}
 
 // busyboxTree adds Debian's busybox-static and a link to it in /bin per
 // applet, but for the paths in skip.
