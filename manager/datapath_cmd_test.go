@@ -58,6 +58,23 @@ func writeFile(t *testing.T, name, content string) string {
 // its address and its output lines.
 func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *bufio.Scanner) {
 	t.Helper()
+	cmd, out := serveChild(t, args)
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if addr, ok := listeningAt(lines.Text()); ok {
+			return cmd, addr, lines
+		}
+	}
+	t.Fatal("the server never said where it listens")
+	return nil, "", nil
+}
+
+// serveChild starts `datapath serve` with args (after --listen
+// 127.0.0.1:0, which a --listen of args overrides) in a child process of
+// this test binary, and returns it and its standard output.
+func serveChild(t *testing.T, args []string) (*exec.Cmd, io.Reader) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
 	cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), "\x1f"))
 	out, err := cmd.StdoutPipe()
@@ -68,15 +85,16 @@ func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *bufio.Scanner
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok {
-			return cmd, strings.TrimSuffix(strings.Fields(a)[0], ","), lines
-		}
+	return cmd, out
+}
+
+// listeningAt is the address in the server's "listening on" line.
+func listeningAt(line string) (string, bool) {
+	a, ok := strings.CutPrefix(line, "datapath: listening on ")
+	if !ok {
+		return "", false
 	}
-	t.Fatal("the server never said where it listens")
-	return nil, "", nil
+	return strings.TrimSuffix(strings.Fields(a)[0], ","), true
 }
 
 // TestDatapathServe_SIGTERMFlushesAndExits runs the server with TLS and a

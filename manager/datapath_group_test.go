@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -57,22 +57,14 @@ func spawnServe(t *testing.T, a []string) *groupServer {
 			g.ca = a[j+1]
 		}
 	}
-	g.cmd = exec.Command(os.Args[0], "-test.run=^TestDatapathServe_Child$", "-test.v")
-	g.cmd.Env = append(os.Environ(), serveChildEnv+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0"}, a...), "\x1f"))
-	pipe, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.cmd.Stderr = os.Stderr
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	var pipe io.Reader
+	g.cmd, pipe = serveChild(t, a)
 	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
 	go func() {
 		lines := bufio.NewScanner(pipe)
 		for lines.Scan() {
-			if a, ok := strings.CutPrefix(lines.Text(), "datapath: listening on "); ok && g.addr == "" {
-				g.addr = strings.TrimSuffix(strings.Fields(a)[0], ",")
+			if addr, ok := listeningAt(lines.Text()); ok && g.addr == "" {
+				g.addr = addr
 				close(g.ready)
 			}
 		}

@@ -122,21 +122,7 @@ func installedRecovery(t *testing.T, ctx context.Context, s *sandbox.Sandbox, no
 	t.Helper()
 	rc, err := v1alpha1.NewForConfig(s.RESTConfig())
 	must(t, err)
-	var rec *v1alpha1.NodeRecovery
-	err = sandbox.Poll(ctx, time.Minute, "NodeRecovery of "+node+" Recovered", func(ctx context.Context) (bool, string, error) {
-		recs, err := rc.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for i := range recs.Items {
-			r := &recs.Items[i]
-			if r.Spec.NodeName == node && r.Status.DetectedAt != nil && !r.Status.DetectedAt.Time.Before(cut.Add(-time.Second)) {
-				rec = r
-				return v1alpha1.PhaseOrder(r.Status.Phase) >= v1alpha1.PhaseOrder(v1alpha1.PhaseRecovered), string(r.Status.Phase), nil
-			}
-		}
-		return false, fmt.Sprintf("%d records, none for %s", len(recs.Items), node), nil
-	}, nil)
+	rec, err := waitNodeRecovery(ctx, rc, node, cut, v1alpha1.PhaseRecovered, time.Minute, nil)
 	if err != nil {
 		t.Error(err)
 		return nil

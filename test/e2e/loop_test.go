@@ -390,9 +390,19 @@ func (e *loopEnv) waitVolumesInUse(t *testing.T, node, handle string) {
 // at least phase, and returns it.
 func (e *loopEnv) waitRecovery(t *testing.T, node string, since time.Time, phase v1alpha1.Phase, timeout time.Duration) *v1alpha1.NodeRecovery {
 	t.Helper()
+	rec, err := waitNodeRecovery(context.Background(), e.rc, node, since, phase, timeout, e.describe)
+	must(t, err)
+	return rec
+}
+
+// waitNodeRecovery polls for the NodeRecovery of node detected after since
+// (less a second) until it reaches at least phase, within timeout, and
+// returns it; describe (or nil) adds diagnostics to the timeout's error.
+func waitNodeRecovery(ctx context.Context, rc *v1alpha1.Client, node string, since time.Time, phase v1alpha1.Phase, timeout time.Duration,
+	describe func(context.Context) string) (*v1alpha1.NodeRecovery, error) {
 	var rec *v1alpha1.NodeRecovery
-	must(t, sandbox.Poll(context.Background(), timeout, fmt.Sprintf("NodeRecovery of %s in phase %s", node, phase), func(ctx context.Context) (bool, string, error) {
-		recs, err := e.rc.List(ctx, metav1.ListOptions{})
+	err := sandbox.Poll(ctx, timeout, fmt.Sprintf("NodeRecovery of %s in phase %s", node, phase), func(ctx context.Context) (bool, string, error) {
+		recs, err := rc.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -405,8 +415,8 @@ func (e *loopEnv) waitRecovery(t *testing.T, node string, since time.Time, phase
 			return v1alpha1.PhaseOrder(r.Status.Phase) >= v1alpha1.PhaseOrder(phase), string(r.Status.Phase), nil
 		}
 		return false, fmt.Sprintf("%d records, none for %s", len(recs.Items), node), nil
-	}, e.describe))
-	return rec
+	}, describe)
+	return rec, err
 }
 
 // grants returns node's row on the volume at the datapath.
