@@ -99,11 +99,8 @@ type GroupGrants struct {
 // the group's majority does not wait for it. Adding a member again with the
 // same addresses changes nothing. A store without a control group refuses.
 func (s *Store) AddServer(id, raftAddress, datapathAddress string) error {
-	if err := s.checkOpen(); err != nil {
+	if err := s.checkAddServer(id); err != nil {
 		return err
-	}
-	if s.ctl == nil {
-		return fmt.Errorf("%w: add server %s: this server keeps its control state in datapath.db, not in a control group", ErrInvalidArgument, id)
 	}
 	if err := s.ctl.CheckLeader(); err != nil {
 		return err
@@ -122,11 +119,8 @@ func (s *Store) AddServer(id, raftAddress, datapathAddress string) error {
 // address is checked only (it is recorded by AddServer). A store without a
 // control group refuses.
 func (s *Store) AddNonvoter(id, raftAddress, datapathAddress string) error {
-	if err := s.checkOpen(); err != nil {
+	if err := s.checkAddServer(id); err != nil {
 		return err
-	}
-	if s.ctl == nil {
-		return fmt.Errorf("%w: add server %s: this server keeps its control state in datapath.db, not in a control group", ErrInvalidArgument, id)
 	}
 	if datapathAddress == "" {
 		return fmt.Errorf("%w: server %s: no datapath address; give the host:port it serves clients at", ErrInvalidArgument, id)
@@ -138,6 +132,18 @@ func (s *Store) AddNonvoter(id, raftAddress, datapathAddress string) error {
 	defer cancel()
 	if err := s.ctl.AddNonvoter(ctx, id, raftAddress); err != nil {
 		return fmt.Errorf("add server %s as a non-voter: %w", id, err)
+	}
+	return nil
+}
+
+// checkAddServer refuses to add server id to a closed store or to one
+// without a control group.
+func (s *Store) checkAddServer(id string) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if s.ctl == nil {
+		return fmt.Errorf("%w: add server %s: this server keeps its control state in datapath.db, not in a control group", ErrInvalidArgument, id)
 	}
 	return nil
 }

@@ -147,12 +147,9 @@ func (g *Group) AddMember(ctx context.Context, id, raftAddress, datapathAddress 
 		return err
 	}
 	if m.ID != g.id {
-		conn, err := net.DialTimeout("tcp", raftAddress, memberDialWait)
-		if err != nil {
-			return fmt.Errorf("%w: server %s's raft address %s does not answer (%v): start it first with `serve --raft-join`, then add it",
-				datapath.ErrInvalidArgument, id, raftAddress, err)
+		if err := raftAnswers(id, raftAddress); err != nil {
+			return err
 		}
-		_ = conn.Close()
 	}
 	return g.AddServer(ctx, m)
 }
@@ -185,13 +182,22 @@ func (g *Group) AddNonvoter(ctx context.Context, id, raftAddress string) error {
 			return nil
 		}
 	}
+	if err := raftAnswers(id, raftAddress); err != nil {
+		return err
+	}
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	return g.wait(ctx, "add non-voter "+id, g.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddress), 0, g.applyTimeout))
+}
+
+// raftAnswers checks that server id's Raft transport at raftAddress
+// accepts a connection: a server added to the group must be running.
+func raftAnswers(id, raftAddress string) error {
 	conn, err := net.DialTimeout("tcp", raftAddress, memberDialWait)
 	if err != nil {
 		return fmt.Errorf("%w: server %s's raft address %s does not answer (%v): start it first with `serve --raft-join`, then add it",
 			datapath.ErrInvalidArgument, id, raftAddress, err)
 	}
 	_ = conn.Close()
-	ctx, cancel := g.deadline(ctx)
-	defer cancel()
-	return g.wait(ctx, "add non-voter "+id, g.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddress), 0, g.applyTimeout))
+	return nil
 }
