@@ -123,14 +123,11 @@ func missingInput(s spec, o Options) string {
 				return fmt.Sprintf("%s is not on this machine (install Debian's %s)", h.path, h.pkg)
 			}
 		}
-	case (s.name == Tools || s.name == E2EBusybox || s.name == E2ENginx) && !isExec(busybox):
-		return fmt.Sprintf("%s is not on this machine (install Debian's busybox-static)", busybox)
-	case s.name == E2EJessieDnsutils && !isExec(gnuDD.host):
-		return fmt.Sprintf("%s is not on this machine (install Debian's %s)", gnuDD.host, gnuDD.pkg)
-	case s.name == E2EJessieDnsutils && !isExec(dash.host):
-		return fmt.Sprintf("%s is not on this machine (install Debian's %s)", dash.host, dash.pkg)
-	case s.name == E2EAgnhost && !isExec(busybox):
-		return fmt.Sprintf("%s is not on this machine (install Debian's busybox-static)", busybox)
+	}
+	for _, h := range s.hosts {
+		if !isExec(h.host) {
+			return fmt.Sprintf("%s is not on this machine (install Debian's %s)", h.host, h.pkg)
+		}
 	}
 	return ""
 }

@@ -83,6 +83,9 @@ type spec struct {
 	// key of its version ("" for none). builtBy is the command that builds
 	// the binary, default make testbin.
 	binary, pin, builtBy string
+	// hosts are the programs of this machine the image holds, checked
+	// before it is built.
+	hosts []hostProgram
 }
 
 func tagged(repo string) func(Options) string {
@@ -94,7 +97,7 @@ func catalogue() []spec {
 		{name: Vigil, ref: tagged("vigil"), fill: fillVigil},
 		{name: Pause, ref: tagged("vigil-pause"), fill: fillPause, program: "pause"},
 		{name: Writer, ref: tagged("vigil-writer"), fill: fillWriter, program: "writer"},
-		{name: Tools, ref: func(Options) string { return ToolsRef }, fill: fillBusybox("")}, // busybox and a link per applet in /bin, run as root: a shell for looking at a node's mounts and files
+		{name: Tools, ref: func(Options) string { return ToolsRef }, fill: fillBusybox(""), hosts: []hostProgram{busyboxProgram}}, // busybox and a link per applet in /bin, run as root: a shell for looking at a node's mounts and files
 		sidecar(CSIProvisioner, "EXTERNAL_PROVISIONER_VERSION"),
 		sidecar(CSIAttacher, "EXTERNAL_ATTACHER_VERSION"),
 		sidecar(CSIRegistrar, "NODE_DRIVER_REGISTRAR_VERSION"),

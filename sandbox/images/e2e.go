@@ -51,8 +51,9 @@ type hostProgram struct{ at, host, pkg string }
 // jessie-dnsutils stand-in: busybox's shell runs its own dd applet whatever
 // PATH says, so the GNU dd needs a shell that looks it up.
 var (
-	gnuDD = hostProgram{at: "/bin/dd", host: "/usr/bin/dd", pkg: "coreutils"}
-	dash  = hostProgram{at: "/bin/sh", host: "/usr/bin/dash", pkg: "dash"}
+	busyboxProgram = hostProgram{at: busybox, host: busybox, pkg: "busybox-static"}
+	gnuDD          = hostProgram{at: "/bin/dd", host: "/usr/bin/dd", pkg: "coreutils"}
+	dash           = hostProgram{at: "/bin/sh", host: "/usr/bin/dash", pkg: "dash"}
 )
 
 // standInLabel names, in an image's labels, the upstream image a busybox
@@ -64,11 +65,14 @@ func e2eCatalogue() []spec {
 		return func(Options) string { return E2ERegistry + "/" + repo + ":" + version }
 	}
 	return []spec{
-		{name: E2EAgnhost, ref: e2e("agnhost", "2.53"), fill: fillAgnhost, binary: agnhostBinary, builtBy: "make conformance-testbin"},
-		{name: E2EBusybox, ref: e2e("busybox", "1.36.1-1"), fill: fillBusybox("")},
-		{name: E2ENginx, ref: e2e("nginx", "1.14-4"), fill: fillBusybox("registry.k8s.io/e2e-test-images/nginx:1.14-4")},
+		{name: E2EAgnhost, ref: e2e("agnhost", "2.53"), fill: fillAgnhost, binary: agnhostBinary, builtBy: "make conformance-testbin",
+			hosts: []hostProgram{busyboxProgram}},
+		{name: E2EBusybox, ref: e2e("busybox", "1.36.1-1"), fill: fillBusybox(""), hosts: []hostProgram{busyboxProgram}},
+		{name: E2ENginx, ref: e2e("nginx", "1.14-4"), fill: fillBusybox("registry.k8s.io/e2e-test-images/nginx:1.14-4"),
+			hosts: []hostProgram{busyboxProgram}},
 		{name: E2EJessieDnsutils, ref: e2e("jessie-dnsutils", "1.7"),
-			fill: fillBusybox("registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", gnuDD, dash)},
+			fill:  fillBusybox("registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", gnuDD, dash),
+			hosts: []hostProgram{gnuDD, dash}},
 	}
 }
 
