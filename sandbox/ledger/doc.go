@@ -32,5 +32,10 @@
 // ReadRecords parses a records file, skipping torn or garbled lines (the tail
 // of a write cut by a power cut); Verify checks a ledger against the records
 // found: every acknowledged record present (no lost write), and no record from
-// a node during a span in which the datapath had that node fenced.
+// a node during a span in which the datapath had that node fenced. Check
+// judges a ledger alone, as every test that watches a writer does: whether it
+// is gapless (each number from the first to the last acknowledged once, in
+// order, no garbled line: no record failed) and the longest time it went
+// without an acknowledgement while observed, the tail to the end of the
+// observation included (TestCheck_Cases).
 package ledger

@@ -162,17 +162,24 @@ func parseLedger(r io.Reader, name string) ([]Ack, error) {
 		if err != nil {
 			return nil, err
 		}
-		f := strings.Fields(line)
-		var seq uint64
-		var ns int64
-		var e1, e2 error
-		if len(f) == 2 {
-			seq, e1 = strconv.ParseUint(f[0], 10, 64)
-			ns, e2 = strconv.ParseInt(f[1], 10, 64)
-		}
-		if len(f) != 2 || e1 != nil || e2 != nil {
+		a, err := parseAck(line)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s line %d: %q: want SEQ UNIX-NANOS", ErrBadRecord, name, lineNo, strings.TrimSpace(line))
 		}
-		out = append(out, Ack{Seq: seq, Time: time.Unix(0, ns)})
+		out = append(out, a)
 	}
+}
+
+// parseAck parses one ledger line, "SEQ UNIX-NANOS", its newline optional.
+func parseAck(line string) (Ack, error) {
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		return Ack{}, ErrBadRecord
+	}
+	seq, err1 := strconv.ParseUint(f[0], 10, 64)
+	ns, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Ack{}, ErrBadRecord
+	}
+	return Ack{Seq: seq, Time: time.Unix(0, ns)}, nil
 }
