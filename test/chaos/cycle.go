@@ -164,29 +164,19 @@ func (h *Harness) runTransient(ctx context.Context, f Fault, r *CycleResult) err
 	return nil
 }
 
-// longestStall is the longest gap between two acknowledged records of a
-// writer (or between from and its first, or its last and to) within [from,
-// to], over every writer that runs at to. A writer that started after from is
-// measured from its start.
+// longestStall is the longest time a writer went without an acknowledged
+// record within [from, to] (the tail to to included; ledger.Check), over
+// every writer that runs at to. A writer that started after from is measured
+// from its start.
 func (h *Harness) longestStall(from, to time.Time) time.Duration {
 	var worst time.Duration
 	for _, w := range h.current() {
-		prev := from
+		start := from
 		if w.Started.After(from) {
-			prev = w.Started
+			start = w.Started
 		}
-		acks, _ := ledger.ReadLedger(w.Ledger)
-		for _, a := range acks {
-			if a.Time.Before(prev) {
-				continue
-			}
-			if a.Time.After(to) {
-				break
-			}
-			worst = max(worst, a.Time.Sub(prev))
-			prev = a.Time
-		}
-		worst = max(worst, to.Sub(prev))
+		a, _ := ledger.CheckFile(w.Ledger, start, to)
+		worst = max(worst, a.Stall)
 	}
 	return worst
 }

@@ -286,53 +286,38 @@ func (h *heartbeatWatch) longest() string {
 	return fmt.Sprintf("%.1fs (%s, %.1fs after the SIGTERM)", max.Seconds(), node, h.maxAt[node].Seconds())
 }
 
-// checkOutageWriters checks every writer: no failure (its ledger's sequence
-// has no gap, its log no failed record), acknowledged records while the API
-// server was away (from, to) and up to the end, and every acknowledged record
-// on its volume. It returns the longest time a writer went without an
-// acknowledged record (up to end), with its writer.
+// checkOutageWriters checks every writer: no failure (its ledger gapless,
+// its log no failed record), acknowledged records while the API server was
+// away (from, to), and every acknowledged record on its volume. It returns
+// the longest time a writer went without an acknowledged record from from
+// to end, with its writer.
 func (e *loopEnv) checkOutageWriters(t *testing.T, ws []*outageWriter, from, to, end time.Time) string {
 	t.Helper()
 	var worst time.Duration
 	var worstAt string
 	for _, w := range ws {
-		acks, err := ledger.ReadLedger(w.ledger)
+		a, err := ledger.CheckFile(w.ledger, from, end)
 		must(t, err)
-		if len(acks) == 0 {
-			t.Errorf("writer of %s on %s acknowledged nothing", w.app.name, w.node)
-			continue
+		if !a.Gapless() {
+			t.Errorf("writer of %s on %s: a write or fsync returned an error: %s", w.app.name, w.node, a)
 		}
-		during := 0
-		for i, a := range acks {
-			if a.Seq != uint64(i+1) {
-				t.Errorf("writer of %s on %s: record %d failed (the ledger goes from %d to %d): a write or fsync returned an error",
-					w.app.name, w.node, acks[i-1].Seq+1, acks[i-1].Seq, a.Seq)
-				break
-			}
-			if a.Time.After(from) && a.Time.Before(to) {
-				during++
-			}
-			next := end
-			if i+1 < len(acks) {
-				next = acks[i+1].Time
-			}
-			if gap := next.Sub(a.Time); gap > worst {
-				worst, worstAt = gap, fmt.Sprintf("%s on %s, from %.1fs after the SIGTERM", w.app.name, w.node, a.Time.Sub(from).Seconds())
-			}
-		}
+		during := a.AckedBetween(from, to)
 		if during == 0 {
 			t.Errorf("writer of %s on %s acknowledged no record while the API server was away", w.app.name, w.node)
+		}
+		if a.Stall > worst {
+			worst, worstAt = a.Stall, fmt.Sprintf("%s on %s, from %.1fs after the SIGTERM", w.app.name, w.node, a.StallFrom.Sub(from).Seconds())
 		}
 		if log, err := os.ReadFile(filepath.Join(e.s.NodeDir(w.node), w.proc+".log")); err == nil && strings.Contains(string(log), "not acknowledged") {
 			t.Errorf("writer of %s on %s logged a failure:\n%s", w.app.name, w.node, log)
 		}
 		found, err := ledger.ReadRecords(filepath.Join(w.target, ledger.RecordsFile(string(w.pod.UID))))
 		must(t, err)
-		res := ledger.Verify(ledger.Pod{UID: string(w.pod.UID), Node: w.node, Acks: acks, Found: found})
+		res := ledger.Verify(ledger.Pod{UID: string(w.pod.UID), Node: w.node, Acks: a.Acks, Found: found})
 		if !res.OK() {
 			t.Errorf("writer of %s: %s", w.app.name, res)
 		}
-		t.Logf("writer of %s on %s: %d records acknowledged (%d while the API server was away), all on the volume", w.app.name, w.node, len(acks), during)
+		t.Logf("writer of %s on %s: %d acknowledged while the API server was away; %s; %s", w.app.name, w.node, during, a, res)
 	}
 	if worst > 10*time.Second {
 		t.Errorf("a writer went %.1fs without an acknowledged record (%s): its I/O waited for the API server", worst.Seconds(), worstAt)

@@ -29,9 +29,9 @@ const upgradeTag = "upgrade"
 // tagged upgradeTag, one pod at a time. Each engine stops gracefully (its
 // stop announced at the datapath, the node's fd keeper holding the FUSE
 // connections) and its successor adopts the node's volumes: the writer sees
-// a pause, no error; nothing fails over (no NodeRecovery, the pod the same,
-// its grant live at the same epoch); every record it acknowledged is on its
-// volume afterwards.
+// a pause, no error (its ledger gapless); nothing fails over (no
+// NodeRecovery, the pod the same, its grant live at the same epoch); every
+// record it acknowledged is on its volume afterwards.
 func installedUpgrade(t *testing.T, ctx context.Context, s *sandbox.Sandbox, ledgerDir string, pod corev1.Pod, pv, handle string, epoch uint64,
 	grants func() map[string]uint64) {
 	t.Helper()
@@ -63,38 +63,23 @@ func installedUpgrade(t *testing.T, ctx context.Context, s *sandbox.Sandbox, led
 	if e, ok := grants()[pod.Spec.NodeName]; !ok || e != epoch {
 		t.Errorf("after the upgrade %s's live grant of %s is at epoch %d (live %t), want %d", pod.Spec.NodeName, handle, e, ok, epoch)
 	}
-	acks, err := ledger.ReadLedger(ledgerFile)
+	audit, err := ledger.CheckFile(ledgerFile, start, time.Now())
 	must(t, err)
-	pause, during := longestPause(acks, start)
-	if during == 0 {
-		t.Errorf("the writer acknowledged nothing during the upgrade")
+	if !audit.Gapless() {
+		t.Errorf("the writer on %s saw an error (a record not acknowledged): %s", pod.Spec.NodeName, audit)
+	}
+	if audit.Observed == 0 {
+		t.Errorf("the writer acknowledged nothing during the upgrade: %s", audit)
 	}
 	found, err := ledger.ReadRecords(filepath.Join(s.PodVolumeDir(pod.Spec.NodeName, pod.UID, pv), ledger.RecordsFile(string(pod.UID))))
 	must(t, err)
-	res := ledger.Verify(ledger.Pod{UID: string(pod.UID), Node: pod.Spec.NodeName, Acks: acks, Found: found})
+	res := ledger.Verify(ledger.Pod{UID: string(pod.UID), Node: pod.Spec.NodeName, Acks: audit.Acks, Found: found})
 	if !res.OK() {
 		t.Errorf("after the upgrade the writer's records: %s", res)
 	}
-	t.Logf("figures: upgrade to %s: engines rolled on 3 nodes in %.1fs, both managers %.1fs after the start; the writer on %s: %d records acknowledged meanwhile, its longest pause %.2fs; %s",
-		ref, engines.Seconds(), rolled.Seconds(), pod.Spec.NodeName, during, pause.Seconds(), res)
-}
-
-// longestPause is the longest time between two acknowledgements (or from
-// since to the first) after since, and how many there were.
-func longestPause(acks []ledger.Ack, since time.Time) (time.Duration, int) {
-	var longest time.Duration
-	last, n := since, 0
-	for _, a := range acks {
-		if a.Time.Before(since) {
-			continue
-		}
-		if d := a.Time.Sub(last); d > longest {
-			longest = d
-		}
-		last = a.Time
-		n++
-	}
-	return longest, n
+	t.Logf("the writer on %s since the upgrade began: %s", pod.Spec.NodeName, audit)
+	t.Logf("figures: upgrade to %s: engines rolled on 3 nodes in %.1fs, both managers %.1fs after the start; the writer on %s: %d records acknowledged meanwhile, its longest stall %.2fs; %s",
+		ref, engines.Seconds(), rolled.Seconds(), pod.Spec.NodeName, audit.Observed, audit.Stall.Seconds(), res)
 }
 
 // rollImage sets the image of every container of the workload (kind
