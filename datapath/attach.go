@@ -118,14 +118,16 @@ func (s *Store) ctlChange(volumeID, node string, pend *pendingApply, change func
 	if err := validNode(node); err != nil {
 		return 0, err
 	}
-	if _, err := s.GetVolume(volumeID); err != nil {
+	if _, err := s.GetVolume(volumeID); err != nil || s.othersApplyID(volumeID) {
 		if pend != nil {
 			return s.ctlChangeElsewhere(volumeID, pend, change)
 		}
 		if herr := s.ctlCheckHere(volumeID); herr != nil {
 			return 0, herr
 		}
-		return 0, err
+		if err != nil {
+			return 0, err
+		}
 	}
 	ctx, cancel := s.ctlContext()
 	defer cancel()

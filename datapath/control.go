@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -207,11 +208,15 @@ func (s *Store) ctlContext() (context.Context, context.CancelFunc) {
 // them (their tables, epochs) with the failures datapath.db recorded.
 func (s *Store) loadFromControl(failed map[string]*failureRecord) error {
 	for _, cv := range s.ctl.AppliedVolumes() {
-		if cv.Server != s.ctl.Self() {
+		if !s.isReplicaHere(cv) {
 			continue
 		}
-		if err := s.openControlled(cv, failed[cv.ID]); err != nil {
+		err := s.openControlled(cv, failed[cv.ID])
+		if err != nil && cv.Server == s.ctl.Self() {
 			return err
+		}
+		if err != nil { // a copy not made yet (a replacement to rebuild): the others serve
+			s.log.Warn("datapath: this server is a replica of a volume whose data file it cannot open; it serves none of its I/O", "volume", cv.ID, "err", err)
 		}
 	}
 	for id := range failed {
@@ -276,9 +281,16 @@ func (s *Store) applied(ids []string) {
 		default:
 			v.mu.Lock()
 			gone := s.refreshLocked(v)
+			left := !gone && !v.deleted && s.ctl.Self() != "" && !slices.Contains(v.set.Replicas, s.ctl.Self())
+			if left {
+				v.deleted = true // its replica moved elsewhere: no more I/O here
+			}
 			v.mu.Unlock()
-			if gone {
+			switch {
+			case gone:
 				s.forget(v)
+			case left:
+				s.unpublish(v)
 			}
 		}
 	}
@@ -299,7 +311,7 @@ func (s *Store) refreshLocked(v *volume) (deleted bool) {
 		return true
 	}
 	v.rec.Epoch = cv.Epoch
-	v.memberEpoch = cv.MemberEpoch
+	v.setMemberLocked(cv)
 	for _, a := range rows {
 		old, had := v.attach[a.Node]
 		v.attach[a.Node] = attachmentRecord{Epoch: a.Epoch, State: a.State, Updated: a.Updated, Use: a.Use}
@@ -325,14 +337,33 @@ func (s *Store) forget(v *volume) {
 	}
 }
 
-// adopt opens a volume of this server that the group created while no
-// create of this server was waiting for it (its outcome was unknown here).
+// unpublish closes a volume whose replica the group moved to another
+// server; its file is kept (a replica never removes data the group did not
+// delete).
+func (s *Store) unpublish(v *volume) {
+	s.mu.Lock()
+	if s.vols[v.rec.ID] != v {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.vols, v.rec.ID)
+	delete(s.names, v.rec.Name)
+	s.index.drop(v.rec.ID, v.attach)
+	s.mu.Unlock()
+	_ = v.file.Close()
+	s.log.Warn("datapath: the group moved this server's replica of a volume elsewhere; it serves it no more, and its data file is kept", "volume", v.rec.ID)
+}
+
+// adopt opens a volume of which this server holds a replica (the holder's
+// or another) when the group created it while no create of this server was
+// waiting for it: its outcome was unknown here, or another server placed
+// it (a prepared file).
 func (s *Store) adopt(id string) {
 	cv, _, ok := s.ctl.AppliedVolume(id)
 	if !ok {
 		return
 	}
-	if cv.Server != s.ctl.Self() {
+	if !s.isReplicaHere(cv) {
 		s.forgetPrepared(cv)
 		return
 	}
@@ -502,11 +533,16 @@ func (s *Store) ctlCheckHere(id string) error {
 	if err := s.ctl.CheckLeader(); err != nil {
 		return err // the leader may know the volume
 	}
-	if cv, _, ok := s.ctl.AppliedVolume(id); ok && cv.Server != s.ctl.Self() {
-		return fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s), and that server must apply the change before it returns; "+
-			"nothing was changed (this client does not confirm with that server; a client of this release does)", ErrHeldElsewhere, id, cv.Server, s.ctl.Self())
+	cv, _, ok := s.ctl.AppliedVolume(id)
+	switch {
+	case !ok || !s.othersApply(cv):
+		return nil
+	case len(cv.ReplicaSet().Replicas) > 1:
+		return fmt.Errorf("%w: volume %s: its data is on the datapath servers %s (its replicas), and a majority of them must apply the change before it returns; "+
+			"nothing was changed (this client does not confirm with them; a client of this release does)", ErrHeldElsewhere, id, strings.Join(cv.Replicas, ", "))
 	}
-	return nil
+	return fmt.Errorf("%w: volume %s: its data is on datapath server %s, not this one (%s), and that server must apply the change before it returns; "+
+		"nothing was changed (this client does not confirm with that server; a client of this release does)", ErrHeldElsewhere, id, cv.Server, s.ctl.Self())
 }
 
 // ctlCheckHeldHere refuses FenceNode, for a client that does not confirm,
@@ -517,7 +553,7 @@ func (s *Store) ctlCheckHere(id string) error {
 func (s *Store) ctlCheckHeldHere(node string) error {
 	var elsewhere []string
 	for _, cv := range s.ctl.AppliedVolumes() {
-		if cv.Server == s.ctl.Self() {
+		if !s.othersApply(cv) {
 			continue
 		}
 		_, rows, _ := s.ctl.AppliedVolume(cv.ID)

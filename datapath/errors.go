@@ -97,6 +97,12 @@ var (
 	// fewer than a majority of its replicas in sync (or none). Nothing was
 	// changed: the volume's I/O waits for a replica to return instead.
 	ErrReplicaQuorum = errors.New("datapath: a majority of the volume's replicas must stay in sync")
+	// ErrReplicaNotInSync: a read reached a replica of the volume whose
+	// copy is not in the in-sync set at the member epoch this server
+	// applied, so its data may be stale. Nothing was read; a
+	// ReplicaNotInSyncError names the in-sync replicas' datapath
+	// addresses, where the read may be sent.
+	ErrReplicaNotInSync = errors.New("datapath: this replica of the volume is not in sync")
 )
 
 // NotLeaderError is ErrNotLeader naming the leader the server knows: its id
@@ -139,3 +145,22 @@ func (e *NotHolderError) Is(target error) bool { return target == ErrNotHolder }
 // HolderAddressKey is the ErrorInfo metadata key of a NOT_HOLDER refusal
 // that holds the datapath address of the server holding the volume.
 const HolderAddressKey = "holderAddress"
+
+// ReplicaNotInSyncError is ErrReplicaNotInSync naming the datapath
+// addresses of the volume's in-sync replicas (those the group records).
+// On the wire they travel in the ErrorInfo's metadata
+// (InSyncAddressesKey), comma-separated.
+type ReplicaNotInSyncError struct {
+	Msg             string
+	VolumeID        string
+	InSyncAddresses []string
+}
+
+func (e *ReplicaNotInSyncError) Error() string { return e.Msg }
+
+// Is makes errors.Is(err, ErrReplicaNotInSync) hold.
+func (e *ReplicaNotInSyncError) Is(target error) bool { return target == ErrReplicaNotInSync }
+
+// InSyncAddressesKey is the ErrorInfo metadata key of a REPLICA_NOT_IN_SYNC
+// refusal that holds the in-sync replicas' datapath addresses.
+const InSyncAddressesKey = "inSyncAddresses"

@@ -20,3 +20,10 @@ func OnAbandonChecked(t testing.TB, fn func(id string)) {
 	abandonCheckedHook = fn
 	t.Cleanup(func() { abandonCheckedHook = old })
 }
+
+// SetMemberEpochWait shortens MemberEpochWait for the test t.
+func SetMemberEpochWait(t testing.TB, d time.Duration) {
+	old := memberEpochWait
+	memberEpochWait = d
+	t.Cleanup(func() { memberEpochWait = old })
+}

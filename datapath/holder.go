@@ -6,18 +6,19 @@ import (
 	"os"
 )
 
-// With a control group each volume's data is on one server, its holder
-// (ControlVolume.Server), and only the holder serves its I/O. Another
-// server of the group that gets a read, a write, a flush, a write session
-// or a read of one volume (GetVolume, Attachments, Connectivity,
-// ClearFailure) for it refuses with ErrNotHolder, naming the holder's
-// datapath address (NotHolderError), before anything is read or written:
-// the client sends the volume's calls there (datapath/client). A volume the
-// group does not know is ErrNotFound, as without a group, unless this
-// server has a data file of that id (notAppliedYet).
+// With a control group each volume's data is on the servers of its replica
+// set (one, its holder, for a volume of one copy), and only they serve its
+// I/O (replicaio.go). Another server of the group that gets a read, a
+// write, a flush, a write session or a read of one volume (GetVolume,
+// Attachments, Connectivity, ClearFailure) for it refuses with
+// ErrNotHolder, naming the holder's datapath address (NotHolderError),
+// before anything is read or written: the client sends the volume's calls
+// there (datapath/client). A volume the group does not know is ErrNotFound,
+// as without a group, unless this server has a data file of that id
+// (notAppliedYet).
 
-// lookupHeld is lookup for the calls only the holder serves: a volume this
-// server does not hold but the group places on another server is refused
+// lookupHeld is lookup for the calls only a replica serves: a volume of
+// which this server holds no replica but the group places on another server is refused
 // with a NotHolderError naming that server. Nothing is answered before the
 // server has caught up with the group since it started (caughtup.go).
 func (s *Store) lookupHeld(id string) (*volume, error) {
@@ -59,8 +60,10 @@ func (s *Store) notAppliedYet(id string) error {
 }
 
 // heldElsewhere returns a NotHolderError when the control group places
-// volume id's data on another server; nil without a group, for a volume
-// the group does not know, and for one of this server's.
+// volume id's data on another server and no replica of it on this one; nil
+// without a group, for a volume the group does not know, and for one this
+// server holds. A replica of this server that is not open (its data file
+// is missing, or it was replaced here) is ErrNotApplied.
 func (s *Store) heldElsewhere(id string) error {
 	if s.ctl == nil {
 		return nil
@@ -69,12 +72,10 @@ func (s *Store) heldElsewhere(id string) error {
 	if !ok || cv.Server == s.ctl.Self() {
 		return nil
 	}
-	addr := ""
-	for _, m := range s.ctl.GroupStatus() {
-		if m.ID == cv.Server {
-			addr = m.Address
-		}
+	if s.isReplicaHere(cv) {
+		return s.replicaNotOpen(id)
 	}
+	addr := s.addresses()[cv.Server]
 	where := "at " + addr
 	if addr == "" {
 		where = "whose address the group does not record"
@@ -82,4 +83,11 @@ func (s *Store) heldElsewhere(id string) error {
 	return &NotHolderError{VolumeID: id, HolderID: cv.Server, HolderAddress: addr,
 		Msg: fmt.Sprintf("%v: volume %s: its data is on datapath server %s (%s), not on this one (%s); nothing was read or written: send its I/O there",
 			ErrNotHolder, id, cv.Server, where, s.ctl.Self())}
+}
+
+// replicaNotOpen is the refusal of I/O at a replica of volume id whose copy
+// this server does not have open.
+func (s *Store) replicaNotOpen(id string) error {
+	return fmt.Errorf("%w: volume %s: server %s is one of its replicas but has no open copy of its data (its data file was not made here, or cannot be opened); nothing was read or written: use another replica",
+		ErrNotApplied, id, s.ctl.Self())
 }

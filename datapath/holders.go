@@ -63,14 +63,40 @@ func (p *pendingApply) servers() []string {
 	return out
 }
 
-// holderOf is the server the control state places the volume's data on,
-// as this server applied it ("" for a volume it does not know).
-func (s *Store) holderOf(volumeID string) string {
+// replicasOf is the servers the control state places the volume's data on
+// (its replica set), as this server applied it (none for a volume it does
+// not know).
+func (s *Store) replicasOf(volumeID string) []string {
 	cv, _, ok := s.ctl.AppliedVolume(volumeID)
 	if !ok {
-		return ""
+		return nil
 	}
-	return cv.Server
+	return cv.ReplicaSet().Replicas
+}
+
+// othersApply says whether a change of cv is done only once another
+// server applied it: one of its replicas is not this server.
+func (s *Store) othersApply(cv ControlVolume) bool {
+	for _, r := range cv.ReplicaSet().Replicas {
+		if r != s.ctl.Self() {
+			return true
+		}
+	}
+	return false
+}
+
+// othersApplyID is othersApply for the volume of id as applied here (false
+// for one this server does not know).
+func (s *Store) othersApplyID(volumeID string) bool {
+	cv, _, ok := s.ctl.AppliedVolume(volumeID)
+	return ok && s.othersApply(cv)
+}
+
+// addVolume records that each server of replicas holds volumeID's data.
+func (p *pendingApply) addVolume(s *Store, volumeID string, replicas []string) {
+	for _, r := range replicas {
+		p.add(s, volumeID, r)
+	}
 }
 
 // ctlChangeElsewhere commits a change of a volume this server does not
@@ -82,20 +108,23 @@ func (s *Store) ctlChangeElsewhere(volumeID string, pend *pendingApply, change f
 	}
 	ctx, cancel := s.ctlContext()
 	defer cancel()
-	holder := s.holderOf(volumeID)
-	if holder == "" {
+	replicas := s.replicasOf(volumeID)
+	if len(replicas) == 0 {
 		// Unknown here: a leader new to the role may not have applied its
 		// create yet, and the change must not go unconfirmed for that.
 		if err := s.ctl.Current(ctx); err != nil {
 			return 0, err
 		}
-		holder = s.holderOf(volumeID)
+		replicas = s.replicasOf(volumeID)
 	}
 	e, err := change(ctx)
 	if err != nil {
 		return 0, err
 	}
-	pend.add(s, volumeID, holder)
+	if after := s.replicasOf(volumeID); len(after) > 0 {
+		replicas = after // the set at the change's entry (a delete leaves none)
+	}
+	pend.addVolume(s, volumeID, replicas)
 	pend.finish(s)
 	return e, nil
 }
@@ -156,7 +185,7 @@ func (s *Store) ctlFenceNode(node string, pend *pendingApply) ([]FencedVolume, e
 		return fs, s.heldElsewhereAfter(node, fs)
 	}
 	for _, f := range fs {
-		pend.add(s, f.VolumeID, s.holderOf(f.VolumeID))
+		pend.addVolume(s, f.VolumeID, s.replicasOf(f.VolumeID))
 	}
 	pend.finish(s)
 	return fs, nil
@@ -184,8 +213,8 @@ func (p *pendingApply) toWire() *wire.Pending {
 func (s *Store) heldElsewhereAfter(node string, fs []FencedVolume) error {
 	var elsewhere []string
 	for _, f := range fs {
-		if h := s.holderOf(f.VolumeID); h != "" && h != s.ctl.Self() {
-			elsewhere = append(elsewhere, f.VolumeID+" on "+h)
+		if cv, _, ok := s.ctl.AppliedVolume(f.VolumeID); ok && s.othersApply(cv) {
+			elsewhere = append(elsewhere, f.VolumeID+" on "+cv.Server)
 		}
 	}
 	if len(elsewhere) == 0 {

@@ -51,22 +51,45 @@ func (s *Store) write(volumeID, node string, epoch, member uint64, off, n int64,
 	if err != nil {
 		return err
 	}
+	var timer *time.Timer
+	for {
+		ahead, err := s.writeOnce(v, node, epoch, member, off, n, do)
+		if ahead == nil {
+			return err
+		}
+		if timer == nil {
+			timer = time.NewTimer(memberEpochWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-ahead: // a new member epoch applied: check again
+		case <-timer.C:
+			return fmt.Errorf("%w (waited %s for this server to apply it)", err, memberEpochWait)
+		}
+	}
+}
+
+// writeOnce checks and writes under v's read lock. A write at a member
+// epoch newer than this server applied is refused with ahead set, closed
+// once this server applies another: the caller may wait for it and try
+// again (never under the lock, which the apply takes).
+func (s *Store) writeOnce(v *volume, node string, epoch, member uint64, off, n int64, do func(File) error) (ahead <-chan struct{}, err error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if err := v.checkWrite(node, epoch); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v.checkMember("write", member); err != nil {
-		return err
+		return v.aheadLocked(member), err
 	}
-	if err := validRange("write", volumeID, off, n, v.rec.Size); err != nil {
-		return err
+	if err := validRange("write", v.rec.ID, off, n, v.rec.Size); err != nil {
+		return nil, err
 	}
 	if err := do(v.file); err != nil {
-		return fmt.Errorf("write volume %s at %d: %w", volumeID, off, fileErr(err))
+		return nil, fmt.Errorf("write volume %s at %d: %w", v.rec.ID, off, fileErr(err))
 	}
-	s.act.io(volumeID, node, s.now())
-	return nil
+	s.act.io(v.rec.ID, node, s.now())
+	return nil, nil
 }
 
 // ReadAt reads n bytes at off on the volume as (node, epoch).
@@ -78,20 +101,34 @@ func (s *Store) ReadAt(volumeID, node string, epoch uint64, off int64, n int) ([
 	if err != nil {
 		return nil, err
 	}
+	buf, inSync, member, err := s.readOnce(v, node, epoch, off, n)
+	if inSync != nil {
+		return nil, s.errNotInSync(volumeID, member, inSync) // outside v.mu: it reads the group's members
+	}
+	return buf, err
+}
+
+// readOnce checks and reads under v's read lock; inSync is set (nothing
+// read) when this server's replica of v is not in sync at the member
+// epoch it applied.
+func (s *Store) readOnce(v *volume, node string, epoch uint64, off int64, n int) (buf []byte, inSync []string, member uint64, err error) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if err := v.checkIO("read", node, epoch); err != nil {
-		return nil, err
+		return nil, nil, 0, err
 	}
-	if err := validRange("read", volumeID, off, int64(n), v.rec.Size); err != nil {
-		return nil, err
+	if in := s.notInSyncLocked(v); in != nil {
+		return nil, in, v.memberEpoch, nil
 	}
-	buf := make([]byte, n)
+	if err := validRange("read", v.rec.ID, off, int64(n), v.rec.Size); err != nil {
+		return nil, nil, 0, err
+	}
+	buf = make([]byte, n)
 	if _, err := v.file.ReadAt(buf, off); err != nil {
-		return nil, fmt.Errorf("read volume %s at %d: %w", volumeID, off, fileErr(err))
+		return nil, nil, 0, fmt.Errorf("read volume %s at %d: %w", v.rec.ID, off, fileErr(err))
 	}
-	s.act.io(volumeID, node, s.now())
-	return buf, nil
+	s.act.io(v.rec.ID, node, s.now())
+	return buf, nil, 0, nil
 }
 
 // Flush makes the volume's acknowledged writes durable. The (node, epoch) check

@@ -58,10 +58,16 @@ func (s *Store) PrepareVolume(name string, size int64, mode AccessMode) (Volume,
 		}
 		return cv.Volume, cv.Server, nil // a create again: nothing to make
 	}
-	p, existing, err := s.beginPrepare(name, size, mode)
+	p, existing, err := s.beginPrepare(name, size, mode, "")
 	if err != nil || p == nil {
 		return existing, s.ctl.Self(), err
 	}
+	return s.makePrepared(p)
+}
+
+// makePrepared makes p's data file, durable, and keeps it prepared.
+func (s *Store) makePrepared(p *pendingCreate) (Volume, string, error) {
+	name := p.rec.Name
 	f, err := s.createFile(p)
 	if err == nil {
 		err = f.Close()
@@ -88,15 +94,16 @@ func (s *Store) appliedByName(name string) (ControlVolume, bool) {
 
 // beginPrepare is beginCreate that also finds a volume of the name this
 // server prepared.
-func (s *Store) beginPrepare(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
-	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.preparedOrPromiseLocked(name, size, mode) })
+func (s *Store) beginPrepare(name string, size int64, mode AccessMode, id string) (*pendingCreate, Volume, error) {
+	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.preparedOrPromiseLocked(name, size, mode, id) })
 }
 
-// preparedOrPromiseLocked is beginPrepare once nothing of name is in flight.
-func (s *Store) preparedOrPromiseLocked(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
+// preparedOrPromiseLocked is beginPrepare once nothing of name is in flight;
+// id as for promiseLocked.
+func (s *Store) preparedOrPromiseLocked(name string, size int64, mode AccessMode, id string) (*pendingCreate, Volume, error) {
 	pv := s.prov.prepared[name]
 	if pv == nil {
-		return s.promiseLocked(name, size, mode)
+		return s.promiseLocked(name, size, mode, id)
 	}
 	if r := pv.rec; r.Size != size || r.Access != mode {
 		return nil, Volume{}, fmt.Errorf("%w: volume %q is prepared as %s with %d bytes and mode %s; asked for %d bytes and mode %s",
@@ -174,7 +181,7 @@ func (s *Store) createPlaced(id, name string, size int64, mode AccessMode, serve
 		return Volume{}, fmt.Errorf("create volume %q on server %s: %w", name, server, err)
 	}
 	if pend != nil {
-		pend.add(s, cv.ID, cv.Server)
+		pend.addVolume(s, cv.ID, cv.ReplicaSet().Replicas)
 		pend.finish(s)
 	}
 	return cv.Volume, nil

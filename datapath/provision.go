@@ -102,7 +102,7 @@ func (s *Store) CreateVolume(name string, size int64, mode AccessMode) (Volume, 
 // pending: the caller makes it. A create or delete of the name in flight is
 // waited for first.
 func (s *Store) beginCreate(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
-	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.promiseLocked(name, size, mode) })
+	return s.onceNameFree(name, func() (*pendingCreate, Volume, error) { return s.promiseLocked(name, size, mode, "") })
 }
 
 // onceNameFree waits until no create or delete of name is in flight, then
@@ -125,8 +125,9 @@ func (s *Store) onceNameFree(name string, begin func() (*pendingCreate, Volume, 
 	}
 }
 
-// promiseLocked is beginCreate once nothing of name is in flight.
-func (s *Store) promiseLocked(name string, size int64, mode AccessMode) (*pendingCreate, Volume, error) {
+// promiseLocked is beginCreate once nothing of name is in flight; the new
+// volume gets id, or a new one when id is "".
+func (s *Store) promiseLocked(name string, size int64, mode AccessMode, id string) (*pendingCreate, Volume, error) {
 	if id, ok := s.names[name]; ok {
 		r := s.vols[id].rec
 		if r.Size != size || r.Access != mode {
@@ -139,8 +140,11 @@ func (s *Store) promiseLocked(name string, size int64, mode AccessMode) (*pendin
 		return nil, Volume{}, fmt.Errorf("%w: volume %q needs %d bytes, %d can still be promised (capacity %d, over-provisioning %d%%, free on disk %d)",
 			ErrNoSpace, name, size, avail, s.capacity, s.overPct, s.freeOnDisk())
 	}
+	if id == "" {
+		id = s.newIDLocked()
+	}
 	p := &pendingCreate{done: make(chan struct{}),
-		rec: volumeRecord{ID: s.newIDLocked(), Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}}
+		rec: volumeRecord{ID: id, Name: name, Size: size, Access: mode, Created: s.now().UTC().Truncate(time.Microsecond)}}
 	s.prov.creating[name] = p
 	s.prov.fileOps[p.rec.ID] = struct{}{}
 	s.prov.promised += size
@@ -260,6 +264,17 @@ func (s *Store) DeleteVolume(id string) error { return s.deleteVolume(id, nil) }
 
 // deleteVolume is DeleteVolume; pend as for grantAs.
 func (s *Store) deleteVolume(id string, pend *pendingApply) error {
+	if s.ctl != nil && pend != nil && s.othersApplyID(id) {
+		// Its other replicas must apply it (this server's copy, if any, is
+		// removed as it applies the delete: forget).
+		_, err := s.ctlChangeElsewhere(id, pend, func(ctx context.Context) (uint64, error) { return 0, s.ctl.DeleteVolume(ctx, id) })
+		return err
+	}
+	if s.ctl != nil && s.othersApplyID(id) {
+		if err := s.ctlCheckHere(id); err != nil {
+			return err
+		}
+	}
 	v, done, err := s.beginDelete(id)
 	if err == nil && v == nil && s.ctl != nil {
 		if pend != nil {

@@ -3,6 +3,7 @@ package datapath
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,7 @@ var wireErrors = []struct {
 	{ErrNotApplied, codes.Unavailable, "NOT_APPLIED"},
 	{ErrStaleMemberEpoch, codes.Aborted, "STALE_MEMBER_EPOCH"},
 	{ErrReplicaQuorum, codes.FailedPrecondition, "REPLICA_QUORUM"},
+	{ErrReplicaNotInSync, codes.Unavailable, "REPLICA_NOT_IN_SYNC"},
 }
 
 // ToStatus turns an error into a gRPC status error that carries the sentinel's
@@ -62,6 +64,9 @@ func ToStatus(err error) error {
 			}
 			if nh := (*NotHolderError)(nil); errors.As(err, &nh) && nh.HolderAddress != "" {
 				info.Metadata = map[string]string{HolderAddressKey: nh.HolderAddress}
+			}
+			if ns := (*ReplicaNotInSyncError)(nil); errors.As(err, &ns) && len(ns.InSyncAddresses) > 0 {
+				info.Metadata = map[string]string{InSyncAddressesKey: strings.Join(ns.InSyncAddresses, ",")}
 			}
 			if d, derr := st.WithDetails(info); derr == nil {
 				st = d
@@ -99,6 +104,9 @@ type RemoteError struct {
 	// HolderAddress: with ErrNotHolder, the datapath address of the server
 	// that holds the volume's data, when the group recorded it.
 	HolderAddress string
+	// InSyncAddresses: with ErrReplicaNotInSync, the datapath addresses of
+	// the volume's in-sync replicas that the group recorded.
+	InSyncAddresses []string
 }
 
 func (e *RemoteError) Error() string { return e.Message }
@@ -133,6 +141,9 @@ func FromStatus(err error) error {
 		}
 		re.LeaderAddress = info.GetMetadata()[LeaderAddressKey]
 		re.HolderAddress = info.GetMetadata()[HolderAddressKey]
+		if a := info.GetMetadata()[InSyncAddressesKey]; a != "" {
+			re.InSyncAddresses = strings.Split(a, ",")
+		}
 	}
 	if re.Sentinel == nil && st.Code() == codes.Unauthenticated {
 		// Rejected by the auth interceptor or by gRPC itself.
