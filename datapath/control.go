@@ -134,6 +134,9 @@ type Control interface {
 	// the leader (NotLeaderError) otherwise.
 	CheckLeader() error
 	CreateVolumeWithID(ctx context.Context, id, name string, size int64, mode AccessMode, server string) (ControlVolume, error)
+	// CreateReplicatedVolume is CreateVolumeWithID with the volume's data
+	// on every server of replicas, the first its holder, all in sync.
+	CreateReplicatedVolume(ctx context.Context, id, name string, size int64, mode AccessMode, replicas []string) (ControlVolume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	Grant(ctx context.Context, id, node string, use GrantUse) (uint64, error)
 	Fence(ctx context.Context, id, node string) (uint64, error)

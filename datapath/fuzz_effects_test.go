@@ -301,6 +301,9 @@ var effects = map[string]effect{
 	wire.MethodAddServer: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("added a server though the store has no control group")
 	},
+	wire.MethodPrepareReplica: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("prepared a replica though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

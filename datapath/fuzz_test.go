@@ -119,6 +119,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodClearFailure:     func() wire.Message { return &wire.VolumeRef{} },
 	wire.MethodWaitApplied:      func() wire.Message { return &wire.WaitAppliedRequest{} },
 	wire.MethodPrepareVolume:    func() wire.Message { return &wire.CreateVolumeRequest{} },
+	wire.MethodPrepareReplica:   func() wire.Message { return &wire.CreateVolumeRequest{} },
 	wire.MethodAddServer:        func() wire.Message { return &wire.AddServerRequest{} },
 }
 
@@ -416,6 +417,8 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodPrepareVolume, &wire.CreateVolumeRequest{Name: "pvc-p", Size: 4096, Access: "rwo"}},
 		{wire.MethodAddServer, &wire.AddServerRequest{ID: "datapath-1", RaftAddress: "127.0.0.1:9601", DatapathAddress: "127.0.0.1:9600"}},
 		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-q", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1"}},
+		{wire.MethodPrepareReplica, &wire.CreateVolumeRequest{Name: "pvc-r", Size: 4096, Access: "rwo", ID: fuzzVolumeID}},
+		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-s", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1", Replicas: []string{"datapath-1", "datapath-2"}}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for
 	// node-1's own acts, the controller for the rest.

@@ -73,6 +73,9 @@ func (s *Store) heldElsewhere(id string) error {
 		return nil
 	}
 	if s.isReplicaHere(cv) {
+		if _, err := s.lookup(id); err == nil {
+			return nil // its copy is open here
+		}
 		return s.replicaNotOpen(id)
 	}
 	addr := s.addresses()[cv.Server]

@@ -132,6 +132,7 @@ var methodAccess = map[string]access{
 	wire.MethodClearFailure:     controllerOnly,
 	wire.MethodWaitApplied:      anyRole, // an engine's own Release is confirmed too
 	wire.MethodPrepareVolume:    controllerOnly,
+	wire.MethodPrepareReplica:   controllerOnly,
 	wire.MethodAddServer:        controllerOnly,
 	wire.MethodGetVolume:        anyRole,
 	wire.MethodAttachments:      anyRole,

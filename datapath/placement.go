@@ -103,7 +103,14 @@ func (s *Store) beginPrepare(name string, size int64, mode AccessMode, id string
 func (s *Store) preparedOrPromiseLocked(name string, size int64, mode AccessMode, id string) (*pendingCreate, Volume, error) {
 	pv := s.prov.prepared[name]
 	if pv == nil {
+		if err := s.checkReplicaIDLocked(name, id); err != nil {
+			return nil, Volume{}, err
+		}
 		return s.promiseLocked(name, size, mode, id)
+	}
+	if id != "" && pv.rec.ID != id {
+		return nil, Volume{}, fmt.Errorf("%w: volume %q is prepared on this server as %s; asked to prepare a replica of it as %s: one name, one id on every replica",
+			ErrAlreadyExists, name, pv.rec.ID, id)
 	}
 	if r := pv.rec; r.Size != size || r.Access != mode {
 		return nil, Volume{}, fmt.Errorf("%w: volume %q is prepared as %s with %d bytes and mode %s; asked for %d bytes and mode %s",

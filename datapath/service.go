@@ -27,6 +27,9 @@ var serviceDesc = grpc.ServiceDesc{
 			if p == nil {
 				return nil, fmt.Errorf("%w: create volume %q placed on server %s: the client must confirm with that server (%s)", ErrInvalidArgument, r.Name, r.Server, wire.ConfirmMetadataKey)
 			}
+			if len(r.Replicas) > 0 {
+				return createReplicatedWire(s, r, p)
+			}
 			v, err := s.createPlaced(r.ID, r.Name, r.Size, AccessMode(r.Access), r.Server, p)
 			out := volumeToWire(v)
 			out.Pending = p.toWire()
@@ -173,6 +176,13 @@ var serviceDesc = grpc.ServiceDesc{
 				return &wire.Empty{}, s.AddNonvoter(r.ID, r.RaftAddress, r.DatapathAddress)
 			}
 			return &wire.Empty{}, s.AddServer(r.ID, r.RaftAddress, r.DatapathAddress)
+		}),
+		method(wire.MethodPrepareReplica, func(s *Store, r *wire.CreateVolumeRequest) (wire.Message, error) {
+			if r.Server != "" || len(r.Replicas) > 0 {
+				return nil, fmt.Errorf("%w: prepare a replica of volume %q: a prepare names only the id (the holder's), no server or replicas", ErrInvalidArgument, r.Name)
+			}
+			v, err := s.PrepareReplica(r.ID, r.Name, r.Size, AccessMode(r.Access))
+			return &wire.PreparedVolume{ID: v.ID, Server: s.selfID()}, err
 		}),
 	},
 	Streams:  []grpc.StreamDesc{},

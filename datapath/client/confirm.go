@@ -77,6 +77,12 @@ func (c *Client) confirm(ctx context.Context, p *wire.Pending) []unconfirmed {
 	return out
 }
 
+// confirmEvery is confirm for a change every server of p must apply (a
+// create: each replica opens its data file as it applies it).
+func (c *Client) confirmEvery(ctx context.Context, p *wire.Pending) []unconfirmed {
+	return c.confirm(ctx, p)
+}
+
 // waitApplied asks the server at addr, until the bound, to answer once it
 // applied the entry; a server that cannot be reached is asked again after
 // a pause.

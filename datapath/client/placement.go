@@ -165,3 +165,95 @@ func (c *Client) capacityAt(ctx context.Context, addr string) (int64, error) {
 	}
 	return resp.Value, nil
 }
+
+// CreateReplicated creates a volume with r copies of its data, on r
+// distinct servers of the group (1 to datapath.MaxReplicas, at most the
+// servers the group records): datapath.PlaceReplicas chooses them by free
+// capacity, the first (the holder) makes its data file and draws the id
+// (PrepareVolume), every other makes its own under that id
+// (PrepareReplica), at once; the leader commits the volume with all of
+// them, and each confirms it applied the create, which opened its file.
+// Nothing user-facing asks for more than one copy yet: the engine does not
+// send its writes to every replica.
+func (c *Client) CreateReplicated(ctx context.Context, name string, size int64, mode datapath.AccessMode, r int) (datapath.Volume, error) {
+	if err := datapath.ValidVolume(name, size, mode); err != nil {
+		return datapath.Volume{}, err
+	}
+	if r < 1 || r > datapath.MaxReplicas {
+		return datapath.Volume{}, fmt.Errorf("%w: create volume %q with %d replicas; 1 to %d are allowed", datapath.ErrInvalidArgument, name, r, datapath.MaxReplicas)
+	}
+	ids, addrOf, err := c.placeReplicas(ctx, r, size)
+	if err != nil {
+		return datapath.Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	prep, err := c.prepareAt(ctx, addrOf[ids[0]], name, size, mode)
+	if err != nil {
+		return datapath.Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	if err := errors.Join(eachOf(ids[1:], func(_ int, id string) error { return c.prepareReplicaAt(ctx, addrOf[id], prep.ID, name, size, mode) })...); err != nil {
+		return datapath.Volume{}, fmt.Errorf("create volume %q: %w", name, err)
+	}
+	var resp wire.Volume
+	req := &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode), ID: prep.ID, Server: ids[0], Replicas: ids}
+	if err := c.invoke(confirming(ctx), wire.MethodCreateVolume, req, &resp, retrySafe); err != nil {
+		return datapath.Volume{}, err
+	}
+	if err := notApplied("create volume "+name, c.confirmEvery(ctx, resp.Pending)); err != nil {
+		return datapath.Volume{}, err
+	}
+	return volumeFromWire(&resp), nil
+}
+
+// placeReplicas chooses the r servers of a new volume of size bytes among
+// the group's recorded members that tell their free capacity; it returns
+// their ids, the holder first, and every member's address by id.
+func (c *Client) placeReplicas(ctx context.Context, r int, size int64) ([]string, map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(capacityWait, c.opts.timeout))
+	defer cancel()
+	rep, err := c.serversAt(ctx, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the group's servers: %w", err)
+	}
+	addrOf, idOf := map[string]string{}, map[string]string{}
+	for _, m := range rep.Servers {
+		if m.Address != "" {
+			addrOf[m.ID], idOf[m.Address] = m.Address, m.ID
+		}
+	}
+	var servers []string
+	for _, addr := range c.members(ctx) {
+		if idOf[addr] != "" {
+			servers = append(servers, addr)
+		}
+	}
+	space := make([]datapath.ServerSpace, len(servers))
+	errs := eachOf(servers, func(i int, addr string) error {
+		free, err := c.capacityAt(ctx, addr)
+		if err != nil {
+			free = -1 // it takes no replica
+		}
+		space[i] = datapath.ServerSpace{ID: idOf[addr], Free: free}
+		return err
+	})
+	ids, err := datapath.PlaceReplicas(space, r, size)
+	if err != nil {
+		return nil, nil, errors.Join(append([]error{err}, errs...)...)
+	}
+	return ids, addrOf, nil
+}
+
+// prepareReplicaAt asks the server at addr to prepare a replica of the
+// volume under id.
+func (c *Client) prepareReplicaAt(ctx context.Context, addr, id, name string, size int64, mode datapath.AccessMode) error {
+	conn, err := c.connAt(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	req := &wire.CreateVolumeRequest{Name: name, Size: size, Access: string(mode), ID: id}
+	if err := conn.Invoke(ctx, wire.FullMethod(wire.MethodPrepareReplica), req, &wire.PreparedVolume{}); err != nil {
+		return fmt.Errorf("prepare a replica's data file on datapath server %s: %w", addr, datapath.FromStatus(err))
+	}
+	return nil
+}

@@ -96,6 +96,7 @@ func seedMessages() []Message {
 	return []Message{
 		&Empty{},
 		&CreateVolumeRequest{Name: "pvc-1", Size: 1 << 30, Access: "rwo"},
+		&CreateVolumeRequest{Name: "pvc-1", Size: 1 << 30, Access: "rwo", ID: "vol-0123456789abcdef", Server: "s1", Replicas: []string{"s1", "s2", "s3"}},
 		&Volume{ID: "vol-0123456789abcdef", Name: "pvc-1", Size: 4096, Access: "rwx", CreatedUnix: 1700000000000000000},
 		&VolumeList{Volumes: []Volume{{ID: "vol-0123456789abcdef", Name: "a", Size: 1}}},
 		&VolumeRef{ID: "vol-0123456789abcdef"},

@@ -22,12 +22,18 @@ func (*Empty) Unmarshal(b []byte) error {
 // (PrepareVolume) under that id with its data on that server; they are
 // encoded only when set, so a request without them is the one clients sent
 // before placement.
+//
+// Replicas, set with ID and Server (its first), commits a volume each of
+// whose replicas prepared its data file under ID; encoded only when set, so
+// a server from before refuses such a request as malformed rather than
+// creating one copy.
 type CreateVolumeRequest struct {
-	Name   string
-	Size   int64
-	Access string
-	ID     string
-	Server string
+	Name     string
+	Size     int64
+	Access   string
+	ID       string
+	Server   string
+	Replicas []string
 }
 
 func (m *CreateVolumeRequest) MarshalAppend(b []byte) []byte {
@@ -35,9 +41,12 @@ func (m *CreateVolumeRequest) MarshalAppend(b []byte) []byte {
 	e.str(m.Name)
 	e.i64(m.Size)
 	e.str(m.Access)
-	if m.ID != "" || m.Server != "" {
+	if m.ID != "" || m.Server != "" || len(m.Replicas) > 0 {
 		e.str(m.ID)
 		e.str(m.Server)
+	}
+	if len(m.Replicas) > 0 {
+		encStrs(&e, m.Replicas)
 	}
 	return e.b
 }
@@ -50,6 +59,9 @@ func (m *CreateVolumeRequest) Unmarshal(b []byte) error {
 	if d.err == nil && len(d.b) > 0 {
 		m.ID = d.str("id")
 		m.Server = d.str("server")
+	}
+	if d.err == nil && len(d.b) > 0 {
+		m.Replicas = decStrs(&d, "replicas")
 	}
 	return d.finish("CreateVolumeRequest")
 }

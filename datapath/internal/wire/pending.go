@@ -9,6 +9,11 @@ const MethodWaitApplied = "WaitApplied"
 // commits at the leader naming it; the answer is a PreparedVolume.
 const MethodPrepareVolume = "PrepareVolume"
 
+// MethodPrepareReplica asks a server to make the data file of a replica of
+// a new volume under the id its holder drew (CreateVolumeRequest with ID,
+// without Server); the answer is a PreparedVolume.
+const MethodPrepareReplica = "PrepareReplica"
+
 // PreparedVolume is the answer to PrepareVolume: the new volume's id and
 // the id of the server that holds its data file.
 type PreparedVolume struct{ ID, Server string }
