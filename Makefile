@@ -101,16 +101,20 @@ lint: ## gofmt, go vet, staticcheck
 image: build ## build the container images into IMAGE_DIR (bin/images) without Docker: vigil, pause, writer, tools and the CSI sidecars make testbin built
 	GO=$(GO) $(BIN)/vigil-sandbox images build --out $(IMAGE_DIR) --tag $(IMAGE_TAG) --bin-dir $(BIN) --source .
 
-# make run: the live demo (sandbox/demo); DEMO=auto cuts a node's power, shows
-# the recovery and exits. It needs root, like the sandbox.
+# make run: the live demo (sandbox/demo) on 3 real nodes; DEMO=auto cuts a
+# node's power, shows the recovery and exits. It needs root, like the sandbox,
+# and builds the images its nodes import itself (pause, writer, tools; no
+# container engine). DEMO_FLAGS adds flags, e.g. --kubelet kwok on a machine
+# without containerd.
 DEMO ?=
-run: ## the live demo: a 3-node sandbox with Vigil until Ctrl-C (DEMO=auto: a power cut, the recovery, exit 0)
+DEMO_FLAGS ?=
+run: ## the live demo: a 3-node sandbox of real nodes with Vigil until Ctrl-C (DEMO=auto: a power cut, the recovery, exit 0)
 	@case "$(DEMO)" in ""|auto) ;; *) echo "make run: DEMO=$(DEMO): want DEMO=auto, or no DEMO for the interactive demo"; exit 2;; esac
 	@echo "vigil demo: [build 1/2] the sandbox's control plane (make testbin; built once into a cache, the first time takes 20-40 minutes on 2 cores)"
 	@$(MAKE) --no-print-directory testbin GO=$(GO)
 	@echo "vigil demo: [build 2/2] Vigil's binaries (make build)"
 	@$(MAKE) --no-print-directory build GO=$(GO)
-	$(BIN)/vigil-sandbox demo$(if $(DEMO), --auto)
+	GO=$(GO) $(BIN)/vigil-sandbox demo$(if $(DEMO), --auto) $(DEMO_FLAGS)
 
 bench-recovery: testbin build ## recovery benchmark in the sandbox with Kubernetes' default timings (about 25 min; not part of make test); BENCH_KUBELET=real on real kubelets (BENCH_NODE_STATUS_UPDATE=2s sets their nodeStatusUpdateFrequency)
 	VIGIL_E2E_SHARED=0 $(GO) test -tags bench -count=1 -v -timeout 90m -run 'TestBench_Recovery|TestBench_Reap110Pods' ./test/e2e/

@@ -31,7 +31,7 @@ func (d *demo) auto(ctx context.Context, f *follower) error {
 	if err := d.s.Stop(node); err != nil {
 		return err
 	}
-	f.print("cut", f.origin, "power cut of %s: its kwok (the kubelet), engine, kubelet stand-in and the writer get SIGKILL", node)
+	f.print("cut", f.origin, "power cut of %s: %s", node, d.words.powerCut)
 	f.flush()
 	var rec *v1alpha1.NodeRecovery
 	done := func() bool {
@@ -82,6 +82,6 @@ func (d *demo) teardown() error {
 	if len(left) > 0 {
 		return fmt.Errorf("the sandbox is down but left behind: %s", strings.Join(left, "; "))
 	}
-	fmt.Fprintln(d.cfg.Out, "vigil demo: removed; nothing is left behind (no process, network namespace, mount or file of the sandbox)")
+	fmt.Fprintf(d.cfg.Out, "vigil demo: removed; nothing is left behind (%s)\n", d.words.removed)
 	return nil
 }

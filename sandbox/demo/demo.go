@@ -14,6 +14,7 @@ import (
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/images"
 	"github.com/vigil-storage/vigil/settings"
 	"github.com/vigil-storage/vigil/ui"
 )
@@ -53,6 +54,18 @@ type Config struct {
 	Name, WorkDir string
 	// Subnet of the node links (sandbox.Config.Subnet); default the sandbox's.
 	Subnet string
+	// Kubelet is what runs each node (sandbox.Config.Kubelet): default
+	// sandbox.KubeletReal, a real kubelet, containerd, CNI and kube-proxy
+	// per node, the demo pod's writer a container of the writer image;
+	// sandbox.KubeletKwok, a kwok per node, for a machine without
+	// containerd, the writer a process of the node.
+	Kubelet string
+	// PodSubnet of real nodes (sandbox.Config.PodSubnet); default the sandbox's.
+	PodSubnet string
+	// SourceDir is Vigil's source tree, where real nodes' pause and writer
+	// images get their programs compiled; default VigilBinDir's parent (the
+	// checkout whose bin/ `make build` wrote).
+	SourceDir string
 	// BinDir holds the control plane of `make testbin`; default sandbox.BinDir().
 	BinDir string
 	// VigilBinDir holds the binaries of `make build`.
@@ -94,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Out == nil {
 		c.Out = os.Stdout
 	}
+	if c.Kubelet == "" {
+		c.Kubelet = sandbox.KubeletReal
+	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		return c, fmt.Errorf("%w: Listen %q: want HOST:PORT, e.g. %s", ErrBadConfig, c.Listen, vigil.DefaultAPIAddress)
@@ -116,16 +132,20 @@ func (c Config) withDefaults() (Config, error) {
 	if err := sandbox.CheckBinaries(c.BinDir); err != nil {
 		return c, err
 	}
-	return c, nil
+	return c.checkNodes()
 }
 
 // demo is one run.
 type demo struct {
 	cfg     Config
+	words   nodeWords
 	s       *sandbox.Sandbox
 	stk     *sandbox.Stack
 	start   time.Time
 	manager string // the manager's address, host:port
+	// writerImage is the demo pod's image on real nodes ("" on kwok nodes,
+	// where the writer is a process of the node).
+	writerImage string
 }
 
 // Run runs the demo (see the package documentation) and removes the sandbox
@@ -139,10 +159,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := portFree(cfg.Listen); err != nil {
 		return err
 	}
-	d := &demo{cfg: cfg, start: time.Now()}
-	d.step(1, "a %d-node sandbox: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, one kwok per node (its kubelet)", Nodes)
-	d.s, err = sandbox.Up(ctx, sandbox.Config{Name: cfg.Name, WorkDir: cfg.WorkDir, BinDir: cfg.BinDir, Nodes: Nodes,
-		Subnet: cfg.Subnet, Logf: d.logf})
+	d := &demo{cfg: cfg, words: cfg.words(), start: time.Now()}
+	if _, err := sandbox.Open(cfg.WorkDir); err == nil {
+		return fmt.Errorf("%w: sandbox %q (work dir %s): `%s down` removes it (the demo never removes a sandbox it did not start)",
+			sandbox.ErrAlreadyUp, cfg.Name, cfg.WorkDir, cfg.CLI)
+	}
+	d.step(1, "a %d-node sandbox: %s", Nodes, d.words.sandbox)
+	d.s, err = d.up(ctx)
 	if errors.Is(err, sandbox.ErrAlreadyUp) {
 		return fmt.Errorf("%w: `%s down` removes it (the demo never removes a sandbox it did not start)", err, cfg.CLI)
 	}
@@ -167,6 +190,23 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // ErrInterrupted: the auto mode was stopped (Ctrl-C) before it showed a recovery.
 var ErrInterrupted = errors.New("demo interrupted before the recovery was shown")
 
+// up builds the node images (real nodes) and brings the sandbox up.
+func (d *demo) up(ctx context.Context) (*sandbox.Sandbox, error) {
+	cfg := sandbox.Config{Name: d.cfg.Name, WorkDir: d.cfg.WorkDir, BinDir: d.cfg.BinDir, Nodes: Nodes,
+		Subnet: d.cfg.Subnet, Kubelet: d.cfg.Kubelet, Logf: d.logf}
+	if d.cfg.real() {
+		imgs, err := d.buildImages(ctx)
+		if imgs.dir != "" {
+			defer os.RemoveAll(imgs.dir) // imported by every node at its first boot, in Up
+		}
+		if err != nil {
+			return nil, err
+		}
+		cfg.NodeImages, cfg.PauseImage, cfg.PodSubnet, d.writerImage = imgs.files, imgs.pause, d.cfg.PodSubnet, imgs.writer
+	}
+	return sandbox.Up(ctx, cfg)
+}
+
 // run is the demo once the sandbox is up.
 func (d *demo) run(ctx context.Context) error {
 	if err := d.setUp(ctx); err != nil {
@@ -190,8 +230,8 @@ func (d *demo) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.step(2, "Vigil's volume stack, each part under its identity of deploy/: datapath, CSI controller with the "+
-		"external-provisioner and -attacher, and on every node an engine and a kubelet stand-in")
+	d.step(2, "Vigil's volume stack, each part under its identity of deploy/: datapath (one server, on the host), CSI controller "+
+		"with the external-provisioner and -attacher, and %s", d.words.engines)
 	// DatapathServers 0, the host server, unlike `up --stack`'s default: the
 	// demo cuts the writer's node's power and shows its volume on another
 	// node, and a volume's data has one copy, which a server on the cut node
@@ -207,18 +247,32 @@ func (d *demo) setUp(ctx context.Context) error {
 	if err := d.startManager(ctx, bin); err != nil {
 		return err
 	}
-	d.step(4, "StatefulSet %s/%s: one pod with a %s volume of the StorageClass %s", Namespace, App, VolumeSize, d.stk.StorageClass)
+	w := sandbox.Workload{Namespace: Namespace, Name: App, StorageClass: d.stk.StorageClass, Size: VolumeSize}
+	image := ""
+	if d.writerImage != "" {
+		w.Image, w.WriterLedgerDir = d.writerImage, d.ledgerDir()
+		if err := os.MkdirAll(w.WriterLedgerDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(w.WriterLedgerDir, 0o777); err != nil { // the container writes as sandbox.WriterUID
+			return err
+		}
+		image = ", a container of the image " + w.Image + ","
+	}
+	d.step(4, "StatefulSet %s/%s: one pod%s with a %s volume of the StorageClass %s", Namespace, App, image, VolumeSize, d.stk.StorageClass)
 	if err := sandbox.EnsureNamespace(ctx, d.s.Client(), Namespace); err != nil {
 		return err
 	}
-	w := sandbox.Workload{Namespace: Namespace, Name: App, StorageClass: d.stk.StorageClass, Size: VolumeSize}
 	_, err = d.s.Client().AppsV1().StatefulSets(Namespace).Create(ctx, w.StatefulSet(1), metav1CreateOptions)
 	if err != nil {
 		return fmt.Errorf("create StatefulSet %s/%s: %w", Namespace, App, err)
 	}
-	d.step(5, "a writer on the pod's node: checksummed records appended to the volume, each acknowledged in a ledger once fsync returned")
+	d.step(5, "%s", d.words.writer)
 	return nil
 }
+
+// ledgerDir is where the writers acknowledge their records, on the host.
+func (d *demo) ledgerDir() string { return filepath.Join(d.cfg.WorkDir, "demo") }
 
 // startManager writes the settings, starts `vigil-manager run` as a host
 // process of the sandbox and waits for /readyz.
@@ -324,6 +378,11 @@ func (d *demo) logf(format string, args ...any) {
 // printTry prints what to try in the interactive mode.
 func (d *demo) printTry(node string) {
 	cli, kc := d.cfg.CLI, d.s.Kubeconfig()
+	shell := ""
+	if d.cfg.real() {
+		shell = fmt.Sprintf("  kubectl run -it --rm sh --image %s --image-pull-policy Never -- sh   # a shell in a real container (busybox)\n",
+			images.ToolsRef)
+	}
 	fmt.Fprintf(d.cfg.Out, `
 Vigil runs. %s-0 runs on %s, and its writer appends to its volume. Try, in another terminal:
 
@@ -333,12 +392,12 @@ Vigil runs. %s-0 runs on %s, and its writer appends to its volume. Try, in anoth
   kubectl get noderecoveries                        # Vigil's record of the recovery
   %s node start %s           # the node returns: its engine cleans up and removes vigil.io/fenced
   %s node partition %s       # or cut its network instead (--from apiserver: a zombie)
-
-Vigil's UI: http://%[11]s%[12]s (settings), http://%[11]s%[13]s, http://%[11]s%[14]s; the REST API under
-http://%[11]s/v1/ and the metrics at http://%[11]s/metrics. Changing a setting asks for the API token,
-in %[15]s. The manager's log: %[16]s
+%s
+Vigil's UI: http://%[12]s%[13]s (settings), http://%[12]s%[14]s, http://%[12]s%[15]s; the REST API under
+http://%[12]s/v1/ and the metrics at http://%[12]s/metrics. Changing a setting asks for the API token,
+in %[16]s. The manager's log: %[17]s
 Press Ctrl-C to stop: the sandbox is removed and nothing is left behind.
 
-`, App, node, kc, Namespace, cli, node, cli, node, cli, node, d.manager, ui.PathSettings, ui.PathNodes, ui.PathRecoveries,
+`, App, node, kc, Namespace, cli, node, cli, node, cli, node, shell, d.manager, ui.PathSettings, ui.PathNodes, ui.PathRecoveries,
 		d.tokenFile(), d.s.HostLog(ManagerProcess))
 }

@@ -46,6 +46,12 @@ func TestRun_BadConfig(t *testing.T) {
 		{"no Vigil binaries", func(c *Config) { c.VigilBinDir = "" }, ErrBadConfig, "make build"},
 		{"Vigil binaries missing", func(c *Config) { c.VigilBinDir = t.TempDir() }, sandbox.ErrBinariesMissing, "make build"},
 		{"control plane missing", func(c *Config) { c.BinDir = t.TempDir() }, sandbox.ErrBinariesMissing, "make testbin"},
+		{"unknown kubelet", func(c *Config) { c.Kubelet = "docker" }, ErrBadConfig, `Kubelet "docker": want "real"`},
+		{"pod subnet on kwok nodes", func(c *Config) { c.Kubelet, c.PodSubnet = sandbox.KubeletKwok, "10.220.0.0/16" }, ErrBadConfig, "for real nodes"},
+		{"source tree on kwok nodes", func(c *Config) { c.Kubelet, c.SourceDir = sandbox.KubeletKwok, "../.." }, ErrBadConfig, "for real nodes"},
+		{"no source tree beside the binaries", func(*Config) {}, ErrBadConfig, "is not Vigil's source tree"},
+		{"not a source tree", func(c *Config) { c.SourceDir = t.TempDir() }, ErrBadConfig, "give the repository's root"},
+		{"no kubelet for real nodes", func(c *Config) { c.SourceDir = "../.." }, sandbox.ErrBinariesMissing, "kubelet not in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -101,5 +107,26 @@ func TestFollower_Recoveries_InTimeOrder(t *testing.T) {
 func TestFreedText_UnknownAction(t *testing.T) {
 	if got := freedText(v1alpha1.FreedAttachment{Name: "va", Action: "something-new"}, "node-1"); got != "something-new va" {
 		t.Errorf("freedText = %q, want the action and the name as they are", got)
+	}
+}
+
+// A writer's data check counts only the fences of its node since it started:
+// a node fenced once, back, and running the pod again must not have the new
+// writer's records called written after a fence.
+func TestFollower_FencedSpans_SinceWriterStart(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	fenced := func(node string, at time.Time) v1alpha1.NodeRecovery {
+		m := metav1.NewMicroTime(at)
+		return v1alpha1.NodeRecovery{Spec: v1alpha1.NodeRecoverySpec{NodeName: node}, Status: v1alpha1.NodeRecoveryStatus{FencedAt: &m}}
+	}
+	f := &follower{recs: []v1alpha1.NodeRecovery{
+		fenced("node-1", t0),                                  // before the writer started: an earlier life of the node
+		fenced("node-2", t0.Add(2*time.Minute)),               // another node
+		fenced("node-1", t0.Add(3*time.Minute)),               // this writer's fence
+		{Spec: v1alpha1.NodeRecoverySpec{NodeName: "node-1"}}, // detected, not fenced
+	}}
+	got := f.fencedSpans(&writer{node: "node-1", started: t0.Add(time.Minute)})
+	if len(got) != 1 || !got[0].From.Equal(t0.Add(3*time.Minute)) || !got[0].To.IsZero() {
+		t.Errorf("fencedSpans = %+v, want one open span from %s", got, t0.Add(3*time.Minute))
 	}
 }

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	vigil "github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/sandbox"
-	"github.com/vigil-storage/vigil/sandbox/kubelet"
 	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
@@ -34,6 +34,7 @@ type writer struct {
 	pod          string
 	uid          types.UID
 	node, ledger string
+	started      time.Time
 	checked      bool
 }
 
@@ -144,7 +145,60 @@ func (f *follower) once(ctx context.Context) error {
 		}
 	}
 	defer f.flush()
+	f.volumeSteps(ctx)
 	return f.writer(ctx)
+}
+
+// volumeSteps prints, for the current pod until its writer runs, when its
+// volume is attached to its node (the VolumeAttachment, after the datapath
+// granted it) and when the node's kubelet reports it in use
+// (status.volumesInUse), which a kubelet waits for before staging it: on
+// real nodes its node-status sync (every 10 s by default) is most of a
+// recovery.
+func (f *follower) volumeSteps(ctx context.Context) {
+	p := f.pod
+	if p == nil || f.writerOf(p.UID) != nil {
+		return
+	}
+	c := f.d.s.Client()
+	pvc, err := c.CoreV1().PersistentVolumeClaims(Namespace).Get(ctx, "data-"+p.Name, metav1.GetOptions{})
+	if err != nil || pvc.Spec.VolumeName == "" {
+		return
+	}
+	node, pv := p.Spec.NodeName, pvc.Spec.VolumeName
+	if !f.printed["attached/"+string(p.UID)] {
+		if vas, err := c.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
+			for _, va := range vas.Items {
+				if va.Spec.NodeName == node && va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv &&
+					va.Status.Attached && va.DeletionTimestamp == nil {
+					f.print("attached/"+string(p.UID), time.Now(), "%s attached to %s (VolumeAttachment %.16s…)", pv, node, va.Name)
+				}
+			}
+		}
+	}
+	if f.printed["in-use/"+string(p.UID)] {
+		return
+	}
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	want := f.volumeOf(ctx, pv)
+	if err != nil || want == "" {
+		return
+	}
+	for _, v := range n.Status.VolumesInUse {
+		if string(v) == want {
+			f.print("in-use/"+string(p.UID), time.Now(), "%s's kubelet reports %s in use (status.volumesInUse): it may stage it now", node, pv)
+		}
+	}
+}
+
+// volumeOf is the unique volume name a kubelet reports PersistentVolume pv
+// under in status.volumesInUse; "" if pv is not a volume of Vigil's driver.
+func (f *follower) volumeOf(ctx context.Context, pv string) string {
+	v, err := f.d.s.Client().CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+	if err != nil || v.Spec.CSI == nil || v.Spec.CSI.Driver != vigil.DriverName {
+		return ""
+	}
+	return "kubernetes.io/csi/" + vigil.DriverName + "^" + v.Spec.CSI.VolumeHandle
 }
 
 // pods prints each pod's steps and picks the current one.
@@ -233,7 +287,8 @@ func freedText(a v1alpha1.FreedAttachment, node string) string {
 }
 
 // writer checks the data and starts a writer once the current pod's volume
-// is published on its node.
+// is published on its node: on real nodes the writer is the pod's container,
+// on kwok nodes a process of the node.
 func (f *follower) writer(ctx context.Context) error {
 	p := f.pod
 	if p == nil || p.Status.Phase != corev1.PodRunning || f.writerOf(p.UID) != nil {
@@ -243,7 +298,35 @@ func (f *follower) writer(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	f.print("published/"+string(p.UID), time.Now(), "pod %s's volume staged and published on %s (ext4 on a FUSE disk of the datapath)", p.Name, p.Spec.NodeName)
+	f.print("published/"+string(p.UID), time.Now(), "pod %s's volume staged and published on %s %s", p.Name, p.Spec.NodeName, f.d.words.published)
+	if err := f.checkData(p, target); err != nil {
+		return err
+	}
+	w := &writer{pod: p.Name, uid: p.UID, node: p.Spec.NodeName, ledger: sandbox.LedgerFile(f.d.ledgerDir(), string(p.UID)), started: time.Now()}
+	how := "(the pod's container)"
+	if f.d.writerImage == "" {
+		how = "(a process of the node)"
+		if err := os.MkdirAll(filepath.Dir(w.ledger), 0o755); err != nil {
+			return err
+		}
+		err := f.d.s.RunOnNode(w.node, sandbox.ProcessSpec{Name: fmt.Sprintf("writer-%.8s", p.UID), Args: []string{
+			filepath.Join(f.d.cfg.VigilBinDir, sandbox.BinVigilSandbox), "writer", "--dir", target, "--pod-uid", string(p.UID), "--ledger", w.ledger, "--own-mount-namespace"}})
+		if errors.Is(err, sandbox.ErrNodeOff) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	f.writers = append(f.writers, w)
+	f.print("writer/"+string(p.UID), time.Now(), "writer started for pod %s on %s %s", p.Name, w.node, how)
+	return nil
+}
+
+// checkData checks, on the volume published at target on pod p's node, the
+// records of every earlier writer not checked yet: every record it
+// acknowledged must be there, and none written after its node was fenced.
+func (f *follower) checkData(p *corev1.Pod, target string) error {
 	for _, w := range f.writers {
 		if w.checked {
 			continue
@@ -257,28 +340,26 @@ func (f *follower) writer(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: ledger %s: %v", ErrDataLost, w.ledger, err)
 		}
-		res := ledger.Verify(ledger.Pod{UID: string(w.uid), Node: w.node, Acks: acks, Found: found})
+		res := ledger.Verify(ledger.Pod{UID: string(w.uid), Node: w.node, Acks: acks, Found: found, Fenced: f.fencedSpans(w)})
 		if !res.OK() {
 			return fmt.Errorf("%w on %s: %s", ErrDataLost, p.Spec.NodeName, res)
 		}
 		f.print("checked/"+string(w.uid), time.Now(), "data check on %s: all %d records pod %.8s acknowledged on %s are on the volume",
 			p.Spec.NodeName, res.Acked, w.uid, w.node)
 	}
-	w := &writer{pod: p.Name, uid: p.UID, node: p.Spec.NodeName, ledger: filepath.Join(f.d.cfg.WorkDir, "demo", "ledger-"+string(p.UID))}
-	if err := os.MkdirAll(filepath.Dir(w.ledger), 0o755); err != nil {
-		return err
-	}
-	err := f.d.s.RunOnNode(w.node, sandbox.ProcessSpec{Name: fmt.Sprintf("writer-%.8s", p.UID), Args: []string{
-		filepath.Join(f.d.cfg.VigilBinDir, sandbox.BinVigilSandbox), "writer", "--dir", target, "--pod-uid", string(p.UID), "--ledger", w.ledger, "--own-mount-namespace"}})
-	if errors.Is(err, sandbox.ErrNodeOff) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	f.writers = append(f.writers, w)
-	f.print("writer/"+string(p.UID), time.Now(), "writer started for pod %s on %s", p.Name, w.node)
 	return nil
+}
+
+// fencedSpans are the fences of w's node since w started, from the node's
+// NodeRecoveries: a record w wrote from then on must not be on the volume.
+func (f *follower) fencedSpans(w *writer) []ledger.Span {
+	var out []ledger.Span
+	for _, r := range f.recs {
+		if r.Spec.NodeName == w.node && r.Status.FencedAt != nil && r.Status.FencedAt.Time.After(w.started) {
+			out = append(out, ledger.Span{From: r.Status.FencedAt.Time})
+		}
+	}
+	return out
 }
 
 func (f *follower) writerOf(uid types.UID) *writer {
@@ -297,7 +378,7 @@ func (f *follower) published(ctx context.Context, p *corev1.Pod) (string, bool) 
 	if err != nil || pvc.Spec.VolumeName == "" {
 		return "", false
 	}
-	target := kubelet.TargetPath(filepath.Join(f.d.s.NodeDir(p.Spec.NodeName), "kubelet"), p.UID, pvc.Spec.VolumeName, false)
+	target := f.d.s.PodVolumeDir(p.Spec.NodeName, p.UID, pvc.Spec.VolumeName)
 	return target, isMountPoint(target)
 }
 

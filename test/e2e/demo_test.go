@@ -16,19 +16,23 @@ import (
 )
 
 // The demo smoke test runs `make run DEMO=auto` the way the Makefile does,
-// with a sandbox name, subnet and port of its own.
+// with a sandbox name, subnets and port of its own, on real nodes (the
+// demo's default).
 const (
-	demoName   = "e2e-demo"
-	demoSubnet = "10.213.184.0/24"
+	demoName      = "e2e-demo"
+	demoSubnet    = "10.213.184.0/24"
+	demoPodSubnet = "10.220.0.0/16"
 )
 
 // TestDemo_Auto is `make test`'s smoke test of the demo: bin/vigil-sandbox
-// demo --auto brings up the 3-node sandbox with the stack and the manager,
-// the StatefulSet and its writer, cuts the power of the pod's node, and must
-// exit 0 after the replacement ran elsewhere with all its acknowledged data,
+// demo --auto builds the node images, brings up the 3-node sandbox of real
+// nodes with the stack and the manager, the StatefulSet whose container is
+// the writer, cuts the power of the pod's node, and must exit 0 after the
+// replacement's container ran elsewhere with all its acknowledged data,
 // having printed the recovery as it happened; then nothing of its sandbox may
-// be left on the machine.
+// be left on the machine (processes, containers, cgroups, namespaces, mounts).
 func TestDemo_Auto(t *testing.T) {
+	requireRealNodes(t)
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", sandbox.BinVigilSandbox))
 	must(t, err)
 	workDir := sandbox.DefaultWorkDir(demoName)
@@ -37,7 +41,7 @@ func TestDemo_Auto(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "--name", demoName, "demo", "--auto", "--subnet", demoSubnet,
+	cmd := exec.CommandContext(ctx, bin, "--name", demoName, "demo", "--auto", "--subnet", demoSubnet, "--pod-subnet", demoPodSubnet,
 		"--listen", "127.0.0.1:0", "--timeout", "2m")
 	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()
@@ -46,9 +50,12 @@ func TestDemo_Auto(t *testing.T) {
 		t.Fatalf("demo --auto: %v", err)
 	}
 	for _, want := range []string{
+		"node images built here",
+		"each node a real kubelet, containerd",
 		"vigil demo [6/6] ready",
 		"writer started for pod " + "demo-db-0",
 		"power cut of node-",
+		"the writer's container",
 		"manager: fenced node-",
 		"manager: force-deleted pod demo-db-0",
 		"data check on node-",
@@ -60,7 +67,7 @@ func TestDemo_Auto(t *testing.T) {
 		}
 	}
 	if m := regexp.MustCompile(`with all its acknowledged data, ([0-9.]+)s after the power cut`).FindSubmatch(out); m != nil {
-		t.Logf("FIGURE demo: power cut → replacement running with its data checked: %ss", m[1])
+		t.Logf("FIGURE demo (real nodes): power cut → replacement's container writing, its data checked: %ss", m[1])
 	}
 	left, err := sandbox.Leftovers(demoName, workDir)
 	must(t, err)
@@ -74,13 +81,15 @@ func TestDemo_Auto(t *testing.T) {
 // process, cuts the pod's node, and the demo shows the recovery and the data
 // check; SIGINT then ends it with exit status 0 and nothing left behind.
 func TestDemo_Interactive(t *testing.T) {
+	requireRealNodes(t)
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", sandbox.BinVigilSandbox))
 	must(t, err)
 	name := demoName + "-i"
 	workDir := sandbox.DefaultWorkDir(name)
 	must(t, sandbox.DownWorkDir(workDir))
 	t.Cleanup(func() { _ = sandbox.DownWorkDir(workDir) })
-	cmd := exec.Command(bin, "--name", name, "demo", "--subnet", demoSubnetInteractive, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, "--name", name, "demo", "--subnet", demoSubnetInteractive, "--pod-subnet", demoPodSubnetInteractive,
+		"--listen", "127.0.0.1:0")
 	out := &lines{}
 	cmd.Stdout, cmd.Stderr = out, out
 	must(t, cmd.Start())
@@ -119,9 +128,12 @@ func TestDemo_Interactive(t *testing.T) {
 	}
 }
 
-// demoSubnetInteractive keeps the interactive demo's links apart from the
-// auto mode's.
-const demoSubnetInteractive = "10.213.188.0/24"
+// demoSubnetInteractive and demoPodSubnetInteractive keep the interactive
+// demo's links and pods apart from the auto mode's.
+const (
+	demoSubnetInteractive    = "10.213.188.0/24"
+	demoPodSubnetInteractive = "10.221.0.0/16"
+)
 
 // lines collects a process's output, safe for concurrent use.
 type lines struct {
