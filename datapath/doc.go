@@ -125,9 +125,19 @@
 // writer's member epoch, absent meaning 0, where a single copy stays for
 // good, so clients and servers from before member epochs work with these
 // both ways (wire.BulkRequest, wire.WriteRequest,
-// TestServer_MemberEpochOnBothChannels). Data still has one copy (the holder's) in this release; the rest of
-// the argument is the design the write path will follow
-// (docs/architecture.md, "Replicated volumes"):
+// TestServer_MemberEpochOnBothChannels). Every replica of a volume opens
+// its data file and serves the writer's writes, flushes and write sessions
+// with these checks from its own applied state; a write at a newer member
+// epoch waits up to MemberEpochWait for this server to apply it; a replica
+// out of sync refuses reads with ErrReplicaNotInSync naming the in-sync
+// replicas (replicaio.go, TestStoreGroup_ReplicasTakeCheckedWrites). A
+// volume with R replicas is made by client.CreateReplicated
+// (replicacreate.go, TestClient_CreateReplicated), and a change of it is
+// confirmed by WriteQuorum(R) of its replicas (point 3 below,
+// TestClient_Group_ReplicatedChange_ConfirmedByAMajority). Nothing
+// user-facing creates such a volume yet, since the engine does not fan its
+// writes out; points 1, 2 and 6's client side are the design the write path
+// will follow (docs/architecture.md, "Replicated volumes"):
 //
 //  1. The writer's engine sends each write, with (node, attach epoch, member
 //     epoch), to every replica; it is acknowledged only once on every

@@ -6,8 +6,9 @@ import (
 )
 
 // States of a volume's replica (a copy of its data) as `datapath status`
-// shows them. This release keeps one copy, on the server holding the
-// volume: in sync, or unreachable when that server does not answer.
+// shows them: in sync or faulted (out of sync) as the group records it, or
+// unreachable when its server does not answer. Each replica serves its I/O
+// from the same recorded set, as it applied it (replicaio.go).
 const (
 	ReplicaInSync      = "in-sync"
 	ReplicaRebuilding  = "rebuilding"

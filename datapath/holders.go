@@ -14,8 +14,11 @@ import (
 // it and answers with the log entry (index, term) and, per server that holds
 // a touched volume's data, that server's id, datapath address and volumes;
 // the client then asks each of those servers to confirm that it applied the
-// entry (WaitApplied) and reports the change done only once every one did
-// (see control.go for why). A request that does not say it will confirm
+// entry (WaitApplied) and reports the change done only once, for every
+// touched volume, a majority (WriteQuorum) of the servers listed with it
+// did: the one server of a volume of one copy, a majority of the R replicas
+// of a replicated one, all of which are listed, this server too when it is
+// one (see control.go for why). A request that does not say it will confirm
 // (wire.ConfirmMetadataKey) gets ErrHeldElsewhere, as before, so a client
 // that cannot confirm never reports such a change done.
 
@@ -93,9 +96,17 @@ func (s *Store) othersApplyID(volumeID string) bool {
 }
 
 // addVolume records that each server of replicas holds volumeID's data.
+// Of a volume of one copy, this server is left out, as add leaves it out;
+// of a replicated volume, every replica is listed, this one too (it applied
+// the change before it answers, and confirms at once), so the client counts
+// a majority of all R (WriteQuorum) from the answer alone.
 func (p *pendingApply) addVolume(s *Store, volumeID string, replicas []string) {
+	if len(replicas) == 1 {
+		p.add(s, volumeID, replicas[0])
+		return
+	}
 	for _, r := range replicas {
-		p.add(s, volumeID, r)
+		p.holders[r] = append(p.holders[r], volumeID)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,9 +23,12 @@ import (
 // leader commits the change and answers with the log entry and the servers
 // that hold the touched volumes' data; the client asks each of them to
 // confirm that it applied the entry (WaitApplied) and reports the change
-// done only once each did. A server that does not confirm within the bound
-// (WithApplyWait) makes the call fail with datapath.ErrNotApplied naming it:
-// the change is committed but not done.
+// done only once, for each touched volume, its server did - of a volume
+// with R replicas, a majority of them (datapath.WriteQuorum(R)), so a fence
+// is on every majority a write's acknowledgement needs. Too few servers
+// confirming within the bound (WithApplyWait) make the call fail with
+// datapath.ErrNotApplied naming those that did not: the change is
+// committed but not done.
 
 // DefaultApplyWait bounds how long a change waits for the servers that hold
 // its volumes' data to confirm that they applied it.
@@ -51,36 +53,82 @@ type unconfirmed struct {
 }
 
 // confirm asks every server of p to confirm that it applied p's entry, at
-// once, and returns those that did not.
+// once, and returns those that did not, each with the volumes that lack
+// their majority: a change is done for a volume once WriteQuorum of the
+// servers p lists with it confirmed (its one server, or a majority of its
+// replicas, all of which the leader lists). It stops waiting once every
+// volume has its majority.
 func (c *Client) confirm(ctx context.Context, p *wire.Pending) []unconfirmed {
-	if p.Empty() {
-		return nil
-	}
-	var (
-		mu  sync.Mutex
-		out []unconfirmed
-		wg  sync.WaitGroup
-	)
-	for _, h := range p.Holders {
-		wg.Add(1)
-		go func(h wire.PendingHolder) {
-			defer wg.Done()
-			if err := c.waitApplied(ctx, h.Address, p.Index, p.Term); err != nil {
-				mu.Lock()
-				out = append(out, unconfirmed{holder: h, err: err})
-				mu.Unlock()
-			}
-		}(h)
-	}
-	wg.Wait()
-	sort.Slice(out, func(i, j int) bool { return out[i].holder.ID < out[j].holder.ID })
-	return out
+	return c.confirmWith(ctx, p, false)
 }
 
 // confirmEvery is confirm for a change every server of p must apply (a
 // create: each replica opens its data file as it applies it).
 func (c *Client) confirmEvery(ctx context.Context, p *wire.Pending) []unconfirmed {
-	return c.confirm(ctx, p)
+	return c.confirmWith(ctx, p, true)
+}
+
+func (c *Client) confirmWith(ctx context.Context, p *wire.Pending, every bool) []unconfirmed {
+	if p.Empty() {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	need := map[string]int{} // volume -> confirmations still missing
+	for _, h := range p.Holders {
+		for _, v := range h.Volumes {
+			need[v]++
+		}
+	}
+	if !every {
+		for v, r := range need {
+			need[v] = datapath.WriteQuorum(r)
+		}
+	}
+	answers := make(chan unconfirmed, len(p.Holders)) // each server's answer, err nil when it confirmed
+	for _, h := range p.Holders {
+		go func() { answers <- unconfirmed{h, c.waitApplied(ctx, h.Address, p.Index, p.Term)} }()
+	}
+	var failed []unconfirmed
+	for range p.Holders {
+		a := <-answers
+		if a.err != nil {
+			failed = append(failed, a)
+			continue
+		}
+		for _, v := range a.holder.Volumes {
+			need[v]--
+		}
+		if lacking(need) == 0 {
+			break // every volume has its majority: the others need not answer
+		}
+	}
+	var out []unconfirmed
+	for _, a := range failed {
+		var vols []string
+		for _, v := range a.holder.Volumes {
+			if need[v] > 0 {
+				vols = append(vols, v)
+			}
+		}
+		if len(vols) > 0 {
+			a.holder.Volumes = vols
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].holder.ID < out[j].holder.ID })
+	return out
+}
+
+// lacking counts the volumes still short of their confirmations.
+func lacking(need map[string]int) int {
+	n := 0
+	for _, k := range need {
+		if k > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // waitApplied asks the server at addr, until the bound, to answer once it
@@ -138,8 +186,8 @@ func deadlineOf(ctx context.Context) time.Time {
 func notApplied(what string, us []unconfirmed) error {
 	errs := make([]error, 0, len(us))
 	for _, u := range us {
-		errs = append(errs, fmt.Errorf("%s: %w, %s at %s (volumes %s): %v; the volumes' I/O is served only by that server, "+
-			"which may still take a fenced node's writes until it applies the change; call again once it is back",
+		errs = append(errs, fmt.Errorf("%s: %w, %s at %s (volumes %s): %v; the volumes' I/O is served by that server (of a replicated volume, by its replicas, "+
+			"fewer than a majority of which confirmed), which may still take a fenced node's writes until it applies the change; call again once it is back",
 			what, datapath.ErrNotApplied, u.holder.ID, u.holder.Address, volumeList(u.holder.Volumes), u.err))
 	}
 	return errors.Join(errs...)

@@ -40,9 +40,11 @@ func (m *PreparedVolume) Unmarshal(b []byte) error {
 // the refusal of a change of a volume another server holds, as before.
 const ConfirmMetadataKey = "vigil-confirm-applied"
 
-// Pending says which servers other than the one that answered hold the data
-// of volumes a change touched, and the log entry (Index, Term) they must
-// apply before the change takes effect.
+// Pending says which servers hold the data of volumes a change touched, and
+// the log entry (Index, Term) they must apply before the change takes
+// effect: for a volume of one copy, its server unless it answered; for a
+// replicated volume, every replica, the one that answered too, of which a
+// majority must apply it.
 type Pending struct {
 	Index, Term uint64
 	Holders     []PendingHolder
