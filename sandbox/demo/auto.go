@@ -32,7 +32,7 @@ func (d *demo) auto(ctx context.Context, f *follower) error {
 		return err
 	}
 	f.print("cut", f.origin, "power cut of %s: %s", node, d.words.powerCut)
-	f.flush()
+	f.flushAll()
 	var rec *v1alpha1.NodeRecovery
 	done := func() bool {
 		rec = f.recovered(node)

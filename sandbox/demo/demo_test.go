@@ -83,9 +83,9 @@ func TestFollower_Recoveries_InTimeOrder(t *testing.T) {
 			}}}
 	f.origin = t0.Add(-3 * time.Second)
 	f.recoveries([]v1alpha1.NodeRecovery{rec})
-	f.flush()
+	f.flushAll()
 	f.recoveries([]v1alpha1.NodeRecovery{rec}) // nothing new: nothing printed twice
-	f.flush()
+	f.flushAll()
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
 		"03:04:05.000   +3.00s  manager: node-1 is down (storage-isolated), NodeRecovery node-1-x",
@@ -128,5 +128,27 @@ func TestFollower_FencedSpans_SinceWriterStart(t *testing.T) {
 	got := f.fencedSpans(&writer{node: "node-1", started: t0.Add(time.Minute)})
 	if len(got) != 1 || !got[0].From.Equal(t0.Add(3*time.Minute)) || !got[0].To.IsZero() {
 		t.Errorf("fencedSpans = %+v, want one open span from %s", got, t0.Add(3*time.Minute))
+	}
+}
+
+// A step is held back printDelay, so that one the manager records a moment
+// after it happened still comes out before the later steps the demo saw.
+func TestFollower_Flush_HoldsBackRecentSteps(t *testing.T) {
+	var out bytes.Buffer
+	f := &follower{d: &demo{cfg: Config{Out: &out}}, printed: map[string]bool{}}
+	now := time.Now()
+	f.print("seen", now, "the demo saw this")
+	f.flush(now.Add(-printDelay))
+	if out.Len() != 0 {
+		t.Fatalf("printed %q at once, want it held back %s", out.String(), printDelay)
+	}
+	f.print("recorded", now.Add(-200*time.Millisecond), "the manager recorded this")
+	f.flushAll()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "the manager recorded this") || !strings.Contains(lines[1], "the demo saw this") {
+		t.Errorf("printed\n%s\nwant the manager's step first, then the demo's", out.String())
+	}
+	if len(f.pending) != 0 {
+		t.Errorf("pending %v after flushAll, want none", f.pending)
 	}
 }

@@ -72,23 +72,39 @@ func (f *follower) print(key string, at time.Time, format string, args ...any) {
 	f.pending = append(f.pending, line{at, fmt.Sprintf(format, args...)})
 }
 
-// flush prints the queued lines in time order: the wall clock, and the time
-// since the power cut in the auto mode.
-func (f *follower) flush() {
+// printDelay is how long a step waits before it is printed, so that the
+// steps the manager records a moment after they happened (a NodeRecovery's
+// status is written once its step is done) come out in the order they
+// happened, among the ones the demo sees itself.
+const printDelay = time.Second
+
+// flush prints the queued lines that happened up to upTo, in time order: the
+// wall clock, and the time since the power cut in the auto mode.
+func (f *follower) flush(upTo time.Time) {
 	sort.SliceStable(f.pending, func(i, j int) bool { return f.pending[i].at.Before(f.pending[j].at) })
+	n := 0
 	for _, l := range f.pending {
+		if l.at.After(upTo) {
+			break
+		}
 		stamp := l.at.Format("15:04:05.000")
 		if !f.origin.IsZero() {
 			stamp += fmt.Sprintf(" %+7.2fs", l.at.Sub(f.origin).Seconds())
 		}
 		fmt.Fprintf(f.d.cfg.Out, "  %s  %s\n", stamp, l.text)
+		n++
 	}
-	f.pending = f.pending[:0]
+	f.pending = append(f.pending[:0], f.pending[n:]...)
 }
+
+// flushAll prints every queued line.
+func (f *follower) flushAll() { f.flush(time.Now().Add(time.Hour)) }
 
 // follow looks at the cluster every pollInterval until ctx ends (nil) or
 // done reports true (nil); a failed data check ends it with ErrDataLost.
+// Every step it saw is printed when it returns.
 func (f *follower) follow(ctx context.Context, done func() bool) error {
+	defer f.flushAll()
 	for {
 		if err := f.once(ctx); err != nil {
 			return err
@@ -144,7 +160,7 @@ func (f *follower) once(ctx context.Context) error {
 			f.recoveries(recs.Items)
 		}
 	}
-	defer f.flush()
+	defer func() { f.flush(time.Now().Add(-printDelay)) }()
 	f.volumeSteps(ctx)
 	return f.writer(ctx)
 }
