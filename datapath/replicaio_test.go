@@ -33,7 +33,13 @@ type replicated struct {
 
 func startReplicated(t *testing.T, id string, order ...int) *replicated {
 	t.Helper()
-	r := &replicated{srvs: datapathtest.StartGroup(t, 3), id: id}
+	return startReplicatedOn(t, 3, id, order...)
+}
+
+// startReplicatedOn is startReplicated with n servers.
+func startReplicatedOn(t *testing.T, n int, id string, order ...int) *replicated {
+	t.Helper()
+	r := &replicated{srvs: datapathtest.StartGroup(t, n), id: id}
 	for _, s := range r.srvs {
 		r.ids = append(r.ids, s.Group.Self())
 		if s.Group.IsLeader() {
@@ -46,7 +52,11 @@ func startReplicated(t *testing.T, id string, order ...int) *replicated {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	r.ctl, err = client.Dial(ctx, r.srvs[0].Addr, r.srvs[0].Token, client.WithServers(r.srvs[1].Addr, r.srvs[2].Addr), client.WithTimeout(5*time.Second))
+	var others []string
+	for _, s := range r.srvs[1:] {
+		others = append(others, s.Addr)
+	}
+	r.ctl, err = client.Dial(ctx, r.srvs[0].Addr, r.srvs[0].Token, client.WithServers(others...), client.WithTimeout(5*time.Second))
 	must(t, err)
 	t.Cleanup(func() { _ = r.ctl.Close() })
 	r.create(t, id, order...)
@@ -223,5 +233,38 @@ func TestStoreGroup_ReplicaFilesSparedThenDeleted(t *testing.T) {
 		if _, err := s.Store.GetVolume(id); !errors.Is(err, datapath.ErrNotFound) {
 			t.Fatalf("replica %d after the delete: %v; want ErrNotFound", i, err)
 		}
+	}
+}
+
+// TestStoreGroup_ReplicaMovedAway: a server whose replica the group
+// replaced by another server's stops serving the volume (ErrNotHolder, as
+// any server outside the set) and keeps its data file; the others go on.
+func TestStoreGroup_ReplicaMovedAway(t *testing.T) {
+	const id = "vol-00000000000000aa"
+	r := startReplicatedOn(t, 4, id, 0, 1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e, err := r.ctl.Grant(ctx, id, "n1")
+	must(t, err)
+	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 0, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[2], r.ids[3], 1); err != nil {
+		t.Fatal(err)
+	}
+	r.applied(t)
+	if err := r.srvs[2].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
+		t.Fatalf("a write at the server whose replica moved away: %v; want ErrNotHolder", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); err != nil {
+		t.Fatalf("the moved replica's data file: %v; want it kept", err)
+	}
+	for _, i := range []int{0, 1} {
+		if err := r.srvs[i].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("y")); err != nil {
+			t.Fatalf("a write at replica %d after the move: %v", i, err)
+		}
+	}
+	if err := r.srvs[3].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("z")); !errors.Is(err, datapath.ErrNotApplied) {
+		t.Fatalf("a write at the new replica, which has no copy yet: %v; want ErrNotApplied", err)
 	}
 }

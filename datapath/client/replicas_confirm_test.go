@@ -83,11 +83,27 @@ func TestClient_Group_ReplicatedChange_ConfirmedByAMajority(t *testing.T) {
 	if err := ctl.Release(ctx, v.ID, "n2"); err != nil {
 		t.Fatalf("release with one replica of three not confirming: %v; want done", err)
 	}
+	if _, err := ctl.Grant(ctx, v.ID, "n4"); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := ctl.FenceNode(ctx, "n4"); err != nil || len(fs) != 1 || fs[0].VolumeID != v.ID {
+		t.Fatalf("fence node with one replica of three not confirming: %+v, %v; want its volume fenced, done", fs, err)
+	}
 
 	holds[f[1]].Store(true)
 	for what, call := range map[string]func() error{
 		"grant to a new node": func() error { _, err := ctl.Grant(ctx, v.ID, "n3"); return err },
 		"fence":               func() error { _, err := ctl.Fence(ctx, v.ID, "n3"); return err },
+		"fence node": func() error {
+			if _, err := ctl.Grant(ctx, v.ID, "n5"); !errors.Is(err, datapath.ErrNotApplied) {
+				return err
+			}
+			fs, err := ctl.FenceNode(ctx, "n5")
+			if len(fs) != 0 {
+				return errors.New("fence node reported a volume fenced")
+			}
+			return err
+		},
 	} {
 		err := call()
 		if !errors.Is(err, datapath.ErrNotApplied) || !strings.Contains(err.Error(), srvs[f[0]].Group.Self()) || !strings.Contains(err.Error(), srvs[f[1]].Group.Self()) {
