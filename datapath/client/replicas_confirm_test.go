@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -140,5 +141,45 @@ func TestClient_Group_ReplicatedFence_ServersStopped(t *testing.T) {
 		t.Fatal("fence with two replicas' servers of three stopped reported done")
 	} else {
 		t.Logf("fence with two of three stopped: %v", err)
+	}
+}
+
+// BenchmarkFence_Replicated measures a quiet fence (no writes) of a volume
+// on three servers in one group (raftstate.DefaultTiming), with one copy
+// (replicas=1: the leader holds it) and with three (replicas=3: the
+// leader's commit, then two of the three replicas confirm, the leader
+// being one).
+func BenchmarkFence_Replicated(b *testing.B) {
+	for _, r := range []int{1, 3} {
+		b.Run("replicas="+string(rune('0'+r)), func(b *testing.B) {
+			srvs := datapathtest.StartGroupTimed(b, 3, raftstate.DefaultTiming)
+			ctx := context.Background()
+			ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(srvs[1].Addr, srvs[2].Addr))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ctl.Close()
+			v, err := ctl.CreateReplicated(ctx, "fence-bench", 1<<20, datapath.AccessRWO, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := ctl.Grant(ctx, v.ID, "victim"); err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if _, err := ctl.Fence(ctx, v.ID, "victim"); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(pct(0.50), "p50-ms")
+			b.ReportMetric(pct(0.99), "p99-ms")
+		})
 	}
 }
