@@ -181,7 +181,11 @@
 // silence until the new engine's first heartbeat causes no failover; that
 // heartbeat ends the announcement. A crashed engine (SIGKILL, OOM kill, a
 // panic) announces nothing and, when no engine is back within the
-// threshold, causes a failover, as it should. On SIGTERM the engine stops
+// threshold, causes a failover, as it should. A panic in one CSI call is
+// not recovered for that call alone: it may leave a lock held or a table
+// half-changed, and an engine that still heartbeats but cannot serve would
+// keep its node's pods stuck with no failover; ending the process is the
+// side that the manager's checks cover. On SIGTERM the engine stops
 // reading each disk's /dev/fuse once the requests it read are answered
 // (NodeServer.StopServing) and exits; the fd keeper holds the connections and
 // the next engine adopts them (see "The journal and restarts"); after a
