@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,8 +38,13 @@ type volumeView struct {
 	Epoch uint64 `json:"epoch"`
 	// MemberEpoch counts the committed changes of the volume's replica
 	// set (0 for a single copy).
-	MemberEpoch uint64        `json:"memberEpoch"`
-	Replicas    []replicaView `json:"replicas"`
+	MemberEpoch uint64 `json:"memberEpoch"`
+	// State is the volume's as datapath.JudgeQuorum judges it: ok,
+	// degraded, no-quorum, server-down (a single copy whose server does
+	// not answer) or invalid, with Problem saying what is wrong.
+	State    string        `json:"state"`
+	Problem  string        `json:"problem,omitempty"`
+	Replicas []replicaView `json:"replicas"`
 }
 
 // replicaView is one copy of a volume's data: the node and server holding
@@ -54,8 +60,9 @@ type replicaView struct {
 // volume's replicas are its recorded replica set (one copy, on the server
 // holding it, for a volume without one), each unreachable when its server
 // did not answer or is not a known member, else faulted when the set has
-// it out of sync, else in sync. Without a group the one server holds every
-// volume.
+// it out of sync, else in sync; and each volume's state is JudgeQuorum's,
+// a server that does not answer or is no known member counting as down.
+// Without a group the one server holds every volume, and answered.
 func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusView {
 	out := statusView{Servers: make([]serverView, 0, len(rows)), Volumes: make([]volumeView, 0, len(vols))}
 	byID := make(map[string]datapath.ServerStatus, len(rows))
@@ -74,7 +81,9 @@ func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusV
 	}
 	for _, v := range vols {
 		set := v.ReplicaSet()
-		vv := volumeView{ID: v.ID, Name: v.Name, Epoch: v.Epoch, MemberEpoch: set.MemberEpoch, Replicas: make([]replicaView, 0, len(set.Replicas))}
+		q := datapath.JudgeQuorum(set, func(server string) bool { return answers(server, rows, byID) })
+		vv := volumeView{ID: v.ID, Name: v.Name, Epoch: v.Epoch, MemberEpoch: set.MemberEpoch, State: q.State, Problem: q.Problem,
+			Replicas: make([]replicaView, 0, len(set.Replicas))}
 		for _, server := range set.Replicas {
 			vv.Replicas = append(vv.Replicas, replicaOf(server, set, rows, byID))
 		}
@@ -83,18 +92,22 @@ func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusV
 	return out
 }
 
+// answers says whether server answered: always without a group (rows nil),
+// else when it is a known member that is not unreachable.
+func answers(server string, rows []datapath.ServerStatus, byID map[string]datapath.ServerStatus) bool {
+	s, known := byID[server]
+	return rows == nil || known && s.Role != datapath.RoleUnreachable
+}
+
 // replicaOf is the view of the replica of set on server.
 func replicaOf(server string, set datapath.ReplicaSet, rows []datapath.ServerStatus, byID map[string]datapath.ServerStatus) replicaView {
 	r := replicaView{Server: server, State: datapath.ReplicaFaulted}
 	if slices.Contains(set.InSync, server) {
 		r.State = datapath.ReplicaInSync
 	}
-	if rows != nil {
-		s, known := byID[server]
-		r.Node = s.Node
-		if !known || s.Role == datapath.RoleUnreachable {
-			r.State = datapath.ReplicaUnreachable
-		}
+	r.Node = byID[server].Node
+	if !answers(server, rows, byID) {
+		r.State = datapath.ReplicaUnreachable
 	}
 	return r
 }
@@ -106,20 +119,41 @@ func writeStatusJSON(out io.Writer, v statusView) error {
 	return enc.Encode(v)
 }
 
-// printReplicas prints the volumes' replicas of `datapath status`.
+// printReplicas prints the volumes' replicas of `datapath status`, each
+// row with its volume's state, then what is wrong with each invalid volume
+// and a count of the volumes by state.
 func printReplicas(out io.Writer, v statusView) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "VOLUME\tNAME\tEPOCH\tMEMBER EPOCH\tREPLICA NODE\tSERVER\tSTATE\n")
+	fmt.Fprintf(w, "VOLUME\tNAME\tVOLUME STATE\tEPOCH\tMEMBER EPOCH\tREPLICA NODE\tSERVER\tSTATE\n")
 	replicas := 0
+	byState := map[string]int{}
 	for _, vol := range v.Volumes {
+		byState[vol.State]++
 		for _, r := range vol.Replicas {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", vol.ID, vol.Name, vol.Epoch, vol.MemberEpoch, dash(r.Node), dash(r.Server), r.State)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", vol.ID, vol.Name, vol.State, vol.Epoch, vol.MemberEpoch, dash(r.Node), dash(r.Server), r.State)
 			replicas++
 		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(out, "%d volumes in the control group, %d replicas\n", len(v.Volumes), replicas)
+	for _, vol := range v.Volumes {
+		if vol.Problem != "" {
+			fmt.Fprintf(out, "volume %s is %s: %s\n", vol.ID, vol.State, vol.Problem)
+		}
+	}
+	_, err := fmt.Fprintf(out, "%d volumes in the control group, %d replicas%s\n", len(v.Volumes), replicas, stateCounts(byState))
 	return err
+}
+
+// stateCounts is ", N no-quorum, …" for each state other than ok that some
+// volume is in, worst first; empty when every volume is ok.
+func stateCounts(byState map[string]int) string {
+	var s strings.Builder
+	for _, st := range []string{datapath.VolumeNoQuorum, datapath.VolumeServerDown, datapath.VolumeInvalid, datapath.VolumeDegraded} {
+		if byState[st] > 0 {
+			fmt.Fprintf(&s, ", %d %s", byState[st], st)
+		}
+	}
+	return s.String()
 }
