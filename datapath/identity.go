@@ -117,18 +117,22 @@ const (
 // row (TestMethodAccess_EveryMethodHasARow), and a method without one is
 // refused.
 var methodAccess = map[string]access{
-	wire.MethodCreateVolume:     controllerOnly,
-	wire.MethodDeleteVolume:     controllerOnly,
-	wire.MethodListVolumes:      controllerOnly,
-	wire.MethodCapacity:         controllerOnly,
-	wire.MethodGrant:            controllerOnly,
-	wire.MethodFence:            controllerOnly,
-	wire.MethodFenceNode:        controllerOnly,
-	wire.MethodConnectivity:     controllerOnly,
-	wire.MethodNodes:            controllerOnly,
-	wire.MethodFailedVolumes:    controllerOnly,
-	wire.MethodServers:          controllerOnly,
-	wire.MethodGroupVolumes:     controllerOnly,
+	wire.MethodCreateVolume:  controllerOnly,
+	wire.MethodDeleteVolume:  controllerOnly,
+	wire.MethodListVolumes:   controllerOnly,
+	wire.MethodCapacity:      controllerOnly,
+	wire.MethodGrant:         controllerOnly,
+	wire.MethodFence:         controllerOnly,
+	wire.MethodFenceNode:     controllerOnly,
+	wire.MethodConnectivity:  controllerOnly,
+	wire.MethodNodes:         controllerOnly,
+	wire.MethodFailedVolumes: controllerOnly,
+	// An engine reads the replica sets of the volumes it writes and the
+	// addresses of their servers, to send each write to every replica
+	// (client/replicas.go); it may read any one volume already (GetVolume,
+	// Attachments), and is given the servers' addresses.
+	wire.MethodServers:          anyRole,
+	wire.MethodGroupVolumes:     anyRole,
 	wire.MethodClearFailure:     controllerOnly,
 	wire.MethodWaitApplied:      anyRole, // an engine's own Release is confirmed too
 	wire.MethodPrepareVolume:    controllerOnly,

@@ -10,8 +10,8 @@ import (
 )
 
 // TestAuthorize_Table is the specification of who may do what: the
-// controller everything but a node's own acts; an engine one volume's reads,
-// and I/O, heartbeats, Leave, Release and NodeGrants as its own node only.
+// controller everything but a node's own acts; an engine the volumes' and
+// the group's reads, and I/O, heartbeats, Leave, Release and NodeGrants as its own node only.
 func TestAuthorize_Table(t *testing.T) {
 	ctl := Identity{Role: RoleController, Name: "ctl"}
 	a := Identity{Role: RoleEngine, Node: "node-a", Name: "a"}
@@ -31,8 +31,8 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodConnectivity, true, false, false},
 		{wire.MethodNodes, true, false, false},
 		{wire.MethodFailedVolumes, true, false, false},
-		{wire.MethodServers, true, false, false},
-		{wire.MethodGroupVolumes, true, false, false},
+		{wire.MethodServers, true, true, true},
+		{wire.MethodGroupVolumes, true, true, true},
 		{wire.MethodClearFailure, true, false, false},
 		{wire.MethodWaitApplied, true, true, true},
 		{wire.MethodPrepareVolume, true, false, false},

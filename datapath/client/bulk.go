@@ -375,23 +375,24 @@ const maxStaleResends = 8
 // refusal as stale (nothing written), which is sent again at once under a new
 // generation. It returns errBulkUnsupported (wrapped) if the server does not
 // speak it: the write then goes over gRPC, under the same sessions.
-func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
-	if !bulkName(volumeID) || !bulkName(node) {
+func (c *Client) writeBulk(ctx context.Context, w ioWrite) error {
+	volumeID, follow := w.vol, w.at == ""
+	if !bulkName(volumeID) || !bulkName(w.node) {
 		// The frame cannot carry it; gRPC gets the server's own refusal.
 		return errBulkUnsupported
 	}
 	backoff := c.opts.minBackoff
 	for attempt, stale, moves := 0, 0, 0; ; attempt++ {
-		addr := c.holderOf(volumeID)
+		addr := c.addrOf(w)
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.writeBulkOnce(actx, addr, volumeID, node, epoch, off, p)
+		err := c.writeBulkOnce(actx, addr, w)
 		cancel()
 		if errors.Is(err, datapath.ErrStaleSession) && stale < maxStaleResends && ctx.Err() == nil {
 			stale++
 			attempt--
 			continue
 		}
-		if moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err) {
+		if follow && moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err) {
 			moves++ // nothing was written: the same write goes to the holder at once
 			attempt--
 			continue
@@ -399,11 +400,14 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 		if err == nil || errors.Is(err, errBulkUnsupported) {
 			return err
 		}
-		if ctx.Err() == nil {
+		if follow && ctx.Err() == nil {
 			_ = c.askElsewhere(volumeID, addr, err) // the next attempt, if any, asks another server
 		}
 		if attempt >= c.opts.retries || ctx.Err() != nil || !errors.Is(err, errBulkTransport) {
-			return c.holderError(volumeID, addr, c.bulkError(addr, attempt, err))
+			if err = c.bulkError(addr, attempt, err); follow {
+				err = c.holderError(volumeID, addr, err)
+			}
+			return err
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -420,16 +424,16 @@ func (c *Client) writeBulk(ctx context.Context, volumeID, node string, epoch uin
 // session's generation, opened first if none is. A write left without the
 // server's answer abandons the generation, so the next write of the volume
 // opens a new one and this write can never land after it.
-func (c *Client) writeBulkOnce(ctx context.Context, addr, volumeID, node string, epoch uint64, off int64, p []byte) error {
+func (c *Client) writeBulkOnce(ctx context.Context, addr string, w ioWrite) error {
 	b, err := c.bulkConn(ctx, addr)
 	if err != nil {
 		return err
 	}
-	gen, err := c.sessions.gen(ctx, volumeID, node, epoch, b.openSession)
+	gen, err := c.sessions.gen(ctx, w.key(), w.epoch, b.openSession)
 	if err != nil {
 		return err
 	}
-	_, err = b.do(ctx, wire.BulkRequest{Op: wire.BulkOpWrite, Epoch: epoch, Offset: off, Gen: gen}, volumeID, node, p)
+	_, err = b.do(ctx, wire.BulkRequest{Op: wire.BulkOpWrite, Epoch: w.epoch, Offset: w.off, Gen: gen, MemberEpoch: w.member}, w.vol, w.node, w.p)
 	var re *datapath.RemoteError
 	switch {
 	case err == nil:
@@ -437,7 +441,7 @@ func (c *Client) writeBulkOnce(ctx context.Context, addr, volumeID, node string,
 	case errors.Is(err, datapath.ErrStaleSession) || !errors.As(err, &re):
 		// Refused as stale, or no answer from the server: the write may
 		// still arrive, and must not land after the writes that follow.
-		c.sessions.end(volumeID, node, epoch, gen)
+		c.sessions.end(w.key(), w.epoch, gen)
 	}
 	return err
 }

@@ -77,6 +77,10 @@ type Client struct {
 	// (holder.go).
 	holders holders
 
+	// views: each written volume's replica set and member epoch
+	// (replicas.go).
+	views replicaViews
+
 	// group finds the control group's leader (leader.go); dialOpts dial
 	// its servers.
 	group    leaders

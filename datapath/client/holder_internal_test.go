@@ -30,7 +30,7 @@ func TestClient_ToHolder_MovesTheVolumeAndEndsItsSessions(t *testing.T) {
 		vol, node string
 		gen       uint64
 	}{{"vol-a", "n1", 11}, {"vol-a", "n2", 12}, {"vol-b", "n1", 13}} {
-		if g, err := c.sessions.gen(ctx, k.vol, k.node, 1, open(k.gen)); err != nil || g != k.gen {
+		if g, err := c.sessions.gen(ctx, sessionKey{k.vol, k.node, ""}, 1, open(k.gen)); err != nil || g != k.gen {
 			t.Fatalf("open %v: %d, %v", k, g, err)
 		}
 	}
@@ -50,7 +50,7 @@ func TestClient_ToHolder_MovesTheVolumeAndEndsItsSessions(t *testing.T) {
 		vol, node string
 		want      uint64
 	}{{"vol-a", "n1", 21}, {"vol-a", "n2", 21}, {"vol-b", "n1", 13}} {
-		if g, _ := c.sessions.gen(ctx, k.vol, k.node, 1, open(21)); g != k.want {
+		if g, _ := c.sessions.gen(ctx, sessionKey{k.vol, k.node, ""}, 1, open(21)); g != k.want {
 			t.Errorf("%s/%s writes under generation %d after the move; want %d", k.vol, k.node, g, k.want)
 		}
 	}

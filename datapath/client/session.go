@@ -18,7 +18,12 @@ type writeSessions struct {
 	m  map[sessionKey]*writeSession
 }
 
-type sessionKey struct{ volumeID, node string }
+// sessionKey names a session: a (volume, node) at one server, server ""
+// being the volume's holder as the client knows it (which forget moves).
+type sessionKey struct{ volumeID, node, server string }
+
+// key is the session w is written under.
+func (w ioWrite) key() sessionKey { return sessionKey{w.vol, w.node, w.at} }
 
 type writeSession struct {
 	epoch   uint64
@@ -32,8 +37,7 @@ type opener func(ctx context.Context, volumeID, node string, epoch uint64) (uint
 
 // gen returns the generation to write (volumeID, node) under epoch, opening
 // one first (once for every caller waiting) when none is open.
-func (s *writeSessions) gen(ctx context.Context, volumeID, node string, epoch uint64, open opener) (uint64, error) {
-	k := sessionKey{volumeID, node}
+func (s *writeSessions) gen(ctx context.Context, k sessionKey, epoch uint64, open opener) (uint64, error) {
 	for {
 		s.mu.Lock()
 		if s.m == nil {
@@ -61,7 +65,7 @@ func (s *writeSessions) gen(ctx context.Context, volumeID, node string, epoch ui
 		done := make(chan struct{})
 		ws.opening = done
 		s.mu.Unlock()
-		gen, err := open(ctx, volumeID, node, epoch)
+		gen, err := open(ctx, k.volumeID, k.node, epoch)
 		s.mu.Lock()
 		ws.opening = nil
 		if err == nil {
@@ -81,10 +85,10 @@ func (s *writeSessions) gen(ctx context.Context, volumeID, node string, epoch ui
 // end records that a write under (epoch, gen) went unanswered or was refused
 // as stale: unless a newer generation was opened meanwhile, the next write
 // opens one.
-func (s *writeSessions) end(volumeID, node string, epoch, gen uint64) {
+func (s *writeSessions) end(k sessionKey, epoch, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ws := s.m[sessionKey{volumeID, node}]; ws != nil && ws.epoch == epoch && ws.gen == gen {
+	if ws := s.m[k]; ws != nil && ws.epoch == epoch && ws.gen == gen {
 		ws.gen = 0
 	}
 }

@@ -35,10 +35,59 @@ func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint6
 	if len(p) > datapath.MaxIOSize {
 		return fmt.Errorf("%w: write to volume %s: %d bytes, at most %d per request", datapath.ErrInvalidArgument, volumeID, len(p), datapath.MaxIOSize)
 	}
-	if err := c.writeBulk(ctx, volumeID, node, epoch, off, p); !errors.Is(err, errBulkUnsupported) {
+	v, err := c.viewOf(ctx, volumeID)
+	if err != nil {
+		return fmt.Errorf("write to volume %s: %w", volumeID, err)
+	}
+	w := ioWrite{vol: volumeID, node: node, epoch: epoch, off: off, p: p}
+	err = c.writeUnder(ctx, v, w)
+	if !errors.Is(err, datapath.ErrStaleMemberEpoch) || ctx.Err() != nil {
 		return err
 	}
-	return c.writeGRPC(ctx, volumeID, node, epoch, off, p)
+	// A committed change of the volume's replicas replaced the view: read
+	// it again and send once more.
+	v, rerr := c.renewView(ctx, volumeID)
+	if rerr != nil {
+		return fmt.Errorf("%w (reading the volume's replicas again failed: %v)", err, rerr)
+	}
+	return c.writeUnder(ctx, v, w)
+}
+
+// ioWrite is one write as its attempts send it.
+type ioWrite struct {
+	vol, node     string
+	epoch, member uint64
+	off           int64
+	p             []byte
+	// at is the server it goes to; "": the volume's holder as the client
+	// knows it, following a NOT_HOLDER refusal.
+	at string
+}
+
+// writeUnder sends w at the member epoch of v, to the holder (one copy).
+func (c *Client) writeUnder(ctx context.Context, v *replicaView, w ioWrite) error {
+	w.member = v.member()
+	if err := checkMember(w.vol, w.member); err != nil {
+		return err
+	}
+	return c.writeTo(ctx, w)
+}
+
+// writeTo sends w over the bulk channel, or over gRPC when the server does
+// not speak it.
+func (c *Client) writeTo(ctx context.Context, w ioWrite) error {
+	if err := c.writeBulk(ctx, w); !errors.Is(err, errBulkUnsupported) {
+		return err
+	}
+	return c.writeGRPC(ctx, w)
+}
+
+// addrOf is the server w goes to now.
+func (c *Client) addrOf(w ioWrite) string {
+	if w.at != "" {
+		return w.at
+	}
+	return c.holderOf(w.vol)
 }
 
 // writeGRPC is WriteAt over gRPC, with writeBulk's rules: a failed connection
@@ -46,12 +95,13 @@ func (c *Client) WriteAt(ctx context.Context, volumeID, node string, epoch uint6
 // except a refusal as stale (nothing written), sent again at once under a
 // new generation; and every attempt whose answer did not come ends its
 // generation, so the retry goes out under a new one.
-func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uint64, off int64, p []byte) error {
+func (c *Client) writeGRPC(ctx context.Context, w ioWrite) error {
 	backoff := c.opts.minBackoff
+	volumeID, follow := w.vol, w.at == ""
 	for attempt, stale, moves := 0, 0, 0; ; attempt++ {
-		addr := c.holderOf(volumeID)
+		addr := c.addrOf(w)
 		actx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-		err := c.writeGRPCOnce(actx, addr, volumeID, node, epoch, off, p)
+		err := c.writeGRPCOnce(actx, addr, w)
 		cancel()
 		switch {
 		case err == nil:
@@ -60,7 +110,7 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 			stale++
 			attempt--
 			continue
-		case moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err):
+		case follow && moves < maxHolderMoves && ctx.Err() == nil && c.toHolder(volumeID, addr, err):
 			moves++ // nothing was written: the same write goes to the holder at once
 			attempt--
 			continue
@@ -74,10 +124,14 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 			c.bulkMu.Unlock()
 			return fmt.Errorf("%w: datapath %s does not serve %s over gRPC (%v), so it cannot order writes there, and the bulk channel is off or unanswered; "+
 				"nothing was written. Upgrade vigil-datapath to this client's release", ErrServerTooOld, addr, wire.MethodOpenWriteSession, datapath.FromStatus(err))
-		case ctx.Err() == nil && c.askElsewhere(volumeID, addr, err) && attempt < c.opts.retries && retryable(ctx, err, retryTransport):
+		case follow && ctx.Err() == nil && c.askElsewhere(volumeID, addr, err) && attempt < c.opts.retries && retryable(ctx, err, retryTransport):
 			// The next attempt asks another server of the group.
 		case attempt >= c.opts.retries || !retryable(ctx, err, retryTransport):
-			return c.holderError(volumeID, addr, c.callError(wire.MethodWrite, addr, attempt, err))
+			err = c.callError(wire.MethodWrite, addr, attempt, err)
+			if follow {
+				err = c.holderError(volumeID, addr, err)
+			}
+			return err
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -96,18 +150,19 @@ func (c *Client) writeGRPC(ctx context.Context, volumeID, node string, epoch uin
 // connection) the transport may still be reading p after Invoke returns, so
 // it waits until the transport lets go: the caller may reuse p at once, and a
 // failed write can never carry bytes the caller wrote into p afterwards.
-func (c *Client) writeGRPCOnce(ctx context.Context, addr, volumeID, node string, epoch uint64, off int64, p []byte) error {
+func (c *Client) writeGRPCOnce(ctx context.Context, addr string, w ioWrite) error {
+	volumeID, node, epoch := w.vol, w.node, w.epoch
 	conn, err := c.connAt(addr)
 	if err != nil {
 		return err
 	}
-	gen, err := c.sessions.gen(ctx, volumeID, node, epoch, func(ctx context.Context, volumeID, node string, epoch uint64) (uint64, error) {
+	gen, err := c.sessions.gen(ctx, w.key(), epoch, func(ctx context.Context, volumeID, node string, epoch uint64) (uint64, error) {
 		return openSessionGRPC(ctx, conn, addr, volumeID, node, epoch)
 	})
 	if err != nil {
 		return err
 	}
-	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Gen: gen, Offset: off, Data: p}
+	req := &wire.WriteRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Gen: gen, Offset: w.off, Data: w.p, MemberEpoch: w.member}
 	var callOpts []grpc.CallOption
 	var header metadata.MD
 	if datapath.WantsBoot(ctx) {
@@ -128,7 +183,7 @@ func (c *Client) writeGRPCOnce(ctx context.Context, addr, volumeID, node string,
 		// Refused as stale, or not the server's word (no answer, a lost
 		// connection): the write may still arrive, and must not land after
 		// the writes that follow.
-		c.sessions.end(volumeID, node, epoch, gen)
+		c.sessions.end(w.key(), epoch, gen)
 	}
 	return err
 }
