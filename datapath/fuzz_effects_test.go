@@ -304,6 +304,9 @@ var effects = map[string]effect{
 	wire.MethodPrepareReplica: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("prepared a replica though the store has no control group")
 	},
+	wire.MethodMarkOutOfSync: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("took a replica out of sync though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

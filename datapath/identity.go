@@ -131,17 +131,20 @@ var methodAccess = map[string]access{
 	// addresses of their servers, to send each write to every replica
 	// (client/replicas.go); it may read any one volume already (GetVolume,
 	// Attachments), and is given the servers' addresses.
-	wire.MethodServers:          anyRole,
-	wire.MethodGroupVolumes:     anyRole,
-	wire.MethodClearFailure:     controllerOnly,
-	wire.MethodWaitApplied:      anyRole, // an engine's own Release is confirmed too
-	wire.MethodPrepareVolume:    controllerOnly,
-	wire.MethodPrepareReplica:   controllerOnly,
-	wire.MethodAddServer:        controllerOnly,
-	wire.MethodGetVolume:        anyRole,
-	wire.MethodAttachments:      anyRole,
-	wire.MethodRelease:          controllerOrOwnNode,
-	wire.MethodNodeGrants:       controllerOrOwnNode,
+	wire.MethodServers:        anyRole,
+	wire.MethodGroupVolumes:   anyRole,
+	wire.MethodClearFailure:   controllerOnly,
+	wire.MethodWaitApplied:    anyRole, // an engine's own Release is confirmed too
+	wire.MethodPrepareVolume:  controllerOnly,
+	wire.MethodPrepareReplica: controllerOnly,
+	wire.MethodAddServer:      controllerOnly,
+	wire.MethodGetVolume:      anyRole,
+	wire.MethodAttachments:    anyRole,
+	wire.MethodRelease:        controllerOrOwnNode,
+	wire.MethodNodeGrants:     controllerOrOwnNode,
+	// The writer's engine takes a replica that missed its write out of
+	// sync; the group checks that its grant is live at its epoch.
+	wire.MethodMarkOutOfSync:    controllerOrOwnNode,
 	wire.MethodRead:             ownNodeOnly,
 	wire.MethodWrite:            ownNodeOnly,
 	wire.MethodOpenWriteSession: ownNodeOnly,
@@ -205,6 +208,8 @@ func requestNode(req any) string {
 	case *wire.OpenSessionRequest:
 		return r.Node
 	case *wire.ConnectivityRequest:
+		return r.Node
+	case *wire.MarkOutOfSyncRequest:
 		return r.Node
 	}
 	return ""

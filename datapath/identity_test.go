@@ -42,6 +42,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodAttachments, true, true, true},
 		{wire.MethodRelease, true, true, false},
 		{wire.MethodNodeGrants, true, true, false},
+		{wire.MethodMarkOutOfSync, true, true, false},
 		{wire.MethodRead, false, true, false},
 		{wire.MethodWrite, false, true, false},
 		{wire.MethodOpenWriteSession, false, true, false},

@@ -171,6 +171,13 @@ var serviceDesc = grpc.ServiceDesc{
 			v, server, err := s.PrepareVolume(r.Name, r.Size, AccessMode(r.Access))
 			return &wire.PreparedVolume{ID: v.ID, Server: server}, err
 		}),
+		method(wire.MethodMarkOutOfSync, func(s *Store, r *wire.MarkOutOfSyncRequest) (wire.Message, error) {
+			set, err := s.MarkReplicaOutOfSync(r.VolumeID, r.Replica, r.MemberEpoch, r.Node, r.Epoch)
+			if err != nil {
+				return nil, err
+			}
+			return &wire.ReplicaSetAnswer{Holder: set.Holder, Replicas: set.Replicas, InSync: set.InSync, MemberEpoch: set.MemberEpoch}, nil
+		}),
 		method(wire.MethodAddServer, func(s *Store, r *wire.AddServerRequest) (wire.Message, error) {
 			if r.Nonvoter {
 				return &wire.Empty{}, s.AddNonvoter(r.ID, r.RaftAddress, r.DatapathAddress)

@@ -169,7 +169,17 @@ func (c *Client) ReadAt(ctx context.Context, volumeID, node string, epoch uint64
 
 // Flush makes every write acknowledged so far on the volume durable (fdatasync).
 // It carries (node, epoch) like any I/O and is refused with ErrFenced likewise.
+//
+// A volume with more than one copy is flushed on every in-sync replica, and
+// the flush is acknowledged by the same rule as a write (replicated.go).
 func (c *Client) Flush(ctx context.Context, volumeID, node string, epoch uint64) error {
+	v, err := c.viewOf(ctx, volumeID)
+	if err != nil {
+		return fmt.Errorf("flush volume %s: %w", volumeID, err)
+	}
+	if v.replicated() {
+		return c.flushReplicated(ctx, v, volumeID, node, epoch)
+	}
 	req := &wire.FlushRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}}
 	return c.call(ctx, volumeID, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
 }

@@ -37,6 +37,10 @@ type options struct {
 	insecure   bool
 	servers    []string // WithServers
 	applyWait  time.Duration
+	// replicaDeadline and noQuorumWait bound a replicated write
+	// (replicated.go).
+	replicaDeadline time.Duration
+	noQuorumWait    time.Duration
 }
 
 // WithTimeout sets the timeout of each attempt (default 10s). The caller's
@@ -103,6 +107,9 @@ func Dial(ctx context.Context, addr string, token string, opts ...Option) (*Clie
 	o := options{timeout: 10 * time.Second, retries: 3, minBackoff: 50 * time.Millisecond, maxBackoff: time.Second}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.checkReplicaTimes(); err != nil {
+		return nil, fmt.Errorf("dial datapath %s: %w", addr, err)
 	}
 	ts, err := newTokenSource(token, o.tokenFile)
 	if err != nil {

@@ -36,14 +36,15 @@
 // none, and WriteAt returns ErrServerTooOld.
 //
 // Every write carries the member epoch of the volume's replica set as the
-// client last read it (replicas.go): a client given the group's servers
-// reads a volume's replica set from the leader before its first write; a
-// client of one server writes at member epoch 0, where a single copy stays.
-// A server that refuses the member epoch as stale (ErrStaleMemberEpoch)
-// wrote nothing; the client reads the volume again and sends the write
-// once more, and a second refusal is the write's error
-// (TestClient_Group_WriteFollowsTheMemberEpoch,
-// TestClient_WriteAt_StaleTwiceIsTheError).
+// client last read it from the group's leader, before its first write to
+// the volume (replicas.go). A server that refuses the member epoch as
+// stale (ErrStaleMemberEpoch) wrote nothing; the client reads the volume
+// again and sends the write once more, and a second refusal is the
+// write's error (TestClient_WriteAt_StaleTwiceIsTheError). A volume of
+// more than one copy is written and flushed on every in-sync replica at
+// once, acknowledged by the ack rule (ackrule.go, replicated.go;
+// TestReplicatedWrite, TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly,
+// TestClient_Group_ReplicatedWrite_FencedNeverAcked).
 //
 // Each client presents one identity's token: the controller's (the manager,
 // the CSI controller) or one node's engine's; the server refuses with

@@ -13,9 +13,9 @@ import (
 )
 
 // staleServer is a fake datapath server over gRPC alone that opens write
-// sessions, reports every volume as one copy at its member epoch
-// (GroupVolumes), and refuses every write as at a stale member epoch,
-// recording the member epoch each write carried.
+// sessions, reports its volume as one copy at a member epoch that moves on
+// by one at each GroupVolumes, and refuses every write as at a stale member
+// epoch, recording the member epoch each write carried.
 type staleServer struct {
 	addr   string
 	member uint64
@@ -60,15 +60,19 @@ func (f *staleServer) handle(_ any, stream grpc.ServerStream) error {
 		f.got = append(f.got, req.MemberEpoch)
 		f.mu.Unlock()
 		return datapath.ToStatus(fmt.Errorf("%w: write volume %s carries member epoch %d; this server applied member epoch %d",
-			datapath.ErrStaleMemberEpoch, req.VolumeID, req.MemberEpoch, f.member+1))
+			datapath.ErrStaleMemberEpoch, req.VolumeID, req.MemberEpoch, req.MemberEpoch+1))
 	case wire.FullMethod(wire.MethodGroupVolumes):
 		var req wire.Empty
 		if err := stream.RecvMsg(&req); err != nil {
 			return err
 		}
+		f.mu.Lock()
+		m := f.member
+		f.member++
+		f.mu.Unlock()
 		return stream.SendMsg(&wire.GroupVolumeList{WithReplicas: true, Items: []wire.GroupVolume{{
 			ID: "vol-0123456789abcdef", Name: "pvc", Server: "s1", Epoch: 1,
-			Replicas: []string{"s1"}, InSync: []string{"s1"}, MemberEpoch: f.member}}})
+			Replicas: []string{"s1"}, InSync: []string{"s1"}, MemberEpoch: m}}})
 	}
 	return fmt.Errorf("fake server: %s not served", method)
 }

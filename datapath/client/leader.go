@@ -37,6 +37,7 @@ func WithServers(addrs ...string) Option {
 var leaderMethods = map[string]bool{
 	wire.MethodCreateVolume: true, wire.MethodDeleteVolume: true, wire.MethodGrant: true, wire.MethodFence: true,
 	wire.MethodRelease: true, wire.MethodFenceNode: true, wire.MethodLeave: true, wire.MethodAddServer: true,
+	wire.MethodMarkOutOfSync: true,
 	// Not a change, but answered only by the leader, current (Store.GroupVolumes).
 	wire.MethodGroupVolumes: true,
 }

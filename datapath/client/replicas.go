@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -23,11 +24,10 @@ import (
 // refusal is the write's error: the client never writes from a view it
 // could not renew.
 //
-// A client given the group's servers (WithServers) reads a volume's view
-// before its first write, so that it knows whether the volume has more
-// than one copy before it acknowledges anything. A client of one server
-// writes at member epoch 0, where a single copy stays for good, and reads
-// the view only when a server refuses that. A server from before replica
+// The client reads a volume's view before its first write, so that it
+// knows whether the volume has more than one copy before it acknowledges
+// anything (a client of one server that is not the leader asks the leader
+// it names). A server from before replica
 // sets (no GroupVolumes, or no replica section in its answer) reads as a
 // single copy at member epoch 0, which is what it holds.
 
@@ -78,11 +78,10 @@ func (vs *replicaViews) store(vol string, v *replicaView) *replicaView {
 	return v
 }
 
-// viewOf returns the view the client writes vol under: the one held, or,
-// for a client of a group, the one read now. nil: a client of one server
-// that was never refused for a stale member epoch on vol.
+// viewOf returns the view the client writes vol under: the one held, or
+// the one read now.
 func (c *Client) viewOf(ctx context.Context, vol string) (*replicaView, error) {
-	if v := c.views.load(vol); v != nil || len(c.group.servers) < 2 {
+	if v := c.views.load(vol); v != nil {
 		return v, nil
 	}
 	v, err := c.readView(ctx, vol)
@@ -105,11 +104,19 @@ func (c *Client) renewView(ctx context.Context, vol string) (*replicaView, error
 // readView reads vol's replica set as the group's leader committed it
 // (GroupVolumes answers at the leader only, so a view is never older than
 // any server's), and, for more than one copy, each replica's address. A
-// server that does not serve GroupVolumes predates replica sets: vol is
-// one copy, at member epoch 0.
+// server that does not serve GroupVolumes, or not to an engine, predates
+// the replicated write path: vol is one copy, at member epoch 0.
 func (c *Client) readView(ctx context.Context, vol string) (*replicaView, error) {
 	vols, err := c.groupVolumesAt(ctx, "")
-	if status.Code(err) == codes.Unimplemented {
+	var re *datapath.RemoteError
+	if len(c.group.servers) < 2 && errors.As(err, &re) && errors.Is(re, datapath.ErrNotLeader) && re.LeaderAddress != "" {
+		// A client of one server that is not the leader: ask the leader
+		// it names (a client of the group follows by itself).
+		vols, err = c.groupVolumesAt(ctx, re.LeaderAddress)
+	}
+	if status.Code(err) == codes.Unimplemented || errors.Is(err, datapath.ErrPermissionDenied) {
+		// A server from before replica sets, or from before engines read
+		// them: it offers no volume more than one copy to write to.
 		return &replicaView{set: datapath.SingleCopy(vol, "")}, nil
 	}
 	if err != nil {

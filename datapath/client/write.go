@@ -64,11 +64,15 @@ type ioWrite struct {
 	at string
 }
 
-// writeUnder sends w at the member epoch of v, to the holder (one copy).
+// writeUnder sends w at the member epoch of v: to the holder (one copy),
+// or to every in-sync replica by the ack rule (replicated.go).
 func (c *Client) writeUnder(ctx context.Context, v *replicaView, w ioWrite) error {
 	w.member = v.member()
 	if err := checkMember(w.vol, w.member); err != nil {
 		return err
+	}
+	if v.replicated() {
+		return c.writeReplicated(ctx, v, w)
 	}
 	return c.writeTo(ctx, w)
 }

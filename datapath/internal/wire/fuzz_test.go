@@ -17,7 +17,7 @@ func messages() []Message {
 		&Data{}, &FlushRequest{}, &NodeRef{}, &ConnectivityRequest{}, &Connectivity{},
 		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{}, &FailedList{},
 		&OpenSessionRequest{}, &Generation{}, &PendingAnswer{}, &WaitAppliedRequest{},
-		&GroupVolumeList{},
+		&GroupVolumeList{}, &MarkOutOfSyncRequest{}, &ReplicaSetAnswer{},
 	}
 }
 
@@ -125,6 +125,8 @@ func seedMessages() []Message {
 		&FencedList{Items: []FencedVolume{{VolumeID: "vol-0123456789abcdef", Epoch: 5}}, Pending: seedPending()},
 		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "datapath-1", Epoch: 6}}},
 		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "s1", Epoch: 6, Replicas: []string{"s1", "s2"}, InSync: []string{"s1"}, MemberEpoch: 3}}, WithReplicas: true},
+		&MarkOutOfSyncRequest{VolumeID: "vol-0123456789abcdef", Replica: "s2", MemberEpoch: 3, Node: "node-1", Epoch: 7},
+		&ReplicaSetAnswer{Holder: "s1", Replicas: []string{"s1", "s2", "s3"}, InSync: []string{"s1", "s3"}, MemberEpoch: 4},
 	}
 }
 

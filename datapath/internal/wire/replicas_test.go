@@ -1,0 +1,26 @@
+package wire
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// TestMarkOutOfSync_RoundTrip: the request and its answer encode and decode
+// back to themselves, and a truncated one is malformed.
+func TestMarkOutOfSync_RoundTrip(t *testing.T) {
+	for _, in := range []Message{
+		&MarkOutOfSyncRequest{VolumeID: "vol-0123456789abcdef", Replica: "datapath-2", MemberEpoch: 3, Node: "node-1", Epoch: 7},
+		&MarkOutOfSyncRequest{VolumeID: "vol-0123456789abcdef", Replica: "datapath-2"},
+		&ReplicaSetAnswer{Holder: "datapath-0", Replicas: []string{"datapath-0", "datapath-1", "datapath-2"}, InSync: []string{"datapath-0", "datapath-1"}, MemberEpoch: 4},
+	} {
+		b := in.MarshalAppend(nil)
+		out := reflect.New(reflect.TypeOf(in).Elem()).Interface().(Message)
+		if err := out.Unmarshal(b); err != nil || !reflect.DeepEqual(in, out) {
+			t.Errorf("%T: decoded %+v, %v; want %+v", in, out, err, in)
+		}
+		if err := out.Unmarshal(b[:len(b)-1]); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%T truncated: %v; want ErrMalformed", in, err)
+		}
+	}
+}
