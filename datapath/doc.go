@@ -134,10 +134,15 @@
 // volume with R replicas is made by client.CreateReplicated
 // (replicacreate.go, TestClient_CreateReplicated), and a change of it is
 // confirmed by WriteQuorum(R) of its replicas (point 3 below,
-// TestClient_Group_ReplicatedChange_ConfirmedByAMajority). Nothing
-// user-facing creates such a volume yet, since the engine does not fan its
-// writes out; points 1, 2 and 6's client side are the design the write path
-// will follow (docs/architecture.md, "Replicated volumes"):
+// TestClient_Group_ReplicatedChange_ConfirmedByAMajority). The engine's
+// client does points 1 and 2: it sends each write and flush to every
+// in-sync replica and acknowledges it by the ack rule, taking a late
+// replica out of sync at the leader first (MarkReplicaOutOfSync, as the
+// writer's node; client/ackrule.go, client/replicated.go; TestReplicatedWrite,
+// TestClient_Group_ReplicatedWrite_AReplicaStops,
+// TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly). Nothing
+// user-facing creates such a volume yet, and reads go to the holder, which
+// is always in sync (docs/architecture.md, "Replicated volumes"):
 //
 //  1. The writer's engine sends each write, with (node, attach epoch, member
 //     epoch), to every replica; it is acknowledged only once on every

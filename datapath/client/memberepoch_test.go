@@ -37,29 +37,115 @@ func waitMember(t testing.TB, srv *datapathtest.Server, id string, m uint64) {
 	t.Fatalf("volume %s never at member epoch %d on %s", id, m, srv.Addr)
 }
 
-// replicatedVolume creates a volume named name with a copy on every server
-// of srvs, srvs[holder] holding it (its data file prepared there first, as
-// a placed create does), in sync at member epoch 0, and returns its id and
-// its replicas' server ids, the holder's first.
-func replicatedVolume(t testing.TB, ctx context.Context, srvs []*datapathtest.Server, holder int, name string) (string, []string) {
+// replicated is a volume of three copies on three servers, granted to
+// node n1: srvs[holder] holds it; ids are its replicas' server ids, the
+// holder's first, and at[id] the server of each.
+type replicated struct {
+	srvs   []*datapathtest.Server
+	ctl    *client.Client
+	vol    string
+	ids    []string
+	at     map[string]*datapathtest.Server
+	epoch  uint64
+	holder *datapathtest.Server
+}
+
+// startReplicated starts three servers and creates a volume named name
+// with a copy on each (CreateReplicated), granted to n1.
+func startReplicated(t *testing.T, ctx context.Context, name string) *replicated {
 	t.Helper()
-	v, _, err := srvs[holder].Store.PrepareVolume(name, 1<<20, datapath.AccessRWO)
+	srvs := datapathtest.StartGroup(t, 3)
+	ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(srvs[1].Addr, srvs[2].Addr), client.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{srvs[holder].Group.Self()}
-	for i, s := range srvs {
-		if i != holder {
-			ids = append(ids, s.Group.Self())
-		}
-	}
-	if _, err := groupLeader(t, srvs).CreateReplicatedVolume(ctx, v.ID, name, 1<<20, datapath.AccessRWO, ids); err != nil {
+	t.Cleanup(func() { _ = ctl.Close() })
+	v, err := ctl.CreateReplicated(ctx, name, 1<<20, datapath.AccessRWO, 3)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range srvs {
-		waitApplied(t, s, v.ID)
+	r := &replicated{srvs: srvs, ctl: ctl, vol: v.ID, at: map[string]*datapathtest.Server{}}
+	vols, err := ctl.GroupVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return v.ID, ids
+	for _, gv := range vols {
+		if gv.ID == v.ID {
+			r.ids = gv.Replicas
+		}
+	}
+	for _, s := range srvs {
+		r.at[s.Group.Self()] = s
+	}
+	if len(r.ids) != 3 {
+		t.Fatalf("volume %s has replicas %v; want 3", v.ID, r.ids)
+	}
+	r.holder = r.at[r.ids[0]]
+	if r.epoch, err = ctl.Grant(ctx, v.ID, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// engine dials n1's engine at the holder, given the other servers.
+func (r *replicated) engine(t *testing.T, ctx context.Context, opts ...client.Option) *client.Client {
+	t.Helper()
+	var others []string
+	for _, s := range r.srvs {
+		if s != r.holder {
+			others = append(others, s.Addr)
+		}
+	}
+	c, err := client.Dial(ctx, r.holder.Addr, r.holder.NodeToken("n1"), append([]client.Option{client.WithServers(others...), client.WithTimeout(5 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestClient_Group_WriteFollowsTheMemberEpoch: three servers; a volume
+// with a copy on each. An engine's writes carry the member epoch of the
+// set it read (over the bulk channel and over gRPC): after a committed
+// change moves the volume's member epoch under the writer, its next write
+// is refused as stale, and the client reads the volume again and sends it
+// once more, at the new member epoch, where it lands.
+func TestClient_Group_WriteFollowsTheMemberEpoch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startReplicated(t, ctx, "pvc-three")
+	engines := map[string]*client.Client{}
+	for _, name := range []string{"bulk", "grpc"} {
+		c := r.engine(t, ctx, client.WithBulk(name == "bulk"))
+		engines[name] = c
+		if err := c.WriteAt(ctx, r.vol, "n1", r.epoch, 0, []byte("before")); err != nil {
+			t.Fatalf("%s: write at member epoch 0: %v", name, err)
+		}
+	}
+	leader := groupLeader(t, r.srvs)
+	for i, name := range []string{"bulk", "grpc"} {
+		// The set changes under the writer: a replica leaves the in-sync
+		// set, then comes back.
+		change := leader.MarkReplicaInSync
+		if i == 0 {
+			change = func(ctx context.Context, id, replica string, asked uint64) (raftstate.Volume, error) {
+				return leader.MarkReplicaOutOfSync(ctx, id, replica, asked, "", 0)
+			}
+		}
+		if _, err := change(ctx, r.vol, r.ids[1], uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range r.srvs {
+			waitMember(t, s, r.vol, uint64(i+1))
+		}
+		if err := engines[name].WriteAt(ctx, r.vol, "n1", r.epoch, 512, []byte(name)); err != nil {
+			t.Fatalf("%s: write after the member epoch moved to %d: %v; want it sent again at the new member epoch", name, i+1, err)
+		}
+		got, err := engines[name].ReadAt(ctx, r.vol, "n1", r.epoch, 512, len(name))
+		if err != nil || string(got) != name {
+			t.Fatalf("%s: read back %q, %v; want %q", name, got, err, name)
+		}
+	}
 }
 
 // TestClient_WriteAt_StaleTwiceIsTheError: the client reads the volume's

@@ -9,27 +9,7 @@ import (
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/client"
-	"github.com/vigil-storage/vigil/datapath/datapathtest"
 )
-
-// replicatedSetup starts three servers with a volume copied on all three,
-// held by srvs[0], granted to node n1, and returns them with the volume's
-// id, its replicas' server ids (the holder's first) and n1's epoch.
-func replicatedSetup(t *testing.T, ctx context.Context) ([]*datapathtest.Server, *client.Client, string, []string, uint64) {
-	t.Helper()
-	srvs := datapathtest.StartGroup(t, 3)
-	ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(srvs[1].Addr, srvs[2].Addr), client.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ctl.Close() })
-	vol, ids := replicatedVolume(t, ctx, srvs, 0, "pvc-three")
-	e, err := ctl.Grant(ctx, vol, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srvs, ctl, vol, ids, e
-}
 
 // memberOf returns the volume's in-sync replicas and member epoch as the
 // group's leader reports them.
@@ -58,20 +38,19 @@ func memberOf(t *testing.T, ctx context.Context, ctl *client.Client, vol string)
 func TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srvs, ctl, vol, ids, e := replicatedSetup(t, ctx)
-	if _, err := groupLeader(t, srvs).MarkReplicaOutOfSync(ctx, vol, ids[1], 0, "", 0); err != nil {
+	r := startReplicated(t, ctx, "pvc-three")
+	ctl, vol, ids := r.ctl, r.vol, r.ids
+	if _, err := groupLeader(t, r.srvs).MarkReplicaOutOfSync(ctx, vol, ids[1], 0, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	srvs[2].Stop()
+	for _, s := range r.srvs {
+		waitMember(t, s, vol, 1)
+	}
+	r.at[ids[2]].Stop()
 	const deadline, wait = 300 * time.Millisecond, 700 * time.Millisecond
-	c, err := client.Dial(ctx, srvs[0].Addr, srvs[0].NodeToken("n1"), client.WithServers(srvs[1].Addr, srvs[2].Addr),
-		client.WithTimeout(5*time.Second), client.WithReplicaDeadline(deadline), client.WithNoQuorumWait(wait))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.engine(t, ctx, client.WithReplicaDeadline(deadline), client.WithNoQuorumWait(wait))
 	start := time.Now()
-	err = c.WriteAt(ctx, vol, "n1", e, 0, []byte("lone"))
+	err := c.WriteAt(ctx, vol, "n1", r.epoch, 0, []byte("lone"))
 	took := time.Since(start)
 	if !errors.Is(err, datapath.ErrReplicaQuorum) || !strings.Contains(err.Error(), "no quorum") || !strings.Contains(err.Error(), ids[2]) {
 		t.Fatalf("write with one of three replicas answering: %v; want ErrReplicaQuorum saying no quorum and naming %s", err, ids[2])
@@ -91,18 +70,14 @@ func TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly(t *testing.T) {
 func TestClient_Group_ReplicatedWrite_FencedNeverAcked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srvs, ctl, vol, _, e := replicatedSetup(t, ctx)
+	r := startReplicated(t, ctx, "pvc-three")
+	ctl, vol := r.ctl, r.vol
 	if _, err := ctl.Fence(ctx, vol, "n1"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(ctx, srvs[0].Addr, srvs[0].NodeToken("n1"), client.WithServers(srvs[1].Addr, srvs[2].Addr),
-		client.WithTimeout(5*time.Second), client.WithReplicaDeadline(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.engine(t, ctx, client.WithReplicaDeadline(time.Second))
 	start := time.Now()
-	if err := c.WriteAt(ctx, vol, "n1", e, 0, []byte("zombie")); !errors.Is(err, datapath.ErrFenced) {
+	if err := c.WriteAt(ctx, vol, "n1", r.epoch, 0, []byte("zombie")); !errors.Is(err, datapath.ErrFenced) {
 		t.Fatalf("a fenced writer's write: %v; want ErrFenced", err)
 	}
 	if took := time.Since(start); took >= time.Second {

@@ -1,0 +1,64 @@
+package client_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath/client"
+)
+
+// TestClient_Group_ReplicatedWrite_AReplicaStops: a volume of three copies
+// written by its node's engine; the server of one non-holder replica (not
+// the control leader) is stopped under the writes. The write in flight
+// loses its connection to the replica (or, past the replica deadline, its
+// answer), the writer takes the replica out of sync by a committed
+// change, and the writes go on without an error, at the new member epoch;
+// a flush is acknowledged without the replica; the group shows it out of
+// sync. The longest write is the stall, logged: a stopped server's
+// connections reset, so it is below the deadline.
+func TestClient_Group_ReplicatedWrite_AReplicaStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startReplicated(t, ctx, "pvc-three")
+	victim := r.ids[1]
+	if r.at[victim].Group.IsLeader() {
+		victim = r.ids[2]
+	}
+	const deadline = 500 * time.Millisecond
+	c := r.engine(t, ctx, client.WithReplicaDeadline(deadline))
+	buf := make([]byte, 4096)
+	var longest time.Duration
+	var stopped time.Time
+	for i := 0; i < 100000; i++ {
+		if i == 100 {
+			r.at[victim].Stop()
+			stopped = time.Now()
+		}
+		buf[0] = byte(i)
+		start := time.Now()
+		if err := c.WriteAt(ctx, r.vol, "n1", r.epoch, int64(i%64)*4096, buf); err != nil {
+			t.Fatalf("write %d (the replica on %s stopped before write 100): %v", i, victim, err)
+		}
+		longest = max(longest, time.Since(start))
+		if i > 100 && time.Since(stopped) > 2*time.Second {
+			break
+		}
+	}
+	t.Logf("longest write (the stall) with a replica deadline of %s: %s", deadline, longest)
+	if longest > deadline+3*time.Second {
+		t.Errorf("the longest write took %s; want the deadline %s plus one commit", longest, deadline)
+	}
+	in, m := memberOf(t, ctx, r.ctl, r.vol)
+	if slices.Contains(in, victim) || m != 1 {
+		t.Errorf("in sync %v at member epoch %d; want %s out of sync at member epoch 1", in, m, victim)
+	}
+	if err := c.Flush(ctx, r.vol, "n1", r.epoch); err != nil {
+		t.Errorf("flush without the stopped replica: %v", err)
+	}
+	got, err := c.ReadAt(ctx, r.vol, "n1", r.epoch, 0, 1)
+	if err != nil || len(got) != 1 {
+		t.Errorf("read after the stop: %v", err)
+	}
+}
