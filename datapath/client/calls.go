@@ -155,13 +155,19 @@ func (c *Client) Attachments(ctx context.Context, volumeID string) ([]datapath.A
 }
 
 // ReadAt reads n bytes at offset off, as node under epoch. Errors as WriteAt.
+// A volume of more than one copy is read from its holder, which is always
+// in sync and took every acknowledged write (replicated.go, readAt).
 func (c *Client) ReadAt(ctx context.Context, volumeID, node string, epoch uint64, off int64, n int) ([]byte, error) {
 	if n < 0 || n > datapath.MaxIOSize {
 		return nil, fmt.Errorf("%w: read from volume %s: length %d, want 0..%d", datapath.ErrInvalidArgument, volumeID, n, datapath.MaxIOSize)
 	}
 	var resp wire.Data
 	req := &wire.ReadRequest{IOTarget: wire.IOTarget{VolumeID: volumeID, Node: node, Epoch: epoch}, Offset: off, Length: int64(n)}
-	if err := c.call(ctx, volumeID, wire.MethodRead, req, &resp, retrySafe); err != nil {
+	at, err := c.readAt(ctx, volumeID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.callTo(ctx, volumeID, at, wire.MethodRead, req, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	return resp.Data, nil

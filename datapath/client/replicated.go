@@ -162,3 +162,26 @@ func (c *Client) markOutOfSync(ctx context.Context, vol, id string, member uint6
 	}
 	return datapath.ReplicaSet{VolumeID: vol, Holder: resp.Holder, Replicas: resp.Replicas, InSync: resp.InSync, MemberEpoch: resp.MemberEpoch}, nil
 }
+
+// readAt is the server a read of vol goes to: "" (the holder as the client
+// knows it, following NOT_HOLDER) for one copy; for more, the holder of the
+// replica set the client read. The rules never take the holder out of
+// sync, and every acknowledged write is on it; another replica may be
+// behind the group (cut off from it, it has not applied the change that
+// took it out of sync), and a read carries no member epoch for it to
+// check, so reads never go there, neither when a server names it nor when
+// the Dial address does not answer.
+func (c *Client) readAt(ctx context.Context, vol string) (string, error) {
+	v, err := c.viewOf(ctx, vol)
+	if err != nil {
+		return "", fmt.Errorf("read volume %s: %w", vol, err)
+	}
+	if !v.replicated() {
+		return "", nil
+	}
+	at := v.addrs[v.set.Holder]
+	if at == "" {
+		return "", fmt.Errorf("read volume %s: no address known for its holder %s", vol, v.set.Holder)
+	}
+	return at, nil
+}

@@ -62,3 +62,38 @@ func TestClient_Group_ReplicatedWrite_AReplicaStops(t *testing.T) {
 		t.Errorf("read after the stop: %v", err)
 	}
 }
+
+// TestClient_Group_ReplicatedRead_FromTheHolder: an engine dialed to a
+// replica that is out of sync writes a volume of three copies and reads it
+// back: the read goes to the holder, in sync, and returns what was
+// written; the replica dialed would have refused it (REPLICA_NOT_IN_SYNC).
+func TestClient_Group_ReplicatedRead_FromTheHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startReplicated(t, ctx, "pvc-three")
+	if _, err := groupLeader(t, r.srvs).MarkReplicaOutOfSync(ctx, r.vol, r.ids[1], 0, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.srvs {
+		waitMember(t, s, r.vol, 1)
+	}
+	out := r.at[r.ids[1]]
+	var others []string
+	for _, s := range r.srvs {
+		if s != out {
+			others = append(others, s.Addr)
+		}
+	}
+	c, err := client.Dial(ctx, out.Addr, out.NodeToken("n1"), client.WithServers(others...), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteAt(ctx, r.vol, "n1", r.epoch, 4096, []byte("current")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadAt(ctx, r.vol, "n1", r.epoch, 4096, 7)
+	if err != nil || string(got) != "current" {
+		t.Fatalf("read through a client dialed to the out-of-sync replica: %q, %v; want %q from the holder", got, err, "current")
+	}
+}
