@@ -39,7 +39,13 @@ func startReplicated(t *testing.T, id string, order ...int) *replicated {
 // startReplicatedOn is startReplicated with n servers.
 func startReplicatedOn(t *testing.T, n int, id string, order ...int) *replicated {
 	t.Helper()
-	r := &replicated{srvs: datapathtest.StartGroup(t, n), id: id}
+	return startReplicatedIn(t, datapathtest.StartGroup(t, n), id, order...)
+}
+
+// startReplicatedIn is startReplicated on the servers of a group.
+func startReplicatedIn(t *testing.T, srvs []*datapathtest.Server, id string, order ...int) *replicated {
+	t.Helper()
+	r := &replicated{srvs: srvs, id: id}
 	for _, s := range r.srvs {
 		r.ids = append(r.ids, s.Group.Self())
 		if s.Group.IsLeader() {

@@ -45,6 +45,9 @@ type Server struct {
 	Group *raftstate.Group
 	// stop ends the server, its store and its group (once).
 	stop func()
+	// member is how to start the server again (Restart): set for the
+	// servers of StartGroup.
+	member *member
 }
 
 // Stop stops the server, closes its store and leaves its control group, as

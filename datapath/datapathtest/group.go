@@ -109,6 +109,8 @@ func StartGroupWith(t testing.TB, n int, cfg GroupConfig) []*Server {
 		}
 		s.Store, s.Group = store, groups[i]
 		s.stop = serve(t, srv, lis[i], store, groups[i])
+		s.member = &member{i: i, raft: raftstate.Config{ID: groups[i].Self(), Dir: s.Dir + "/raft", Address: groups[i].Address(), Timing: timing, LogOutput: io.Discard},
+			wrap: wrap, capacity: capacity}
 	}
 	return out
 }
