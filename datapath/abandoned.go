@@ -44,12 +44,13 @@ const abandonedSweep = time.Minute
 // settleWait bounds a sweep's wait for this server's state to settle.
 const settleWait = 10 * time.Second
 
-// sweepAbandoned runs RemoveAbandoned now and every abandonedSweep until
-// stop is closed.
+// sweepAbandoned runs removeMovedAwayFiles and RemoveAbandoned now and
+// every abandonedSweep until stop is closed.
 func (s *Store) sweepAbandoned(stop <-chan struct{}) {
 	tick := time.NewTicker(abandonedSweep)
 	defer tick.Stop()
 	for {
+		s.removeMovedAwayFiles()
 		ctx, cancel := context.WithTimeout(context.Background(), settleWait)
 		_, err := s.RemoveAbandoned(ctx)
 		switch {
@@ -186,4 +187,114 @@ func (s *Store) namedLocked(id string) bool {
 	}
 	_, _, named := s.ctl.AppliedVolume(id)
 	return named
+}
+
+// Data files of replicas the group moved away. When the group replaces this
+// server's replica of a volume by another server's (a committed
+// ReplaceReplica), this server stops serving the volume as it applies the
+// change (applied: the volume's write lock waits for the I/O that passed
+// the old set, then its file is closed) and removes the file at once,
+// without committing anything: the applied state is the group's committed
+// word that the copy is no longer one of the volume's. It removes it only
+// when:
+//
+//   - the replica set it applied no longer names this server;
+//   - the volume is not open here for I/O (closed first), and no create,
+//     delete or prepare of the id is in flight here;
+//   - this server has caught up with the group since it started
+//     (caughtup.go). A server started again replays the log from its last
+//     snapshot: an entry it replays that moves its replica away may be
+//     followed by entries it has not replayed yet that name it again and
+//     mark its copy in sync, the copy in this very file. Once caught up,
+//     every change it applies is newer than any copy it holds.
+//
+// A file kept for one of those reasons is removed later by the pass that
+// runs once the server has caught up and with every abandoned-file sweep
+// (removeMovedAwayFiles), on followers too. The file is not kept for
+// AbandonedAfter as a prepared file is: a change that names this server
+// again later (ReplaceReplica back to it) makes its replica out of sync, to
+// be rebuilt, so the old copy is never needed again; a removal that meets
+// such a change leaves a replica without a file, which serves nothing
+// until it is rebuilt, as any new replacement does.
+
+// replicaFile is what this server knows of a data file whose id may be a
+// volume's: the facts movedAwayKeep decides on.
+type replicaFile struct {
+	Known    bool // a volume of the applied state has the id
+	Named    bool // its applied replica set names this server
+	Open     bool // the volume is open here for I/O
+	Busy     bool // a create, delete or prepare of the id is in flight here, or the store is closed
+	CaughtUp bool // this server has caught up with the group since it started
+}
+
+// movedAwayKeep says why the data file f is kept, "" when it is the file of
+// a replica the group moved away, to be removed now.
+func movedAwayKeep(f replicaFile) string {
+	switch {
+	case !f.Known:
+		return "no volume of the group has its id (the abandoned-file sweep's to remove)"
+	case f.Named:
+		return "the volume's replica set names this server"
+	case f.Open:
+		return "the volume is open here for I/O"
+	case f.Busy:
+		return "a create, delete or prepare of its id is in flight here"
+	case !f.CaughtUp:
+		return "this server has not caught up with the group's log since it started, and a later change may name it again"
+	}
+	return ""
+}
+
+// removeMovedAway removes the data file of volume id when movedAwayKeep
+// says so, under s.mu (which the opening of a volume the group names here
+// takes too). It reports whether it removed a file, or why it kept it.
+func (s *Store) removeMovedAway(id string) (removed bool, kept string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv, _, known := s.ctl.AppliedVolume(id)
+	_, busy := s.prov.fileOps[id]
+	f := replicaFile{Known: known, Named: known && s.isReplicaHere(cv), Open: s.vols[id] != nil, Busy: busy || s.closed, CaughtUp: s.caughtUp.Load()}
+	if kept := movedAwayKeep(f); kept != "" {
+		return false, kept, nil
+	}
+	if err := os.Remove(s.imgPath(id)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, "", nil
+		}
+		return false, "", fmt.Errorf("remove the data file of volume %s, whose replica the group moved to another server: %w", id, err)
+	}
+	s.log.Warn("datapath: removed the data file of a replica the group moved to another server", "volume", id, "replicas", strings.Join(cv.Replicas, ", "))
+	return true, "", nil
+}
+
+// dropMovedAway removes, as this server applies the change, the data file
+// of a volume whose replica the group moved away, or says why it is kept.
+func (s *Store) dropMovedAway(id string) {
+	switch removed, kept, err := s.removeMovedAway(id); {
+	case err != nil:
+		s.log.Warn("datapath: the data file of a replica the group moved away is kept for now", "volume", id, "err", err)
+	case !removed && kept != "":
+		s.log.Info("datapath: the data file of a replica the group moved away is kept for now", "volume", id, "why", kept)
+	}
+}
+
+// removeMovedAwayFiles removes the data files of replicas the group moved
+// away that were kept when this server applied the move (it had not caught
+// up, or the removal failed); nothing before this server has caught up.
+func (s *Store) removeMovedAwayFiles() {
+	if s.ctl == nil || !s.caughtUp.Load() {
+		return
+	}
+	entries, err := os.ReadDir(filepath.Join(s.dir, volumesDir))
+	if err != nil {
+		s.log.Warn("datapath: list volumes directory", "err", err)
+		return
+	}
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), imgSuffix); ok {
+			if _, _, err := s.removeMovedAway(id); err != nil {
+				s.log.Warn("datapath: the data file of a replica the group moved away is kept for now", "volume", id, "err", err)
+			}
+		}
+	}
 }

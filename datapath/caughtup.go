@@ -44,6 +44,7 @@ func (s *Store) catchUp(stop <-chan struct{}, done chan<- struct{}) {
 			s.caughtUp.Store(true)
 			s.log.Info("datapath: caught up with the control group's log; serving the volumes' I/O",
 				"server", s.ctl.Self(), "after", time.Since(start).Round(time.Millisecond))
+			s.removeMovedAwayFiles() // the moves it replayed kept their files
 			return
 		}
 		if attempt == 5 || attempt%30 == 0 {

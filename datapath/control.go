@@ -249,19 +249,27 @@ func (s *Store) openControlled(cv ControlVolume, failed *failureRecord) error {
 	return nil
 }
 
-// reportOrphans logs the data files no volume of the control state names. They
+// reportOrphans logs the data files no volume of the control state names,
+// and those of volumes whose replica set does not name this server. They
 // are not removed here: a server whose state is behind the group's might not
-// know a volume yet; RemoveAbandoned removes them once they are old and this
-// server's state is settled.
+// know a volume yet, or not know that it names this server again;
+// RemoveAbandoned removes the first once they are old and this server's
+// state is settled, removeMovedAwayFiles the others once it has caught up.
 func (s *Store) reportOrphans() error {
 	entries, err := os.ReadDir(filepath.Join(s.dir, volumesDir))
 	if err != nil {
 		return fmt.Errorf("list volumes directory: %w", err)
 	}
 	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), imgSuffix); ok && s.vols[id] == nil {
-			s.log.Warn("datapath: a data file no volume of the control state names (a create that did not commit); kept", "file", e.Name())
+		id, ok := strings.CutSuffix(e.Name(), imgSuffix)
+		if !ok || s.vols[id] != nil {
+			continue
 		}
+		if _, _, known := s.ctl.AppliedVolume(id); known {
+			s.log.Warn("datapath: a data file of a volume whose replica set does not name this server (the group moved its replica away); kept until this server has caught up", "file", e.Name())
+			continue
+		}
+		s.log.Warn("datapath: a data file no volume of the control state names (a create that did not commit); kept", "file", e.Name())
 	}
 	return nil
 }
@@ -294,6 +302,7 @@ func (s *Store) applied(ids []string) {
 				s.forget(v)
 			case left:
 				s.unpublish(v)
+				s.dropMovedAway(id)
 			}
 		}
 	}
@@ -341,8 +350,7 @@ func (s *Store) forget(v *volume) {
 }
 
 // unpublish closes a volume whose replica the group moved to another
-// server; its file is kept (a replica never removes data the group did not
-// delete).
+// server; dropMovedAway then removes its file (abandoned.go).
 func (s *Store) unpublish(v *volume) {
 	s.mu.Lock()
 	if s.vols[v.rec.ID] != v {
@@ -354,7 +362,7 @@ func (s *Store) unpublish(v *volume) {
 	s.index.drop(v.rec.ID, v.attach)
 	s.mu.Unlock()
 	_ = v.file.Close()
-	s.log.Warn("datapath: the group moved this server's replica of a volume elsewhere; it serves it no more, and its data file is kept", "volume", v.rec.ID)
+	s.log.Warn("datapath: the group moved this server's replica of a volume elsewhere; it serves it no more", "volume", v.rec.ID)
 }
 
 // adopt opens a volume of which this server holds a replica (the holder's

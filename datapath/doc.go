@@ -92,7 +92,11 @@
 // TestStore_RemoveAbandoned_AfterARestart,
 // TestStore_RemoveAbandoned_NotSettledKeepsAll,
 // TestStore_RemoveAbandoned_CreateCommitsDuringTheSweep); a follower keeps
-// its own until it leads. A create names the
+// its own until it leads. The data file of a replica the group moved to
+// another server is removed by its server, follower or leader, as it
+// applies the move, but never before it has caught up since it started
+// (abandoned.go; TestMovedAwayKeep, TestStoreGroup_ReplicaMovedAway,
+// TestStoreGroup_ReplicaMovedAwayAndBack_KeepsItsFile). A create names the
 // server that holds the new volume's data (placement.go): the Go client
 // given the servers takes the one with the most free capacity, has it make
 // the data file (PrepareVolume), commits the create at the leader naming it
@@ -130,7 +134,10 @@
 // with these checks from its own applied state; a write at a newer member
 // epoch waits up to MemberEpochWait for this server to apply it; a replica
 // out of sync refuses reads with ErrReplicaNotInSync naming the in-sync
-// replicas (replicaio.go, TestStoreGroup_ReplicasTakeCheckedWrites). A
+// replicas (replicaio.go, TestStoreGroup_ReplicasTakeCheckedWrites); a
+// replica's server started again answers none of its I/O before it has
+// caught up, so a fence committed while it was down comes before any write
+// (caughtup.go, TestStoreGroup_ReplicaRestart_FenceWhileDownAppliedFirst). A
 // volume with R replicas is made by client.CreateReplicated
 // (replicacreate.go, TestClient_CreateReplicated), and a change of it is
 // confirmed by WriteQuorum(R) of its replicas (point 3 below,

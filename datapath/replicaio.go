@@ -21,7 +21,8 @@ import (
 // ErrReplicaNotInSync naming the in-sync replicas' addresses, nothing read.
 // A server outside the set still refuses the volume's I/O with
 // ErrNotHolder (holder.go). A replica whose server the set no longer names
-// (the group replaced it) stops serving the volume; its file is kept.
+// (the group replaced it) stops serving the volume and removes its file
+// once this server has caught up (abandoned.go).
 
 // MemberEpochWait bounds how long a write at a member epoch newer than this
 // server applied waits for this server to apply it.

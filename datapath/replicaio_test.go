@@ -244,7 +244,9 @@ func TestStoreGroup_ReplicaFilesSparedThenDeleted(t *testing.T) {
 
 // TestStoreGroup_ReplicaMovedAway: a server whose replica the group
 // replaced by another server's stops serving the volume (ErrNotHolder, as
-// any server outside the set) and keeps its data file; the others go on.
+// any server outside the set) and removes its data file as it applies the
+// change; it keeps it while the set still names it (out of sync); the
+// others go on.
 func TestStoreGroup_ReplicaMovedAway(t *testing.T) {
 	const id = "vol-00000000000000aa"
 	r := startReplicatedOn(t, 4, id, 0, 1, 2)
@@ -255,6 +257,10 @@ func TestStoreGroup_ReplicaMovedAway(t *testing.T) {
 	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 0, "", 0); err != nil {
 		t.Fatal(err)
 	}
+	r.applied(t)
+	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); err != nil {
+		t.Fatalf("the data file of a replica out of sync, still named: %v; want it kept", err)
+	}
 	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[2], r.ids[3], 1); err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +268,8 @@ func TestStoreGroup_ReplicaMovedAway(t *testing.T) {
 	if err := r.srvs[2].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
 		t.Fatalf("a write at the server whose replica moved away: %v; want ErrNotHolder", err)
 	}
-	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); err != nil {
-		t.Fatalf("the moved replica's data file: %v; want it kept", err)
+	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the moved replica's data file: %v; want it removed once the server applied the move", err)
 	}
 	for _, i := range []int{0, 1} {
 		if err := r.srvs[i].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("y")); err != nil {
