@@ -111,14 +111,18 @@ func (c *Client) fanOut(ctx context.Context, v *replicaView, node string, epoch 
 }
 
 // sendReplica sends w to one replica's server. A refusal of its member
-// epoch as stale is sent again a few times at short intervals: a replica
-// that has not yet applied the change that moved the epoch refuses it for
-// moments after the commit.
+// epoch as stale is sent again a few times at short intervals, unless the
+// client's view of the volume moved past it: a replica that has not yet
+// applied the change that moved the epoch refuses it for moments after the
+// commit.
 func (c *Client) sendReplica(ctx context.Context, w ioWrite) error {
 	pause := 10 * time.Millisecond
 	for i := 0; ; i++ {
 		err := c.writeTo(ctx, w)
-		if !errors.Is(err, datapath.ErrStaleMemberEpoch) || i == staleResends {
+		if !errors.Is(err, datapath.ErrStaleMemberEpoch) || i == staleResends || c.views.load(w.vol).member() > w.member {
+			// Not stale; or stale still; or the client's own view moved on
+			// meanwhile (another write took a replica out): the write is
+			// sent again under the new view, not here.
 			return err
 		}
 		t := time.NewTimer(pause)

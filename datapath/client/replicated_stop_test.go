@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -95,5 +96,58 @@ func TestClient_Group_ReplicatedRead_FromTheHolder(t *testing.T) {
 	got, err := c.ReadAt(ctx, r.vol, "n1", r.epoch, 4096, 7)
 	if err != nil || string(got) != "current" {
 		t.Fatalf("read through a client dialed to the out-of-sync replica: %q, %v; want %q from the holder", got, err, "current")
+	}
+}
+
+// TestClient_Group_ReplicatedWrite_AReplicaStopsUnderConcurrentWrites: as
+// TestClient_Group_ReplicatedWrite_AReplicaStops with eight writers of the
+// same engine at once: each write in flight misses the stopped replica,
+// one of them commits its removal, the others find it done (their own
+// change refused as stale, the volume read again) or are sent again under
+// the new member epoch, and every write is acknowledged without an error.
+func TestClient_Group_ReplicatedWrite_AReplicaStopsUnderConcurrentWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startReplicated(t, ctx, "pvc-three")
+	victim := r.ids[1]
+	if r.at[victim].Group.IsLeader() {
+		victim = r.ids[2]
+	}
+	c := r.engine(t, ctx, client.WithReplicaDeadline(500*time.Millisecond))
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	var longest [8]time.Duration
+	for w := range 8 {
+		go func() {
+			buf := make([]byte, 4096)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				start := time.Now()
+				if err := c.WriteAt(ctx, r.vol, "n1", r.epoch, int64(w*8+i%8)*4096, buf); err != nil {
+					errs <- fmt.Errorf("writer %d, write %d: %w", w, i, err)
+					return
+				}
+				longest[w] = max(longest[w], time.Since(start))
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	r.at[victim].Stop()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("longest write of each writer: %v", longest)
+	in, m := memberOf(t, ctx, r.ctl, r.vol)
+	if slices.Contains(in, victim) || m != 1 {
+		t.Errorf("in sync %v at member epoch %d; want %s out of sync at member epoch 1", in, m, victim)
 	}
 }
