@@ -295,6 +295,7 @@ func (s *Store) applied(ids []string) {
 			left := !gone && !v.deleted && s.ctl.Self() != "" && !slices.Contains(v.set.Replicas, s.ctl.Self())
 			if left {
 				v.deleted = true // its replica moved elsewhere: no more I/O here
+				s.dropDirtyLocked(v)
 			}
 			v.mu.Unlock()
 			switch {
@@ -320,10 +321,13 @@ func (s *Store) refreshLocked(v *volume) (deleted bool) {
 	if !ok {
 		v.deleted = true
 		s.index.drop(v.rec.ID, v.attach)
+		s.dropDirtyLocked(v)
 		return true
 	}
 	v.rec.Epoch = cv.Epoch
+	old := v.set
 	v.setMemberLocked(cv)
+	s.refreshDirtyLocked(v, old)
 	for _, a := range rows {
 		old, had := v.attach[a.Node]
 		v.attach[a.Node] = attachmentRecord{Epoch: a.Epoch, State: a.State, Updated: a.Updated, Use: a.Use}

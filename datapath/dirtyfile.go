@@ -375,6 +375,9 @@ func (d *dirtyFile) header() dirtyHeader {
 func (d *dirtyFile) remove() error {
 	d.persist.Lock()
 	defer d.persist.Unlock()
+	if d.f == nil { // never made (brokenDirty)
+		return nil
+	}
 	_ = d.f.Close()
 	if err := os.Remove(d.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -386,5 +389,7 @@ func (d *dirtyFile) remove() error {
 func (d *dirtyFile) close() {
 	d.persist.Lock()
 	defer d.persist.Unlock()
-	_ = d.f.Close()
+	if d.f != nil {
+		_ = d.f.Close()
+	}
 }

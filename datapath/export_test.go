@@ -27,3 +27,13 @@ func SetMemberEpochWait(t testing.TB, d time.Duration) {
 	memberEpochWait = d
 	t.Cleanup(func() { memberEpochWait = old })
 }
+
+// ReadDirtyMapFile reads a dirty-region map file as a server at start does.
+func ReadDirtyMapFile(path string) (ranges []DirtyRange, all bool, err error) {
+	d, err := openDirtyFile(path)
+	if err != nil {
+		return nil, false, err
+	}
+	defer d.close()
+	return d.m.Ranges(), d.m.All(), nil
+}

@@ -85,6 +85,11 @@ func (s *Store) writeOnce(v *volume, node string, epoch, member uint64, off, n i
 	if err := validRange("write", v.rec.ID, off, n, v.rec.Size); err != nil {
 		return nil, err
 	}
+	// The regions this write touches are marked, durably, in the map of
+	// every replica out of sync before the write is done (dirtytrack.go).
+	if err := v.markDirtyLocked(off, n); err != nil {
+		return nil, fmt.Errorf("write volume %s at %d: %w", v.rec.ID, off, err)
+	}
 	if err := do(v.file); err != nil {
 		return nil, fmt.Errorf("write volume %s at %d: %w", v.rec.ID, off, fileErr(err))
 	}

@@ -119,6 +119,10 @@ type volume struct {
 	// control group): a replica serves reads only while in its in-sync set
 	// (replicaio.go).
 	set ReplicaSet
+	// dirty is, while this server's copy is in sync, the dirty-region map
+	// of each replica out of sync, by server id (dirtytrack.go); changed
+	// under mu held for writing, marked under mu held for reading.
+	dirty map[string]*dirtyFile
 }
 
 // Open opens (or creates) the store in dir: dir/datapath.db for metadata and
@@ -283,6 +287,7 @@ func (s *Store) Close() error {
 func (s *Store) closeVolume(v *volume) error {
 	v.mu.Lock()
 	v.deleted = true // no more I/O
+	v.closeDirtyLocked()
 	failed := v.failed != nil
 	v.mu.Unlock()
 	if failed {

@@ -1,0 +1,143 @@
+package datapath_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
+	"github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/datapathtest"
+)
+
+// dirtyFiles lists the dirty-region map files in server s's data directory.
+func dirtyFiles(t *testing.T, s *datapathtest.Server) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(s.Dir, "volumes", "*.dirty.*"))
+	must(t, err)
+	return names
+}
+
+// TestStoreGroup_DirtyRegionMaps: a volume of three replicas made by
+// client.CreateReplicated; one replica taken out of sync by a committed
+// change; writes at the other two. After each acknowledged write its
+// regions are in the map file on the disk of both in-sync replicas (read
+// back as a server at start reads it), and their maps name exactly the
+// written regions; the out-of-sync replica keeps none and refuses to report
+// one; the replica back in sync: the maps and their files are gone.
+func TestStoreGroup_DirtyRegionMaps(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var others []string
+	for _, s := range srvs[1:] {
+		others = append(others, s.Addr)
+	}
+	ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(others...), client.WithTimeout(5*time.Second))
+	must(t, err)
+	t.Cleanup(func() { _ = ctl.Close() })
+	const size = 8 << 20
+	v, err := ctl.CreateReplicated(ctx, "pvc-dirty", size, datapath.AccessRWO, 3)
+	must(t, err)
+	e, err := ctl.Grant(ctx, v.ID, "n1")
+	must(t, err)
+	var leader int
+	for i, s := range srvs {
+		if s.Group.IsLeader() {
+			leader = i
+		}
+	}
+	cv, _, _ := srvs[leader].Group.AppliedVolume(v.ID)
+	set := cv.ReplicaSet()
+	var out, in []int // out: the server taken out of sync
+	for i, s := range srvs {
+		if s.Group.Self() != set.Holder && out == nil {
+			out = []int{i}
+		} else {
+			in = append(in, i)
+		}
+	}
+	away := srvs[out[0]].Group.Self()
+	cv, err = srvs[leader].Group.MarkReplicaOutOfSync(ctx, v.ID, away, set.MemberEpoch, "n1", e)
+	must(t, err)
+	member := cv.MemberEpoch
+	waitAllApplied(t, srvs, srvs[leader])
+
+	writes := []struct{ off, n int64 }{
+		{0, 4096}, {4096, 4096}, // adjacent: joined
+		{1 << 20, 1}, {3<<20 + 4000, 200}, // one byte; across a region boundary
+		{1 << 20, 4096}, // again: nothing new
+		{size - 4096, 4096},
+	}
+	for _, w := range writes {
+		for _, i := range in {
+			must(t, srvs[i].Store.WriteAtMember(v.ID, "n1", e, member, w.off, make([]byte, w.n)))
+			// Acknowledged: its regions' marks are on this server's disk.
+			files := dirtyFiles(t, srvs[i])
+			if len(files) != 1 {
+				t.Fatalf("server %d keeps map files %v; want one, of %s", i, files, away)
+			}
+			ranges, all, err := datapath.ReadDirtyMapFile(files[0])
+			must(t, err)
+			if !all && !coveredBy(ranges, w.off, w.n) {
+				t.Fatalf("server %d acknowledged a write of %d bytes at %d whose regions its map file lacks: %v", i, w.n, w.off, ranges)
+			}
+		}
+		must(t, srvs[out[0]].Store.WriteAtMember(v.ID, "n1", e, member, w.off, make([]byte, w.n)))
+	}
+	wantRanges := []datapath.DirtyRange{{Off: 0, Len: 8192}, {Off: 1 << 20, Len: 4096}, {Off: 3 << 20, Len: 8192}, {Off: size - 4096, Len: 4096}}
+	for _, i := range in {
+		got, err := srvs[i].Store.DirtyRegions(v.ID, away)
+		must(t, err)
+		if got.All || !slices.Equal(got.Ranges, wantRanges) || got.Since != member || got.Bytes != 6*4096 {
+			t.Errorf("server %d's map of %s: %+v; want exactly %v since member epoch %d", i, away, got, wantRanges, member)
+		}
+		if _, err := srvs[i].Store.DirtyRegions(v.ID, srvs[i].Group.Self()); !errors.Is(err, datapath.ErrInvalidArgument) {
+			t.Errorf("server %d: map of an in-sync replica: %v; want ErrInvalidArgument", i, err)
+		}
+		if _, err := srvs[i].Store.DirtyRegions("vol-00000000000000ff", away); !errors.Is(err, datapath.ErrNotFound) {
+			t.Errorf("server %d: map of an unknown volume: %v; want ErrNotFound", i, err)
+		}
+	}
+	if files := dirtyFiles(t, srvs[out[0]]); len(files) != 0 {
+		t.Errorf("the out-of-sync server keeps map files %v", files)
+	}
+	if _, err := srvs[out[0]].Store.DirtyRegions(v.ID, away); !errors.Is(err, datapath.ErrReplicaNotInSync) {
+		t.Errorf("the out-of-sync server reports a map: %v; want ErrReplicaNotInSync", err)
+	}
+
+	_, err = srvs[leader].Group.MarkReplicaInSync(ctx, v.ID, away, member)
+	must(t, err)
+	waitAllApplied(t, srvs, srvs[leader])
+	for i, s := range srvs {
+		if files := dirtyFiles(t, s); len(files) != 0 {
+			t.Errorf("server %d keeps map files %v after %s is back in sync", i, files, away)
+		}
+		if _, err := s.Store.DirtyRegions(v.ID, away); !errors.Is(err, datapath.ErrInvalidArgument) {
+			t.Errorf("server %d: map of a replica back in sync: %v; want ErrInvalidArgument", i, err)
+		}
+	}
+}
+
+// coveredBy says whether ranges hold every byte of [off, off+n).
+func coveredBy(ranges []datapath.DirtyRange, off, n int64) bool {
+	for _, r := range ranges {
+		if off >= r.Off && off+n <= r.Off+r.Len {
+			return true
+		}
+	}
+	return false
+}
+
+func waitAllApplied(t *testing.T, srvs []*datapathtest.Server, leader *datapathtest.Server) {
+	t.Helper()
+	index, term := leader.Group.LastApplied()
+	for i, s := range srvs {
+		if err := s.Store.WaitApplied(context.Background(), index, term, 10*time.Second); err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+	}
+}
