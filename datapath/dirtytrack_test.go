@@ -1,6 +1,11 @@
 package datapath
 
 import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -62,5 +67,54 @@ func TestDecideDirty(t *testing.T) {
 	}
 	if got, want := decideDirty("c", b(5, "a"), b(6, "a", "c"), nil), []dirtyAction{{"b", dirtyStartAll}}; !slices.Equal(got, want) {
 		t.Errorf("self back in sync while b is out: %v, want %v (it cannot name what b missed while it was out itself)", got, want)
+	}
+}
+
+// TestStore_LoadDirty_AtStart: a server at start reads each replica's
+// newest map file and removes the older ones; a torn one is removed and
+// left out, so that decideDirty starts that replica's map all dirty
+// ("at start, no file"), never clean.
+func TestStore_LoadDirty_AtStart(t *testing.T) {
+	dir := t.TempDir()
+	vols := filepath.Join(dir, volumesDir)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(vols, 0o700))
+	const id = "vol-00000000000000aa"
+	mk := func(replica string, start uint64) *dirtyFile {
+		d, err := createDirtyFile(dirtyPath(vols, id, replica, start), dirtyHeader{VolumeID: id, Replica: replica, Size: 1 << 20, Start: start, Through: start})
+		must(err)
+		must(d.mark(8192, 1))
+		d.close()
+		return d
+	}
+	old, cur, torn := mk("b", 3), mk("b", 12), mk("c", 12)
+	b, err := os.ReadFile(torn.path)
+	must(err)
+	b[dirtyBlock+4] ^= 0xff
+	must(os.WriteFile(torn.path, b, 0o600))
+	s := &Store{dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	got := s.loadDirty(id)
+	defer func() {
+		for _, d := range got {
+			d.close()
+		}
+	}()
+	if len(got) != 1 || got["b"] == nil || got["b"].path != cur.path || got["b"].hdr.Through != 12 || !got["b"].covers(8192, 1) {
+		t.Fatalf("loaded %v; want b's map of start 12 alone, with its mark", got)
+	}
+	for _, p := range []string{old.path, torn.path} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s kept (%v); want it removed", filepath.Base(p), err)
+		}
+	}
+	acts := decideDirty("a", ReplicaSet{}, ReplicaSet{VolumeID: id, Holder: "a", Replicas: []string{"a", "b", "c", "d", "e"}, InSync: []string{"a", "d", "e"}, MemberEpoch: 12},
+		map[string]dirtyHave{"b": {Through: 12}})
+	if want := []dirtyAction{{"c", dirtyStartAll}}; !slices.Equal(acts, want) {
+		t.Errorf("at start: %v; want b's map kept and c's all dirty: %v", acts, want)
 	}
 }

@@ -149,7 +149,16 @@
 // TestClient_Group_ReplicatedWrite_AReplicaStops,
 // TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly). Nothing
 // user-facing creates such a volume yet, and reads go to the holder, which
-// is always in sync (docs/architecture.md, "Replicated volumes"):
+// is always in sync. While a replica is out of sync, every in-sync replica
+// keeps a dirty-region map of it (4 KiB regions), each write's regions
+// marked and synced in its file before the write (dirtymap.go,
+// dirtyfile.go, dirtytrack.go, whose comment argues when a map may start
+// empty; the table TestDecideDirty is its specification;
+// TestStoreGroup_DirtyRegionMaps reads the file after each acknowledged
+// write; a torn file is all dirty, never clean:
+// TestDirtyFile_TornOrGarbledIsAllDirty, TestStore_LoadDirty_AtStart);
+// Store.DirtyRegions reads it, and the copy that uses it is not built yet
+// (docs/architecture.md, "Replicated volumes"):
 //
 //  1. The writer's engine sends each write, with (node, attach epoch, member
 //     epoch), to every replica; it is acknowledged only once on every
@@ -538,4 +547,11 @@
 //
 //	go test -run '^$' -bench 'Fence_UnderWrites/control=raft3' -benchtime 2000x ./datapath/client/
 //	go test -run '^$' -bench 'FenceNode_Group3' -benchtime 5x ./datapath/client/
+//
+// A replica out of sync costs an in-sync replica's 4 KiB write to a clean
+// region the mark's fdatasync, 0.56-1.2 ms on that machine, and nothing
+// measurable to a region already dirty (2.8-5.7 µs against 2.2-2.4 µs with
+// every replica in sync, at load average 13-19):
+//
+//	go test -run '^$' -bench 'StoreGroup_WriteAt_DirtyMap' -benchtime 2000x -count 3 ./datapath/
 package datapath
