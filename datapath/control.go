@@ -261,6 +261,12 @@ func (s *Store) reportOrphans() error {
 		return fmt.Errorf("list volumes directory: %w", err)
 	}
 	for _, e := range entries {
+		if id, _, _, ok := parseDirtyName(e.Name()); ok && s.vols[id] == nil {
+			// a dirty-region map of a volume not open here: no use (a
+			// copy opened later starts its maps anew, all dirty)
+			_ = os.Remove(filepath.Join(s.dir, volumesDir, e.Name()))
+			continue
+		}
 		id, ok := strings.CutSuffix(e.Name(), imgSuffix)
 		if !ok || s.vols[id] != nil {
 			continue
