@@ -50,10 +50,16 @@ const (
 	// the others refuse): it is proposed only for a file at least
 	// datapath.AbandonedAfter old, which no create reuses in practice.
 	OpAbandonFile Op = "abandon-file"
+	// OpForceReplicas makes the named replicas of a volume its whole
+	// replica set, in sync, at its next member epoch, bypassing the floor,
+	// and records who asked, when and why (force.go). Proposed only by an
+	// operator's `vigil-datapath force-replica`; a server of a release
+	// before it refuses it as a bad command.
+	OpForceReplicas Op = "force-replicas"
 )
 
 var ops = []Op{OpCreateVolume, OpDeleteVolume, OpGrant, OpFence, OpFenceNode, OpRelease, OpLeave, OpClearLeave, OpAddServer, OpRemoveServer, OpImportVolume,
-	OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica, OpAbandonFile}
+	OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica, OpAbandonFile, OpForceReplicas}
 
 // commandVersion is the first byte of every encoded command: the encoding
 // that follows (1: JSON). A server that meets a higher one refuses the entry
@@ -104,6 +110,11 @@ type Command struct {
 	Replica     string `json:"replica,omitempty"`
 	With        string `json:"with,omitempty"`
 	MemberEpoch uint64 `json:"memberEpoch,omitempty"`
+	// By and Reason: force-replicas (with VolumeID, MemberEpoch and the
+	// forced servers in Replicas): the caller as the proposing server
+	// authenticated it, and the operator's reason.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ImportRow is one row of an attachment table as the log records it (an
@@ -222,6 +233,8 @@ func (c Command) validate() error {
 		err = firstErr(datapath.ValidVolumeID(c.VolumeID), datapath.ValidVolume(c.Name, c.Size, c.Access), validServerID(c.Server), c.validateReplicas())
 	case OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica:
 		err = c.validateReplicaChange()
+	case OpForceReplicas:
+		err = c.validateForce()
 	case OpImportVolume:
 		err = c.validateImport()
 	case OpDeleteVolume:

@@ -81,6 +81,8 @@ type state struct {
 type volState struct {
 	vol  Volume
 	rows map[string]rowState
+	// forced: the last force of its replica set (force.go), if any.
+	forced *ForceAudit
 }
 
 type rowState struct {
@@ -168,6 +170,8 @@ func (s *state) apply(c Command) result {
 		return result{}
 	case OpReplicaOutOfSync, OpReplicaInSync, OpReplaceReplica:
 		return s.changeReplicas(c)
+	case OpForceReplicas:
+		return s.forceReplicas(c)
 	case OpAbandonFile:
 		return result{err: s.abandon(c.VolumeID, c.Server)}
 	case OpAddServer:

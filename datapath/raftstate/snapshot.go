@@ -49,6 +49,8 @@ type snapshotVolume struct {
 	Replicas    []string `json:"replicas,omitempty"`
 	InSync      []string `json:"inSync,omitempty"`
 	MemberEpoch uint64   `json:"memberEpoch,omitempty"`
+	// Forced: the last force of its replica set; absent when never forced.
+	Forced *ForceAudit `json:"forced,omitempty"`
 }
 
 func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
@@ -56,7 +58,7 @@ func encodeSnapshot(s *state, last appliedEntry) ([]byte, error) {
 	for _, vs := range s.vols {
 		v := vs.vol
 		sv := snapshotVolume{ID: v.ID, Name: v.Name, Size: v.Size, Access: v.Access, Created: v.Created, Server: v.Server, Epoch: v.Epoch, Rows: []ImportRow{},
-			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
+			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch, Forced: vs.forced}
 		for n, r := range vs.rows {
 			sv.Rows = append(sv.Rows, ImportRow{Node: n, Epoch: r.row.Epoch, State: r.row.State, Use: r.row.Use, Updated: r.updated})
 		}
@@ -138,6 +140,12 @@ func restoreVolume(sv snapshotVolume) (*volState, error) {
 		Server: sv.Server, Epoch: sv.Epoch}, rows: map[string]rowState{}}
 	if err := restoreReplicas(&vs.vol, sv.Replicas, sv.InSync, sv.MemberEpoch); err != nil {
 		return nil, err
+	}
+	if sv.Forced != nil {
+		if err := firstErr(validForceReason(sv.Forced.Reason), sv.Forced.checkAgainst(vs.vol)); err != nil {
+			return nil, fmt.Errorf("forced: %w", err)
+		}
+		vs.forced = sv.Forced
 	}
 	for _, r := range sv.Rows {
 		if err := r.check(sv.Epoch); err != nil {
