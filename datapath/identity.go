@@ -138,6 +138,7 @@ var methodAccess = map[string]access{
 	wire.MethodPrepareVolume:  controllerOnly,
 	wire.MethodPrepareReplica: controllerOnly,
 	wire.MethodAddServer:      controllerOnly,
+	wire.MethodForceReplicas:  controllerOnly,
 	wire.MethodGetVolume:      anyRole,
 	wire.MethodAttachments:    anyRole,
 	wire.MethodRelease:        controllerOrOwnNode,

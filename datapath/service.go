@@ -191,6 +191,7 @@ var serviceDesc = grpc.ServiceDesc{
 			v, err := s.PrepareReplica(r.ID, r.Name, r.Size, AccessMode(r.Access))
 			return &wire.PreparedVolume{ID: v.ID, Server: s.selfID()}, err
 		}),
+		forceReplicasMethod(), // forcereplica.go
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",

@@ -38,6 +38,7 @@ var leaderMethods = map[string]bool{
 	wire.MethodCreateVolume: true, wire.MethodDeleteVolume: true, wire.MethodGrant: true, wire.MethodFence: true,
 	wire.MethodRelease: true, wire.MethodFenceNode: true, wire.MethodLeave: true, wire.MethodAddServer: true,
 	wire.MethodMarkOutOfSync: true,
+	wire.MethodForceReplicas: true,
 	// Not a change, but answered only by the leader, current (Store.GroupVolumes).
 	wire.MethodGroupVolumes: true,
 }

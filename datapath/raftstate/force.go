@@ -198,3 +198,35 @@ func (a ForceAudit) checkAgainst(v Volume) error {
 	}
 	return nil
 }
+
+// planForce decides a force against the applied state without changing
+// it: the volume as the force would leave it, or what refuses it.
+func (f *FSM) planForce(id string, replicas []string, asked uint64) (Volume, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	vs, ok := f.st.vols[id]
+	if !ok {
+		return Volume{}, fmt.Errorf("%w: volume %s", datapath.ErrNotFound, id)
+	}
+	if err := f.st.checkMembers(id, replicas...); err != nil {
+		return Volume{}, err
+	}
+	next, err := forceSet(vs.vol.ReplicaSet(), replicas, asked)
+	if err != nil {
+		return Volume{}, err
+	}
+	v := vs.vol
+	v.Server = next.Holder
+	v.SetReplicaSet(next)
+	return v, nil
+}
+
+// PlanForceReplicas is ForceReplicas without the change, at the leader,
+// current: the volume as the force would leave it, or the error that
+// would refuse it (the reason and caller are checked by ForceReplicas only).
+func (g *Group) PlanForceReplicas(ctx context.Context, id string, replicas []string, asked uint64) (Volume, error) {
+	if err := g.current(ctx); err != nil {
+		return Volume{}, err
+	}
+	return g.fsm.planForce(id, replicas, asked)
+}
