@@ -20,7 +20,7 @@ func (c *Client) ForceReplicas(ctx context.Context, req datapath.ForceRequest) (
 		return datapath.ForcePlan{}, err
 	}
 	return datapath.ForcePlan{VolumeID: resp.VolumeID, Name: resp.Name,
-		Before: datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.Holder, Replicas: resp.Replicas, InSync: resp.InSync, MemberEpoch: resp.MemberEpoch},
-		After: datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.NewHolder, Replicas: resp.Forced, InSync: resp.Forced, MemberEpoch: resp.NewMemberEpoch},
+		Before:      datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.Holder, Replicas: resp.Replicas, InSync: resp.InSync, MemberEpoch: resp.MemberEpoch},
+		After:       datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.NewHolder, Replicas: resp.Forced, InSync: resp.Forced, MemberEpoch: resp.NewMemberEpoch},
 		Unreachable: resp.Unreachable, Done: resp.Done}, nil
 }
