@@ -65,7 +65,7 @@ func datapathCommands() []*cli.Command {
 		Usage:  "list a running server's volumes with their attachment tables (node, epoch, state), its failed volumes, its nodes (last heartbeat and I/O, announced stops, live grants), the servers of its control group (role, last contact with the leader, applied index; each asked at its own address), and the group's volumes with their replicas (the server holding each, in-sync or unreachable); -o json gives .servers[] and .volumes[]",
 		Flags:  append(datapathClientFlags(), outputFlag("table (every report) or json (.servers[] and .volumes[] with their replicas)")),
 		Action: datapathStatus,
-	}, datapathClearFailureCommand(), datapathAddServerCommand()}
+	}, datapathClearFailureCommand(), datapathAddServerCommand(), datapathForceReplicaCommand()}
 }
 
 // datapathClientFlags are the flags of the commands that call a running
