@@ -84,6 +84,18 @@
 // refuses the replica commands as bad commands, so none may be proposed
 // until every server runs this release; nothing proposes them yet.
 //
+// An operator's force (force.go, `vigil-datapath force-replica`) makes
+// the named replicas of a volume that lost a majority its whole set, in
+// sync, at the next member epoch, bypassing the floor, and records who
+// asked, when (the command's time, the leader's clock) and why; it refuses
+// a stale member epoch, a single copy, a stranger, every replica, an
+// out-of-sync replica next to an in-sync one and a missing or overlong
+// reason, changing nothing (TestFSM_ForceReplicas_Refusals,
+// TestFSM_ForceReplicas_Change); the record survives a snapshot
+// (TestFSM_ForceReplicas_SnapshotRoundTrip). Whether the volume lost its
+// majority the state machine cannot see: the leader's handler checks it
+// (datapath's forcereplica.go).
+//
 // Linearizability is checked with porcupine: four clients grant, fence,
 // release and read two volumes, and take their replicas out of sync and
 // back at the member epoch they last saw, at random servers while the
