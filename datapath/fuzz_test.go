@@ -122,6 +122,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodPrepareReplica:   func() wire.Message { return &wire.CreateVolumeRequest{} },
 	wire.MethodAddServer:        func() wire.Message { return &wire.AddServerRequest{} },
 	wire.MethodMarkOutOfSync:    func() wire.Message { return &wire.MarkOutOfSyncRequest{} },
+	wire.MethodForceReplicas:    func() wire.Message { return &wire.ForceReplicasRequest{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -417,6 +418,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodWaitApplied, &wire.WaitAppliedRequest{Index: 1, Term: 1, TimeoutNanos: 1e9}},
 		{wire.MethodPrepareVolume, &wire.CreateVolumeRequest{Name: "pvc-p", Size: 4096, Access: "rwo"}},
 		{wire.MethodAddServer, &wire.AddServerRequest{ID: "datapath-1", RaftAddress: "127.0.0.1:9601", DatapathAddress: "127.0.0.1:9600"}},
+		{wire.MethodForceReplicas, &wire.ForceReplicasRequest{VolumeID: "vol-0000000000000001", Replicas: []string{"datapath-0"}, MemberEpoch: 1, Reason: "lost", DryRun: true}},
 		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-q", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1"}},
 		{wire.MethodPrepareReplica, &wire.CreateVolumeRequest{Name: "pvc-r", Size: 4096, Access: "rwo", ID: fuzzVolumeID}},
 		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-s", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1", Replicas: []string{"datapath-1", "datapath-2"}}},

@@ -37,6 +37,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodWaitApplied, true, true, true},
 		{wire.MethodPrepareVolume, true, false, false},
 		{wire.MethodAddServer, true, false, false},
+		{wire.MethodForceReplicas, true, false, false},
 		{wire.MethodPrepareReplica, true, false, false},
 		{wire.MethodGetVolume, true, true, true},
 		{wire.MethodAttachments, true, true, true},
