@@ -34,8 +34,9 @@ func datapathForceReplicaCommand() *cli.Command {
 		Description: "A replicated volume whose in-sync replicas on servers that answer are fewer than a majority of its replicas\n" +
 			"suspends its I/O: it never serves data that may be stale, and waits for its servers to return. When they will\n" +
 			"not (a disk or a machine is lost for good), force-replica makes the replicas you name (on servers that answer)\n" +
-			"the volume's whole replica set, in sync, at its next member epoch; the other replicas leave the set and their\n" +
-			"files stay on their servers, unused. The leader refuses a volume that still has quorum, a replica on a server\n" +
+			"the volume's whole replica set, in sync, at its next member epoch; the other replicas leave the set, and each of\n" +
+			"their servers removes its data file (volumes/<id>.img) as it applies the change once it is back: copy such a\n" +
+			"file away before you start its server again if you may want it. The leader refuses a volume that still has quorum, a replica on a server\n" +
 			"that does not answer, and an out-of-sync replica named next to an in-sync one. It needs the control group\n" +
 			"itself to have a leader (a majority of its servers): it cannot help when the group lost its majority.\n" +
 			"\n" +
@@ -158,7 +159,7 @@ func forceLoss(p datapath.ForcePlan) string {
 			left = append(left, id)
 		}
 	}
-	kept := "; the files of " + strings.Join(left, ", ") + " stay on their servers, unused"
+	kept := "; the servers of " + strings.Join(left, ", ") + " remove their copies when they are back and apply the force"
 	if len(p.After.Replicas) > 0 && slices.Contains(p.Before.InSync, p.After.Replicas[0]) {
 		return "no acknowledged write (every acknowledged write reached every in-sync replica, the forced ones too); " +
 			"writes not yet acknowledged when the servers were lost may be, as after any crash" + kept

@@ -152,7 +152,7 @@ func TestForceLoss(t *testing.T) {
 	before := datapath.ReplicaSet{Replicas: []string{"a", "b", "c"}, InSync: []string{"a", "b"}}
 	in := forceLoss(datapath.ForcePlan{Before: before, After: datapath.ReplicaSet{Replicas: []string{"a"}}})
 	out := forceLoss(datapath.ForcePlan{Before: before, After: datapath.ReplicaSet{Replicas: []string{"c"}}})
-	if !strings.HasPrefix(in, "no acknowledged write") || !strings.Contains(in, "the files of b, c stay") {
+	if !strings.HasPrefix(in, "no acknowledged write") || !strings.Contains(in, "the servers of b, c remove their copies") {
 		t.Errorf("forcing an in-sync replica: %s", in)
 	}
 	if !strings.HasPrefix(out, "every write acknowledged since c fell out of sync: those reached only a, b") {

@@ -26,9 +26,10 @@ import (
 // floor that every other rule and every snapshot check rely on
 // (ReplicaSet.Validate). Dropping them keeps every recorded set valid by
 // the ordinary rules and never serves from a copy that was not forced: a
-// server whose copy left the set stops serving the volume and keeps its
-// file (what it holds may be newer than the forced copy: the writes it
-// acknowledged after the forced copy fell behind). Restoring R means a new
+// server whose copy left the set stops serving the volume and removes its
+// file as it applies the change, once back (datapath's moved-away files;
+// what it held may be newer than a forced out-of-sync copy, which is why
+// the command prints what may be lost and wants --yes). Restoring R means a new
 // copy rebuilt from a forced one, which is for the replica-placement steps
 // to do, never this command.
 //
