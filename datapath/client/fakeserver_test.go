@@ -19,8 +19,11 @@ import (
 type staleServer struct {
 	addr   string
 	member uint64
-	mu     sync.Mutex
-	got    []uint64
+	// older: the server is from before engines read replica sets: it
+	// refuses GroupVolumes to an engine and takes writes at member epoch 0.
+	older bool
+	mu    sync.Mutex
+	got   []uint64
 }
 
 func (f *staleServer) members() []uint64 {
@@ -30,12 +33,16 @@ func (f *staleServer) members() []uint64 {
 }
 
 func startStaleServer(t testing.TB, member uint64) *staleServer {
+	return startFakeServer(t, &staleServer{member: member})
+}
+
+func startFakeServer(t testing.TB, f *staleServer) *staleServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &staleServer{addr: lis.Addr().String(), member: member}
+	f.addr = lis.Addr().String()
 	srv := grpc.NewServer(grpc.ForceServerCodecV2(wire.Codec{}), grpc.UnknownServiceHandler(f.handle))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -59,12 +66,18 @@ func (f *staleServer) handle(_ any, stream grpc.ServerStream) error {
 		f.mu.Lock()
 		f.got = append(f.got, req.MemberEpoch)
 		f.mu.Unlock()
+		if f.older && req.MemberEpoch == 0 {
+			return stream.SendMsg(&wire.Empty{})
+		}
 		return datapath.ToStatus(fmt.Errorf("%w: write volume %s carries member epoch %d; this server applied member epoch %d",
 			datapath.ErrStaleMemberEpoch, req.VolumeID, req.MemberEpoch, req.MemberEpoch+1))
 	case wire.FullMethod(wire.MethodGroupVolumes):
 		var req wire.Empty
 		if err := stream.RecvMsg(&req); err != nil {
 			return err
+		}
+		if f.older {
+			return datapath.ToStatus(fmt.Errorf("%w: the engine of node n1 may not call GroupVolumes: only the controller identity may", datapath.ErrPermissionDenied))
 		}
 		f.mu.Lock()
 		m := f.member

@@ -169,3 +169,22 @@ func TestClient_WriteAt_StaleTwiceIsTheError(t *testing.T) {
 		t.Fatalf("writes carried member epochs %v; want [7 8]: the first at the epoch read first, the second at the one read again", got)
 	}
 }
+
+// TestClient_WriteAt_ServerFromBeforeEngineReads: a server from before
+// engines may read replica sets refuses the engine GroupVolumes; it offers
+// no volume more than one copy to write to, so the engine writes to it at
+// member epoch 0, as before, and the write is taken.
+func TestClient_WriteAt_ServerFromBeforeEngineReads(t *testing.T) {
+	f := startFakeServer(t, &staleServer{older: true})
+	c, err := client.Dial(context.Background(), f.addr, "node-token-0123456789", client.WithTimeout(5*time.Second), client.WithBulk(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteAt(context.Background(), "vol-0123456789abcdef", "n1", 1, 0, []byte("x")); err != nil {
+		t.Fatalf("write to a server that refuses the engine GroupVolumes: %v; want it taken at member epoch 0", err)
+	}
+	if got := f.members(); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("writes carried member epochs %v; want [0]", got)
+	}
+}
