@@ -138,31 +138,6 @@ func (e *serversEnv) prepareFailover(t *testing.T, ctx context.Context, i int) (
 	return leader, grantWrite(t, ctx, e.s, e.stk, e.ctl, vol.ID, first, leader.Node), holder
 }
 
-// waitRejoined waits up to 60 s until node's server is a follower that has
-// applied as far as the leader has.
-func waitRejoined(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string) {
-	t.Helper()
-	must(t, sandbox.Poll(ctx, 60*time.Second, node+"'s datapath server a follower caught up with the leader", func(ctx context.Context) (bool, string, error) {
-		all, err := s.DatapathServers(ctx, 2*time.Second)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		var self, leader *sandbox.DatapathServerStatus
-		var roles []string
-		for i := range all {
-			switch {
-			case all[i].Node == node:
-				self = &all[i]
-			case all[i].Role == datapath.RoleLeader:
-				leader = &all[i]
-			}
-			roles = append(roles, fmt.Sprintf("%s %s@%d", all[i].Node, all[i].Role, all[i].AppliedIndex))
-		}
-		ok := self != nil && leader != nil && self.Role == datapath.RoleFollower && self.AppliedIndex >= leader.AppliedIndex
-		return ok, strings.Join(roles, ", "), nil
-	}, nil))
-}
-
 // failoverDistribution is the distribution of one time of the cuts.
 func failoverDistribution(cuts []failoverCut, of func(failoverCut) float64) failoverStats {
 	secs := make([]float64, len(cuts))

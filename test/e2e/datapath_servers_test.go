@@ -42,13 +42,16 @@ type serversEnv struct {
 // TestDatapathServers: the datapath as three servers in one control group,
 // each a process of its node (node-1 to node-3 of four kwok nodes, each with
 // its engine and the kubelet stand-in), one sandbox for its cases, in order:
-// LeaderPowerCut (the client's fence through the new leader) and
-// PodOnLeaderNode (a pod on the leader's node, recovered by the closed loop).
+// LeaderPowerCut (the client's fence through the new leader),
+// PodOnLeaderNode (a pod on the leader's node, recovered by the closed loop)
+// and ReplicaPowerCut (a replica's node cut under a writer of a volume of
+// three copies).
 func TestDatapathServers(t *testing.T) {
 	e := upServers(t, serversSandbox)
 	runLoopCases(t, []loopCase{
 		{"LeaderPowerCut", e.testLeaderPowerCut},
 		{"PodOnLeaderNode", e.testPodOnLeaderNode},
+		{"ReplicaPowerCut", e.testReplicaPowerCut},
 	})
 }
 
@@ -237,6 +240,31 @@ func waitDatapathLeader(t *testing.T, ctx context.Context, s *sandbox.Sandbox, n
 		return l.Node != not, "the leader is " + l.Node, nil
 	}, nil))
 	return leader
+}
+
+// waitRejoined waits up to 60 s until node's server is a follower that has
+// applied as far as the leader has.
+func waitRejoined(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string) {
+	t.Helper()
+	must(t, sandbox.Poll(ctx, 60*time.Second, node+"'s datapath server a follower caught up with the leader", func(ctx context.Context) (bool, string, error) {
+		all, err := s.DatapathServers(ctx, 2*time.Second)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var self, leader *sandbox.DatapathServerStatus
+		var roles []string
+		for i := range all {
+			switch {
+			case all[i].Node == node:
+				self = &all[i]
+			case all[i].Role == datapath.RoleLeader:
+				leader = &all[i]
+			}
+			roles = append(roles, fmt.Sprintf("%s %s@%d", all[i].Node, all[i].Role, all[i].AppliedIndex))
+		}
+		ok := self != nil && leader != nil && self.Role == datapath.RoleFollower && self.AppliedIndex >= leader.AppliedIndex
+		return ok, strings.Join(roles, ", "), nil
+	}, nil))
 }
 
 // grantedVolume is a volume granted to a node, at the grant's epoch.
