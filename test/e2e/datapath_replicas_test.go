@@ -27,6 +27,17 @@ const replicaClaim = "replicated"
 // should cost (reported, not asserted: the machine is shared).
 const replicaStallTarget = 3 * time.Second
 
+// replicatedRun is what testReplicaPowerCut leaves to the cases after it:
+// its volume of three copies, written on.
+type replicatedRun struct {
+	before     datapath.GroupVolume // as created: three replicas in sync
+	victim     string               // the node cut first, its replica out of sync
+	pod        corev1.Pod
+	target     string // the pod's volume's target path on its node
+	ledgerFile string
+	writerNode string
+}
+
 // testReplicaPowerCut: the power cut of a node holding one replica of a
 // volume of three copies, under a writer on a node with no server; the write
 // path of the replicas alone (the cut node neither holds the volume nor
@@ -37,9 +48,12 @@ const replicaStallTarget = 3 * time.Second
 //     id; a pod on node-4 mounts it, and a ledger writer appends fsync'd
 //     records and acknowledges each once fsync returned.
 //  2. The node of a replica that neither holds the volume nor leads is
-//     powered off. The writer's engine takes that replica out of sync by a
-//     committed change (the member epoch one up) and goes on: every record
-//     acknowledged, none failed; its longest stall is the figure.
+//     powered off as a power loss does it (cutPower: its link silent, then
+//     its processes killed, so nothing answers, not even a reset). The
+//     writer's engine takes that replica out of sync by a committed change
+//     (the member epoch one up) once it is past the replica deadline (2 s),
+//     and goes on: every record acknowledged, none failed; its longest
+//     stall is the figure.
 //  3. The node is powered on. Resync is not built: its replica stays out of
 //     sync, the writer goes on, and every acknowledged record is on the
 //     volume as a direct read through the mount finds it.
@@ -49,51 +63,68 @@ func (e *serversEnv) testReplicaPowerCut(t *testing.T) {
 	t0 := time.Now()
 	vol, err := e.ctl.CreateReplicated(ctx, "replicated-cut", 64<<20, datapath.AccessRWO, 3)
 	must(t, err)
-	before := groupVolume(t, ctx, e.ctl, vol.ID)
+	r := &replicatedRun{before: groupVolume(t, ctx, e.ctl, vol.ID), writerNode: sandbox.NodeName(3)}
+	before := r.before
 	if len(before.Replicas) != 3 || !slices.Equal(before.InSync, before.Replicas) {
 		t.Fatalf("volume %s: replicas %v, in sync %v; want three, all in sync", vol.ID, before.Replicas, before.InSync)
 	}
-	writerNode := sandbox.NodeName(3)
-	pod, target := e.mountReplicated(t, ctx, vol.ID, writerNode)
-	ledgerFile := startLedgerWriter(t, e.s, writerNode, pod, target)
+	r.pod, r.target = e.mountReplicated(t, ctx, vol.ID, r.writerNode)
+	r.ledgerFile = startLedgerWriterIn(t, e.dir, e.s, r.writerNode, r.pod, r.target)
 	t.Logf("volume %s: replicas %v (holder %s), member epoch %d; mounted on %s and written by its ledger writer %.1fs after its create",
-		vol.ID, before.Replicas, before.Server, before.MemberEpoch, writerNode, time.Since(t0).Seconds())
+		vol.ID, before.Replicas, before.Server, before.MemberEpoch, r.writerNode, time.Since(t0).Seconds())
 
 	leader := waitDatapathLeader(t, ctx, e.s, "")
-	victim := ""
-	for _, r := range before.Replicas {
-		if r != before.Server && r != leader.Node && victim == "" {
-			victim = r
+	for _, n := range before.Replicas {
+		if n != before.Server && n != leader.Node && r.victim == "" {
+			r.victim = n
 		}
 	}
-	t.Logf("the group's leader is %s, the volume's holder %s: the power cut is %s's, a replica of neither", leader.Node, before.Server, victim)
+	t.Logf("the group's leader is %s, the volume's holder %s: the power cut is %s's, a replica of neither", leader.Node, before.Server, r.victim)
 
 	start := time.Now()
-	must(t, e.s.Stop(victim))
-	out := waitOutOfSync(t, ctx, e.ctl, vol.ID, victim)
+	cutPower(t, e.s, r.victim)
+	out := waitOutOfSync(t, ctx, e.ctl, vol.ID, r.victim)
 	outAt := time.Since(start)
-	if out.MemberEpoch != before.MemberEpoch+1 || !slices.Contains(out.Replicas, victim) {
+	if out.MemberEpoch != before.MemberEpoch+1 || !slices.Contains(out.Replicas, r.victim) {
 		t.Errorf("volume %s after the cut: replicas %v, in sync %v at member epoch %d; want %s still a replica, out of sync, at member epoch %d",
-			vol.ID, out.Replicas, out.InSync, out.MemberEpoch, victim, before.MemberEpoch+1)
+			vol.ID, out.Replicas, out.InSync, out.MemberEpoch, r.victim, before.MemberEpoch+1)
 	}
-	waitAckedSince(t, ledgerFile, time.Now(), 20)
-	cut := auditWriter(t, ledgerFile, start, time.Now(), "the power cut")
+	waitAckedSince(t, r.ledgerFile, time.Now(), 20)
+	cut := auditWriter(t, r.ledgerFile, start, time.Now(), "the power cut")
 	t.Logf("FIGURE power cut of %s, a replica of a volume of three copies (neither its holder %s nor the leader %s), under a writer on %s: longest stall %.2fs (target %.0f s), no record failed (%d acknowledged in %.1fs); out of sync at member epoch %d in the group's view %.2fs after the cut",
-		victim, before.Server, leader.Node, writerNode, cut.Stall.Seconds(), replicaStallTarget.Seconds(), cut.Observed, cut.To.Sub(cut.From).Seconds(), out.MemberEpoch, outAt.Seconds())
+		r.victim, before.Server, leader.Node, r.writerNode, cut.Stall.Seconds(), replicaStallTarget.Seconds(), cut.Observed, cut.To.Sub(cut.From).Seconds(), out.MemberEpoch, outAt.Seconds())
 	if cut.Stall > replicaStallTarget {
 		t.Logf("the longest stall %.2fs is past the %.0f s target", cut.Stall.Seconds(), replicaStallTarget.Seconds())
 	}
 
-	must(t, e.s.Start(victim))
-	waitRejoined(t, ctx, e.s, victim)
-	waitAckedSince(t, ledgerFile, time.Now(), 20)
+	restorePower(t, ctx, e.s, r.victim)
+	waitAckedSince(t, r.ledgerFile, time.Now(), 20)
 	after := groupVolume(t, ctx, e.ctl, vol.ID)
-	if slices.Contains(after.InSync, victim) {
-		t.Errorf("volume %s: %s back in sync %v at member epoch %d with no resync built", vol.ID, victim, after.InSync, after.MemberEpoch)
+	if slices.Contains(after.InSync, r.victim) {
+		t.Errorf("volume %s: %s back in sync %v at member epoch %d with no resync built", vol.ID, r.victim, after.InSync, after.MemberEpoch)
 	}
-	t.Logf("%s powered on, its server caught up with the group; its replica stays out of sync (no resync yet): in sync %v at member epoch %d", victim, after.InSync, after.MemberEpoch)
-	auditWriter(t, ledgerFile, start, time.Now(), "the cut and the return")
-	checkOnVolume(t, ledgerFile, target, pod)
+	t.Logf("%s powered on, its server caught up with the group; its replica stays out of sync (no resync yet): in sync %v at member epoch %d", r.victim, after.InSync, after.MemberEpoch)
+	auditWriter(t, r.ledgerFile, start, time.Now(), "the cut and the return")
+	checkOnVolume(t, r.ledgerFile, r.target, r.pod)
+	e.replicated = r
+}
+
+// cutPower powers node off as a power loss does: its link goes silent first
+// (every packet dropped, so nothing answers, not even a reset), then every
+// process of the node is killed.
+func cutPower(t *testing.T, s *sandbox.Sandbox, node string) {
+	t.Helper()
+	must(t, s.Partition(node, sandbox.PartitionAll))
+	must(t, s.Stop(node))
+}
+
+// restorePower heals node's link, powers it on and waits until its
+// datapath server is a follower caught up with the group.
+func restorePower(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string) {
+	t.Helper()
+	must(t, s.Heal(node))
+	must(t, s.Start(node))
+	waitRejoined(t, ctx, s, node)
 }
 
 // mountReplicated binds volume id to a claim through a PersistentVolume of

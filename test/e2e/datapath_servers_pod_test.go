@@ -213,9 +213,16 @@ func groupHolder(t *testing.T, ctx context.Context, ctl *dpclient.Client, id str
 // It returns the ledger's path on the host.
 func startLedgerWriter(t *testing.T, s *sandbox.Sandbox, node string, pod corev1.Pod, target string) string {
 	t.Helper()
+	return startLedgerWriterIn(t, t.TempDir(), s, node, pod, target)
+}
+
+// startLedgerWriterIn is startLedgerWriter with the ledger in dir, for a
+// writer that outlives the test that starts it.
+func startLedgerWriterIn(t *testing.T, dir string, s *sandbox.Sandbox, node string, pod corev1.Pod, target string) string {
+	t.Helper()
 	bin, err := filepath.Abs(filepath.Join("..", "..", "bin", sandbox.BinVigilSandbox))
 	must(t, err)
-	file := filepath.Join(t.TempDir(), "ledger.log")
+	file := filepath.Join(dir, "ledger.log")
 	must(t, s.RunOnNode(node, sandbox.ProcessSpec{Name: "writer-" + pod.Name, Args: []string{bin, "writer",
 		"--dir", target, "--pod-uid", string(pod.UID), "--ledger", file, "--own-mount-namespace"}}))
 	must(t, sandbox.Poll(context.Background(), 30*time.Second, "10 records acknowledged by the writer on "+node, func(context.Context) (bool, string, error) {

@@ -37,6 +37,11 @@ type serversEnv struct {
 	s   *sandbox.Sandbox
 	stk *sandbox.Stack
 	ctl *dpclient.Client
+	// replicated is what ReplicaPowerCut leaves to the cases after it.
+	replicated *replicatedRun
+	// dir outlives the cases: where a writer's ledger that one case leaves
+	// to the next is kept.
+	dir string
 }
 
 // TestDatapathServers: the datapath as three servers in one control group,
@@ -202,7 +207,7 @@ func upServers(t *testing.T, spec serversSpec) *serversEnv {
 	}
 	ctl := dialServers(t, ctx, stk, stk.TokenFile, "")
 	t.Cleanup(func() { _ = ctl.Close() })
-	return &serversEnv{s: s, stk: stk, ctl: ctl}
+	return &serversEnv{s: s, stk: stk, ctl: ctl, dir: t.TempDir()}
 }
 
 // dialServers is a client of the stack's servers with the token in
