@@ -97,8 +97,9 @@
 // (datapath's forcereplica.go).
 //
 // Linearizability is checked with porcupine: four clients grant, fence,
-// release and read two volumes, and take their replicas out of sync and
-// back at the member epoch they last saw, at random servers while the
+// release and read three volumes, take their replicas out of sync and
+// back and force the third's (force_lin_test.go) at the member epoch they
+// last saw, at random servers while the
 // leader is killed and restarted or cut off, and followers are cut off or
 // restarted; the history must fit one sequential order of
 // datapath.AttachTable's rules and of the member epoch's (written in the

@@ -34,12 +34,14 @@ var linNodes = [3]string{"n1", "n2", "n3"}
 var linServers = [3]string{"s1", "s2", "s3"}
 
 type linInput struct {
-	op    string // grant, fence, release, read; out, in: replica out of sync, back in sync
+	op    string // grant, fence, release, read; out, in: replica out of sync, back in sync; force (force_lin_test.go)
 	vol   int
 	node  int // grant, fence, release
 	use   datapath.GrantUse
 	rep   int    // out, in: the replica (1 or 2)
-	asked uint64 // out, in: the member epoch the client decided at
+	asked uint64 // out, in, force: the member epoch the client decided at
+	// force: the replicas forced
+	forced [3]bool
 }
 
 type linOutput struct {
@@ -47,6 +49,7 @@ type linOutput struct {
 	refused bool // ErrAttachedElsewhere
 	stale   bool // ErrStaleMemberEpoch
 	quorum  bool // ErrReplicaQuorum
+	invalid bool // ErrInvalidArgument: not a replica, the holder, a force the rules refuse
 	epoch   uint64
 	rows    [3]datapath.AttachRow // read; Use as datapath.Attachment shows it
 	// read, out, in: the volume's member epoch and in-sync replicas after it
@@ -60,6 +63,10 @@ type linState struct {
 	rows        [3]datapath.AttachRow
 	outOfSync   [3]bool
 	memberEpoch uint64
+	// dropped: the replicas a force took out of the set; holder: the
+	// index of the holder (s1 until a force moves it).
+	dropped [3]bool
+	holder  int
 }
 
 func (s linState) table() datapath.AttachTable {
@@ -75,7 +82,11 @@ func (s linState) table() datapath.AttachTable {
 
 // inSync is the replicas in sync, as a read shows them.
 func (s linState) inSync() [3]bool {
-	return [3]bool{!s.outOfSync[0], !s.outOfSync[1], !s.outOfSync[2]}
+	var in [3]bool
+	for i := range in {
+		in[i] = !s.outOfSync[i] && !s.dropped[i]
+	}
+	return in
 }
 
 // shown is the rows as a read shows them (a row's use as GrantedUse).
@@ -96,6 +107,8 @@ func linStep(state, input, output any) (bool, any) {
 		return out.rows == s.shown() && out.memberEpoch == s.memberEpoch && out.inSync == s.inSync(), s
 	case "out", "in":
 		return linReplicaStep(s, in, out)
+	case "force":
+		return linForceStep(s, in, out)
 	}
 	t, node := s.table(), linNodes[in.node]
 	var (
@@ -119,7 +132,7 @@ func linStep(state, input, output any) (bool, any) {
 		return true, next
 	case out.refused:
 		return errors.Is(err, datapath.ErrAttachedElsewhere), s
-	case out.stale || out.quorum || err != nil:
+	case out.stale || out.quorum || out.invalid || err != nil:
 		return false, s
 	case in.op == "grant":
 		return out.epoch == step.Row.Epoch, next
@@ -136,9 +149,9 @@ func linStep(state, input, output any) (bool, any) {
 // at the floor; one that changes nothing keeps the member epoch; any other
 // moves it on by one.
 func linReplicaStep(s linState, in linInput, out linOutput) (bool, any) {
-	next, inSync := s, 0
-	for _, o := range s.outOfSync {
-		if !o {
+	next, inSync, r := s, 0, s.replicas()
+	for _, ok := range s.inSync() {
+		if ok {
 			inSync++
 		}
 	}
@@ -146,8 +159,10 @@ func linReplicaStep(s linState, in linInput, out linOutput) (bool, any) {
 	switch {
 	case in.asked != s.memberEpoch:
 		wantErr = datapath.ErrStaleMemberEpoch
+	case s.dropped[in.rep] || in.op == "out" && in.rep == s.holder:
+		wantErr = datapath.ErrInvalidArgument
 	case s.outOfSync[in.rep] == (in.op == "out"): // nothing to change
-	case in.op == "out" && inSync-1 < 2:
+	case in.op == "out" && inSync-1 < r/2+1:
 		wantErr = datapath.ErrReplicaQuorum
 	default:
 		next.outOfSync[in.rep] = in.op == "out"
@@ -160,6 +175,8 @@ func linReplicaStep(s linState, in linInput, out linOutput) (bool, any) {
 		return wantErr == datapath.ErrStaleMemberEpoch, s
 	case out.quorum:
 		return wantErr == datapath.ErrReplicaQuorum, s
+	case out.invalid:
+		return wantErr == datapath.ErrInvalidArgument, s
 	case wantErr != nil || out.refused:
 		return false, s
 	}
@@ -168,7 +185,7 @@ func linReplicaStep(s linState, in linInput, out linOutput) (bool, any) {
 
 var linModel = porcupine.Model{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		var parts [2][]porcupine.Operation
+		var parts [3][]porcupine.Operation
 		for _, op := range h {
 			v := op.Input.(linInput).vol
 			parts[v] = append(parts[v], op)
@@ -187,6 +204,8 @@ var linModel = porcupine.Model{
 			return fmt.Sprintf("%s(v%d, %s) -> refused", in.op, in.vol, linNodes[in.node])
 		case in.op == "read":
 			return fmt.Sprintf("read(v%d) -> %v m%d %v", in.vol, out.rows, out.memberEpoch, out.inSync)
+		case in.op == "force":
+			return fmt.Sprintf("force(v%d, %v at m%d) -> stale %t invalid %t m%d %v", in.vol, in.forced, in.asked, out.stale, out.invalid, out.memberEpoch, out.inSync)
 		case in.op == "out" || in.op == "in":
 			return fmt.Sprintf("%s(v%d, %s at m%d) -> stale %t quorum %t m%d %v", in.op, in.vol, linServers[in.rep], in.asked, out.stale, out.quorum, out.memberEpoch, out.inSync)
 		}
@@ -194,7 +213,7 @@ var linModel = porcupine.Model{
 	},
 	DescribeState: func(s any) string {
 		st := s.(linState)
-		return fmt.Sprintf("%v m%d %v", st.shown(), st.memberEpoch, st.inSync())
+		return fmt.Sprintf("%v m%d %v dropped %v holder %d", st.shown(), st.memberEpoch, st.inSync(), st.dropped, st.holder)
 	},
 }
 
@@ -237,7 +256,7 @@ func memberCounts(ops []porcupine.Operation) (moved, stale, floor int) {
 	for _, op := range ops {
 		in, out := op.Input.(linInput), op.Output.(linOutput)
 		switch {
-		case in.op != "out" && in.op != "in" || out.unknown:
+		case in.op != "out" && in.op != "in" && in.op != "force" || out.unknown:
 		case out.stale:
 			stale++
 		case out.quorum:
@@ -253,8 +272,9 @@ func (h *linHistory) enough() bool {
 	c, r, _ := h.count()
 	h.mu.Lock()
 	m, stale, _ := memberCounts(h.ops)
+	forced := forcesDone(h.ops)
 	h.mu.Unlock()
-	return c >= linMinChanges && r >= linMinReads && m >= linMinMembers && stale > 0
+	return c >= linMinChanges && r >= linMinReads && m >= linMinMembers && stale > 0 && forced > 0
 }
 
 func (h *linHistory) add(client int, in linInput, out linOutput, call, ret int64) {
@@ -290,6 +310,8 @@ func linCall(c *testCluster, ids []string, in linInput, rng *rand.Rand) (linOutp
 			return linOutput{stale: true}, true
 		case errors.Is(err, datapath.ErrReplicaQuorum):
 			return linOutput{quorum: true}, true
+		case errors.Is(err, datapath.ErrInvalidArgument):
+			return linOutput{invalid: true}, true
 		case errors.Is(err, ErrNotLeader):
 			target = max(c.leader(), 0)
 			time.Sleep(5 * time.Millisecond)
@@ -325,6 +347,10 @@ func linDo(g *Group, id string, in linInput) (linOutput, error) {
 			v, err = g.MarkReplicaInSync(ctx, id, linServers[in.rep], in.asked)
 		}
 		out.memberEpoch, out.inSync = linReplicas(v)
+	case "force":
+		var v Volume
+		v, err = g.ForceReplicas(ctx, id, in.forcedIDs(), in.asked, "the controller (lin)", "linearizability check")
+		out.memberEpoch, out.inSync = linReplicas(v)
 	case "read":
 		// The table and the replica set read together, after a barrier.
 		if err = g.current(ctx); err != nil {
@@ -359,13 +385,16 @@ func linReplicas(v Volume) (uint64, [3]bool) {
 
 func linClient(c *testCluster, ids []string, h *linHistory, client int, until time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(client), 7))
-	ops := []string{"grant", "grant", "fence", "release", "read", "read", "out", "in"}
+	ops := []string{"grant", "grant", "fence", "release", "read", "read", "out", "in", "force"}
 	uses := []datapath.GrantUse{datapath.UseReadWrite, datapath.UseReadOnly}
-	var seen [2]uint64 // the member epoch this client last learned of each volume
+	var seen [3]uint64 // the member epoch this client last learned of each volume
 	// Past until, go on (faults over) until the history is long enough to
 	// mean something, for at most as long again: a loaded machine is slow.
 	for now := time.Now(); now.Before(until) || !h.enough() && now.Before(until.Add(until.Sub(h.start))); now = time.Now() {
-		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(2), node: rng.IntN(3), use: uses[rng.IntN(2)], rep: 1 + rng.IntN(2)}
+		in := linInput{op: ops[rng.IntN(len(ops))], vol: rng.IntN(3), node: rng.IntN(3), use: uses[rng.IntN(2)], rep: 1 + rng.IntN(2)}
+		if in.op == "force" {
+			in.vol, in.forced = 2, linForced[rng.IntN(len(linForced))] // the third volume only: a force shrinks it for good
+		}
 		in.asked = seen[in.vol]
 		call := h.now()
 		out, ok := linCall(c, ids, in, rng)
@@ -376,7 +405,7 @@ func linClient(c *testCluster, ids []string, h *linHistory, client int, until ti
 		switch {
 		case out.stale || out.unknown:
 			seen[in.vol]++ // a guess; a wrong one is refused as stale, which the check wants too
-		case ok && (in.op == "read" || in.op == "out" || in.op == "in") && !out.quorum:
+		case ok && (in.op == "read" || in.op == "out" || in.op == "in" || in.op == "force") && !out.quorum && !out.invalid:
 			seen[in.vol] = out.memberEpoch
 		}
 		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
@@ -454,7 +483,7 @@ func dumpLogs(t *testing.T, c *testCluster) {
 func runLinearizability(t *testing.T, d time.Duration) []porcupine.Operation {
 	c := newTestCluster(t, 3)
 	var ids []string
-	for _, name := range []string{"pv-a", "pv-b"} {
+	for _, name := range []string{"pv-a", "pv-b", "pv-c"} {
 		var id string
 		err := c.retry(3*time.Second, func(g *Group) error {
 			v, err := g.CreateReplicatedVolume(bg, newVolumeID(), name, 1<<20, datapath.AccessRWO, linServers[:])
@@ -502,10 +531,11 @@ func TestLinearizability_GrantsFencesReleasesUnderFaults(t *testing.T) {
 	ops := runLinearizability(t, 3*time.Second)
 	writes, reads, unknown := (&linHistory{ops: ops}).count()
 	members, stale, floor := memberCounts(ops)
-	t.Logf("history: %d acknowledged changes (%d of them member epochs), %d reads, %d of unknown outcome; refused: %d at a stale member epoch, %d at the quorum floor",
-		writes, members, reads, unknown, stale, floor)
-	if writes < linMinChanges || reads < linMinReads || members < linMinMembers || stale == 0 {
-		t.Fatalf("too few operations to check: %d changes, %d member epochs, %d reads, %d stale", writes, members, reads, stale)
+	forced := forcesDone(ops)
+	t.Logf("history: %d acknowledged changes (%d of them member epochs, %d forces), %d reads, %d of unknown outcome; refused: %d at a stale member epoch, %d at the quorum floor",
+		writes, members, forced, reads, unknown, stale, floor)
+	if writes < linMinChanges || reads < linMinReads || members < linMinMembers || stale == 0 || forced == 0 {
+		t.Fatalf("too few operations to check: %d changes, %d member epochs, %d forces, %d reads, %d stale", writes, members, forced, reads, stale)
 	}
 	if res := checkHistory(t, ops); res != porcupine.Ok {
 		t.Fatalf("porcupine: the history is not linearizable (%s)", res)
