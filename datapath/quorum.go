@@ -18,7 +18,9 @@ const (
 	// WriteQuorum(R) are in sync on servers that answer: its I/O is
 	// suspended until enough come back.
 	VolumeNoQuorum = "no-quorum"
-	// VolumeServerDown: a single copy whose one server does not answer,
+	// VolumeServerDown: the server of the volume's holder does not answer
+	// (a single copy's one server, or the holder of a volume that keeps
+	// its quorum): its reads go to the holder alone, so it waits for it,
 	// the outage a volume of one replica has always had.
 	VolumeServerDown = "server-down"
 	// VolumeInvalid: the replica set as reported breaks the set's rules
@@ -51,10 +53,14 @@ type Quorum struct {
 // either: it cannot take the next write, and the in-sync set may shrink
 // only by a commit that keeps WriteQuorum(R) in sync, so a volume below the
 // count cannot go on writing without serving stale or losing acknowledged
-// data. With quorum, the volume is ok when every replica is in sync and
-// answers, degraded otherwise. A single copy (R=1) whose server does not
-// answer is VolumeServerDown, not no-quorum: it is the outage one server
-// has always been. A set that breaks the set's rules (a duplicate replica,
+// data. Without quorum a volume of R>1 is VolumeNoQuorum.
+//
+// With quorum, the holder still matters: it serves every read and cannot
+// leave the in-sync set (checkHolder), so a volume whose holder's server
+// does not answer waits for it, VolumeServerDown. A single copy (R=1)
+// whose server does not answer is that too, not no-quorum: it is the
+// outage one server has always been. Otherwise the volume is ok when every
+// replica is in sync and answers, degraded when not. A set that breaks the set's rules (a duplicate replica,
 // an in-sync server that is not a replica, the holder not a replica, more
 // than MaxReplicas) is VolumeInvalid, with the problem named.
 func JudgeQuorum(s ReplicaSet, reachable func(server string) bool) Quorum {
@@ -70,14 +76,14 @@ func JudgeQuorum(s ReplicaSet, reachable func(server string) bool) Quorum {
 		}
 	}
 	switch {
-	case q.Live >= q.Need && q.Live == r:
-		q.State = VolumeOK
-	case q.Live >= q.Need:
-		q.State = VolumeDegraded
-	case r == 1:
-		q.State = VolumeServerDown
-	default:
+	case q.Live < q.Need && r > 1:
 		q.State = VolumeNoQuorum
+	case !reachable(s.Holder):
+		q.State = VolumeServerDown
+	case q.Live == r:
+		q.State = VolumeOK
+	default:
+		q.State = VolumeDegraded
 	}
 	return q
 }

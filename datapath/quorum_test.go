@@ -9,7 +9,7 @@ import (
 
 // TestQuorum_JudgeQuorum is the specification of a volume's state: its
 // replica set × which servers answer → ok, degraded, no-quorum,
-// server-down (one copy) or invalid.
+// server-down (its holder's server does not answer) or invalid.
 func TestQuorum_JudgeQuorum(t *testing.T) {
 	set := func(replicas, inSync string) datapath.ReplicaSet {
 		s := datapath.ReplicaSet{VolumeID: "v1", Replicas: strings.Fields(replicas), InSync: strings.Fields(inSync), MemberEpoch: 1}
@@ -31,7 +31,8 @@ func TestQuorum_JudgeQuorum(t *testing.T) {
 		{"R=1 another server down", datapath.SingleCopy("v1", "a"), "b", datapath.VolumeOK, 1, ""},
 		{"R=3 all answer", set("a b c", "a b c"), "", datapath.VolumeOK, 3, ""},
 		{"R=3 one down: quorum", set("a b c", "a b c"), "c", datapath.VolumeDegraded, 2, ""},
-		{"R=3 the holder down: quorum on the other two", set("a b c", "a b c"), "a", datapath.VolumeDegraded, 2, ""},
+		{"R=3 the holder down: quorum, but its reads wait for the holder", set("a b c", "a b c"), "a", datapath.VolumeServerDown, 2, ""},
+		{"R=3 the holder and another down: no quorum first", set("a b c", "a b c"), "a b", datapath.VolumeNoQuorum, 1, ""},
 		{"R=3 two down: no quorum", set("a b c", "a b c"), "b c", datapath.VolumeNoQuorum, 1, ""},
 		{"R=3 all down", set("a b c", "a b c"), "a b c", datapath.VolumeNoQuorum, 0, ""},
 		{"R=3 one out of sync, all answer", set("a b c", "a b"), "", datapath.VolumeDegraded, 2, ""},

@@ -40,8 +40,9 @@ type volumeView struct {
 	// set (0 for a single copy).
 	MemberEpoch uint64 `json:"memberEpoch"`
 	// State is the volume's as datapath.JudgeQuorum judges it: ok,
-	// degraded, no-quorum, server-down (a single copy whose server does
-	// not answer) or invalid, with Problem saying what is wrong.
+	// degraded, no-quorum, server-down (its holder's server, which serves
+	// its reads, does not answer) or invalid, with Problem saying what is
+	// wrong.
 	State    string        `json:"state"`
 	Problem  string        `json:"problem,omitempty"`
 	Replicas []replicaView `json:"replicas"`
