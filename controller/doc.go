@@ -27,7 +27,9 @@
 // Every concern records its steps in one NodeRecovery per failure
 // (recovery.go), written in the background by the leader and continued by
 // the next one. The storage watch also reports the volumes the fence back end
-// refuses all I/O on (failed_volumes.go).
+// refuses all I/O on (failed_volumes.go), the volumes whose one server does
+// not answer (server_outage.go), and the volumes of several replicas that
+// are degraded or lost their quorum (volume_quorum.go).
 //
 // # What it guarantees
 //

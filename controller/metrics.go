@@ -43,6 +43,10 @@ type Metrics struct {
 	// VolumesFailed is the number of volumes the storage refuses all I/O on
 	// until an operator clears them (a flush of their data failed).
 	VolumesFailed prometheus.Gauge
+	// Volumes is the number of volumes of a datapath of several servers by
+	// state (ok, degraded, no-quorum, server-down, invalid), as of the last
+	// poll that knew where they are.
+	Volumes *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -115,10 +119,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: metricVolumesFailed,
 			Help: "Volumes whose data failed to flush to disk on the storage: all their I/O is refused until an operator clears them.",
 		}),
+		Volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: metricVolumes,
+			Help: "Volumes of a storage of several servers by state: ok, degraded (served, but a replica is out of sync or its server does not answer), no-quorum (I/O suspended), server-down (the server holding the volume, which serves its reads, does not answer), invalid.",
+		}, []string{labelState}),
 	}
 	for _, c := range []prometheus.Collector{m.PodsDeleted, m.AttachmentsDeleted, m.Decisions, m.NodesDown,
 		m.NodesIsolated, m.FenceDuration, m.Fences, m.RecoveryDuration, m.AttachmentActions, m.CrashLoopDeleted,
-		m.DatapathReachable, m.ControlPlaneOutage, m.NodesHeldOutage, m.EventsQueued, m.EventsDropped, m.VolumesFailed} {
+		m.DatapathReachable, m.ControlPlaneOutage, m.NodesHeldOutage, m.EventsQueued, m.EventsDropped, m.VolumesFailed, m.Volumes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -67,6 +67,20 @@ const (
 	// EventVolumeServerBack (Normal, on a PersistentVolume): that server
 	// answers again.
 	EventVolumeServerBack = "VigilVolumeServerBack"
+	// EventVolumeNoQuorum (Warning, on a PersistentVolume): fewer than a
+	// majority of the volume's replicas are in sync on servers that answer;
+	// its I/O is suspended until enough are back.
+	EventVolumeNoQuorum = "VigilVolumeNoQuorum"
+	// EventVolumeQuorumBack (Normal, on a PersistentVolume): a volume that
+	// had no quorum has it again; its I/O goes on.
+	EventVolumeQuorumBack = "VigilVolumeQuorumBack"
+	// EventVolumeDegraded (Normal, on a PersistentVolume): a replica of the
+	// volume is out of sync or its server does not answer; the volume keeps
+	// its quorum and is served.
+	EventVolumeDegraded = "VigilVolumeDegraded"
+	// EventVolumeReplicasRestored (Normal, on a PersistentVolume): every
+	// replica of a degraded volume is in sync on a server that answers again.
+	EventVolumeReplicasRestored = "VigilVolumeReplicasRestored"
 )
 
 // RecoveryReasonControlPlaneOutage is the reason an open NodeRecovery gets
@@ -90,6 +104,8 @@ const (
 	metricEventsQueued       = "events_queued"
 	metricEventsDropped      = "events_dropped_total"
 	metricVolumesFailed      = "volumes_failed"
+	metricVolumes            = "volumes"
+	labelState               = "state"
 	metricOutage             = "control_plane_outage"
 	metricNodesHeldOutage    = "nodes_held_control_plane_outage"
 	labelOwnerKind           = "owner_kind"

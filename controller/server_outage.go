@@ -40,6 +40,8 @@ type volumeOutage struct {
 type serverOutages struct {
 	last    time.Time // the last poll
 	volumes map[string]volumeOutage
+	// quorum are the replicated volumes that were not ok, by handle.
+	quorum map[string]volumeQuorum
 }
 
 // outageEvent is one Event decideServerOutages asks for: the outage began
@@ -54,7 +56,12 @@ type outageEvent struct {
 // A volume is out when its server is unreachable or not a member at all; an
 // outage begins once and ends once, when the volume's server answers again.
 // A placement whose holders are not known proves nothing: nothing changes. A
-// volume gone from the placement (deleted) leaves quietly.
+// volume gone from the placement (deleted) leaves quietly. A volume of
+// several replicas (in p.Replicas) is out only when the back end judged it
+// server-down (its holder, which serves its reads, does not answer, and it
+// keeps its quorum); one whose other replica's server is down is served,
+// which ends an outage; one without quorum is decideVolumeQuorum's, and
+// leaves an outage quietly; an invalid replica set changes nothing.
 func decideServerOutages(p fenceapi.Placement, before map[string]volumeOutage, now time.Time) ([]outageEvent, map[string]volumeOutage) {
 	if p.Holders == nil {
 		return nil, before
@@ -71,7 +78,20 @@ func decideServerOutages(p fenceapi.Placement, before map[string]volumeOutage, n
 			s = fenceapi.Server{ID: id, Role: fenceapi.RoleUnreachable}
 		}
 		was, wasOut := before[h]
-		switch out := s.Role == fenceapi.RoleUnreachable; {
+		out := s.Role == fenceapi.RoleUnreachable
+		if vr, replicated := p.Replicas[h]; replicated {
+			switch vr.State {
+			case fenceapi.VolumeNoQuorum:
+				continue
+			case fenceapi.VolumeInvalid:
+				if wasOut {
+					after[h] = was
+				}
+				continue
+			}
+			out = vr.State == fenceapi.VolumeServerDown
+		}
+		switch {
 		case out && wasOut && was.Server.ID == id:
 			after[h] = was
 		case out:
@@ -87,8 +107,8 @@ func decideServerOutages(p fenceapi.Placement, before map[string]volumeOutage, n
 }
 
 // pollServerOutages asks the back end for its placement, at most every
-// placementPoll, and puts the Events decideServerOutages asks for on the
-// volumes' PersistentVolumes. Only the storage watch calls it. A back end
+// placementPoll, puts the Events decideServerOutages and decideVolumeQuorum
+// ask for on the volumes' PersistentVolumes, and counts the volumes by state. Only the storage watch calls it. A back end
 // that does not answer changes nothing.
 func (c *Controller) pollServerOutages(ctx context.Context) {
 	pr, ok := c.backend.(placementReader)
@@ -109,6 +129,12 @@ func (c *Controller) pollServerOutages(ctx context.Context) {
 	for _, e := range evs {
 		c.emitOutage(ctx, e)
 	}
+	qevs, qafter := decideVolumeQuorum(p, c.serverDown.quorum, now)
+	c.serverDown.quorum = qafter
+	for _, e := range qevs {
+		c.emitQuorum(ctx, e)
+	}
+	c.setVolumeStates(volumeStates(p))
 }
 
 // emitOutage puts e on its volume's PersistentVolume, or logs it when no

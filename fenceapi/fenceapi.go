@@ -151,4 +151,50 @@ type Placement struct {
 	// data; nil when it is not known now (the group's leader did not
 	// answer), which proves nothing about any volume.
 	Holders map[string]string
+	// Replicas maps the handle of a volume with more than one replica (or
+	// a replica set the back end found invalid) to its replicas and state.
+	// A volume not in it is a single copy on its holder, as before
+	// replicas existed; nil when Holders is.
+	Replicas map[string]VolumeReplicas
+}
+
+// States of a volume of several replicas (VolumeReplicas.State).
+const (
+	// VolumeOK: every replica is in sync and its server answers.
+	VolumeOK = "ok"
+	// VolumeDegraded: a majority of the replicas are in sync on servers
+	// that answer, the holder's among them, so the volume is served, but
+	// not all of them.
+	VolumeDegraded = "degraded"
+	// VolumeNoQuorum: fewer than a majority of the replicas are in sync on
+	// servers that answer: the volume's I/O is suspended.
+	VolumeNoQuorum = "no-quorum"
+	// VolumeServerDown: the server of the volume's holder, which serves
+	// its reads, does not answer; a majority of its replicas is in sync on
+	// servers that do.
+	VolumeServerDown = "server-down"
+	// VolumeInvalid: the replica set as reported breaks its rules;
+	// Problem says how, and nothing is judged from it.
+	VolumeInvalid = "invalid"
+)
+
+// Replica is one copy of a volume's data: the ID of the server holding it
+// (a Server's ID, or one no Server has) and whether it is in sync.
+type Replica struct {
+	Server string
+	InSync bool
+}
+
+// VolumeReplicas is one volume's replicas, in their recorded order (the
+// holder first), and its state as the back end judged it from them and
+// from which servers answer.
+type VolumeReplicas struct {
+	Replicas []Replica
+	// State is one of the Volume constants.
+	State string
+	// Live is how many in-sync replicas are on servers that answer; Need
+	// how many the volume must have to be served (a majority).
+	Live, Need int
+	// Problem says what is wrong with an invalid replica set.
+	Problem string
 }

@@ -40,7 +40,10 @@
 // not answer, and which server holds each volume's data, from the leader
 // (GroupStatuser; TestClient_GroupStatus_ServerDown in datapath/client): the
 // controllers put an Event on each PersistentVolume whose server does not
-// answer. Servers is the same without the volumes, for the manager's nodes
+// answer. For a volume of several replicas it also reports the replicas and
+// the volume's state, datapath.JudgeQuorum's (TestPlacement), so the
+// controllers tell a volume that lost its quorum from one still served.
+// Servers is the same without the volumes, for the manager's nodes
 // view, which polls every second.
 // Backend passes fenceapi/fenceapitest's conformance suite over a real
 // datapath server (backend_test.go).

@@ -2,6 +2,7 @@ package fencebackend
 
 import (
 	"context"
+	"slices"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/fenceapi"
@@ -59,11 +60,54 @@ func placement(st datapath.GroupStatus) fenceapi.Placement {
 	}
 	if st.VolumesKnown {
 		p.Holders = make(map[string]string, len(st.Volumes))
+		p.Replicas = map[string]fenceapi.VolumeReplicas{}
+		answers := make(map[string]bool, len(st.Servers))
+		for _, s := range st.Servers {
+			answers[s.ID] = s.Role != datapath.RoleUnreachable
+		}
 		for _, v := range st.Volumes {
 			p.Holders[v.ID] = v.Server
+			if r, ok := replicasOf(v, answers); ok {
+				p.Replicas[v.ID] = r
+			}
 		}
 	}
 	return p
+}
+
+// replicasOf is v's replicas and its state (datapath.JudgeQuorum's), a
+// server that is not a member counting as one that does not answer; not ok
+// for a single copy, which the placement leaves to its holder.
+func replicasOf(v datapath.GroupVolume, answers map[string]bool) (fenceapi.VolumeReplicas, bool) {
+	set := v.ReplicaSet()
+	q := datapath.JudgeQuorum(set, func(id string) bool { return answers[id] })
+	if len(set.Replicas) == 1 && q.State != datapath.VolumeInvalid {
+		return fenceapi.VolumeReplicas{}, false
+	}
+	r := fenceapi.VolumeReplicas{State: volumeState(q.State), Live: q.Live, Need: q.Need, Problem: q.Problem,
+		Replicas: make([]fenceapi.Replica, len(set.Replicas))}
+	for i, id := range set.Replicas {
+		r.Replicas[i] = fenceapi.Replica{Server: id, InSync: slices.Contains(set.InSync, id)}
+	}
+	return r, true
+}
+
+// volumeState maps a datapath volume state; one this manager does not know
+// is shown as it is.
+func volumeState(s string) string {
+	switch s {
+	case datapath.VolumeOK:
+		return fenceapi.VolumeOK
+	case datapath.VolumeDegraded:
+		return fenceapi.VolumeDegraded
+	case datapath.VolumeNoQuorum:
+		return fenceapi.VolumeNoQuorum
+	case datapath.VolumeServerDown:
+		return fenceapi.VolumeServerDown
+	case datapath.VolumeInvalid:
+		return fenceapi.VolumeInvalid
+	}
+	return s
 }
 
 // role maps a datapath server role; one this manager does not know (a newer

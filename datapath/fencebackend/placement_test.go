@@ -30,9 +30,25 @@ func TestPlacement(t *testing.T) {
 	}{
 		{"no group", datapath.GroupStatus{Volumes: []datapath.GroupVolume{{ID: "v1"}}, VolumesKnown: true}, fenceapi.Placement{}},
 		{"leader answered", datapath.GroupStatus{Servers: servers, Volumes: []datapath.GroupVolume{{ID: "v1", Server: "s3"}, {ID: "v2", Server: "s1"}}, VolumesKnown: true},
-			fenceapi.Placement{Servers: want, Holders: map[string]string{"v1": "s3", "v2": "s1"}}},
+			fenceapi.Placement{Servers: want, Holders: map[string]string{"v1": "s3", "v2": "s1"}, Replicas: map[string]fenceapi.VolumeReplicas{}}},
+		{"replicated volumes: judged; a single copy left to its holder", datapath.GroupStatus{Servers: servers, VolumesKnown: true, Volumes: []datapath.GroupVolume{
+			{ID: "v1", Server: "s1"},
+			{ID: "v2", Server: "s1", MemberEpoch: 1, Replicas: []string{"s1", "s2", "s3"}, InSync: []string{"s1", "s2", "s3"}},
+			{ID: "v3", Server: "s1", MemberEpoch: 2, Replicas: []string{"s1", "s2", "s3"}, InSync: []string{"s1", "s3"}},
+			{ID: "v4", Server: "s1", MemberEpoch: 1, Replicas: []string{"s1", "s9", "s2"}, InSync: []string{"s1", "s9", "s2"}},
+			{ID: "v5", Server: "s1", MemberEpoch: 1, Replicas: []string{"s1", "s2", "s2"}, InSync: []string{"s1", "s2"}},
+		}}, fenceapi.Placement{Servers: want, Holders: map[string]string{"v1": "s1", "v2": "s1", "v3": "s1", "v4": "s1", "v5": "s1"},
+			Replicas: map[string]fenceapi.VolumeReplicas{
+				"v2": {State: fenceapi.VolumeDegraded, Live: 2, Need: 2, Replicas: []fenceapi.Replica{{Server: "s1", InSync: true}, {Server: "s2", InSync: true}, {Server: "s3", InSync: true}}},
+				"v3": {State: fenceapi.VolumeNoQuorum, Live: 1, Need: 2, Replicas: []fenceapi.Replica{{Server: "s1", InSync: true}, {Server: "s2", InSync: false}, {Server: "s3", InSync: true}}},
+				"v4": {State: fenceapi.VolumeDegraded, Live: 2, Need: 2, Replicas: []fenceapi.Replica{{Server: "s1", InSync: true}, {Server: "s9", InSync: true}, {Server: "s2", InSync: true}}},
+				"v5": {State: fenceapi.VolumeInvalid, Need: 2,
+					Problem:  "datapath: invalid argument: volume v5 lists server s2 twice among its replicas (s1, s2, s2); each replica must be on its own server",
+					Replicas: []fenceapi.Replica{{Server: "s1", InSync: true}, {Server: "s2", InSync: true}, {Server: "s2", InSync: true}}},
+			}}},
 		{"no leader: holders not known", datapath.GroupStatus{Servers: servers}, fenceapi.Placement{Servers: want}},
-		{"no volumes", datapath.GroupStatus{Servers: servers, VolumesKnown: true}, fenceapi.Placement{Servers: want, Holders: map[string]string{}}},
+		{"no volumes", datapath.GroupStatus{Servers: servers, VolumesKnown: true},
+			fenceapi.Placement{Servers: want, Holders: map[string]string{}, Replicas: map[string]fenceapi.VolumeReplicas{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := placement(tc.in); !reflect.DeepEqual(got, tc.want) {
