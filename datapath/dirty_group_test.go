@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,22 +91,23 @@ func TestStoreGroup_DirtyRegionMaps(t *testing.T) {
 	}
 	wantRanges := []datapath.DirtyRange{{Off: 0, Len: 8192}, {Off: 1 << 20, Len: 4096}, {Off: 3 << 20, Len: 8192}, {Off: size - 4096, Len: 4096}}
 	for _, i := range in {
-		got, err := srvs[i].Store.DirtyRegions(v.ID, away)
+		got, err := srvs[i].Store.DirtyRegions(v.ID, away, "", 0)
 		must(t, err)
 		if got.All || !slices.Equal(got.Ranges, wantRanges) || got.Since != member || got.Bytes != 6*4096 {
 			t.Errorf("server %d's map of %s: %+v; want exactly %v since member epoch %d", i, away, got, wantRanges, member)
 		}
-		if _, err := srvs[i].Store.DirtyRegions(v.ID, srvs[i].Group.Self()); !errors.Is(err, datapath.ErrInvalidArgument) {
+		if _, err := srvs[i].Store.DirtyRegions(v.ID, srvs[i].Group.Self(), "", 0); !errors.Is(err, datapath.ErrInvalidArgument) {
 			t.Errorf("server %d: map of an in-sync replica: %v; want ErrInvalidArgument", i, err)
 		}
-		if _, err := srvs[i].Store.DirtyRegions("vol-00000000000000ff", away); !errors.Is(err, datapath.ErrNotFound) {
+		if _, err := srvs[i].Store.DirtyRegions("vol-00000000000000ff", away, "", 0); !errors.Is(err, datapath.ErrNotFound) {
 			t.Errorf("server %d: map of an unknown volume: %v; want ErrNotFound", i, err)
 		}
 	}
+	checkDirtyOverTheWire(t, ctx, srvs, ctl, v.ID, away, in, out[0], e, wantRanges)
 	if files := dirtyFiles(t, srvs[out[0]]); len(files) != 0 {
 		t.Errorf("the out-of-sync server keeps map files %v", files)
 	}
-	if _, err := srvs[out[0]].Store.DirtyRegions(v.ID, away); !errors.Is(err, datapath.ErrReplicaNotInSync) {
+	if _, err := srvs[out[0]].Store.DirtyRegions(v.ID, away, "", 0); !errors.Is(err, datapath.ErrReplicaNotInSync) {
 		t.Errorf("the out-of-sync server reports a map: %v; want ErrReplicaNotInSync", err)
 	}
 
@@ -116,7 +118,7 @@ func TestStoreGroup_DirtyRegionMaps(t *testing.T) {
 		if files := dirtyFiles(t, s); len(files) != 0 {
 			t.Errorf("server %d keeps map files %v after %s is back in sync", i, files, away)
 		}
-		if _, err := s.Store.DirtyRegions(v.ID, away); !errors.Is(err, datapath.ErrInvalidArgument) {
+		if _, err := s.Store.DirtyRegions(v.ID, away, "", 0); !errors.Is(err, datapath.ErrInvalidArgument) {
 			t.Errorf("server %d: map of a replica back in sync: %v; want ErrInvalidArgument", i, err)
 		}
 	}
@@ -224,5 +226,39 @@ func BenchmarkStoreGroup_WriteAt_DirtyMap(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// checkDirtyOverTheWire reads the maps over gRPC, as the controller and as
+// the writer's engine (its node, its live grant's epoch), and the refusals.
+func checkDirtyOverTheWire(t *testing.T, ctx context.Context, srvs []*datapathtest.Server, ctl *client.Client, id, away string, in []int, out int, e uint64, want []datapath.DirtyRange) {
+	t.Helper()
+	for _, i := range in {
+		eng, err := client.Dial(ctx, srvs[i].Addr, srvs[i].NodeToken("n1"), client.WithTimeout(5*time.Second))
+		must(t, err)
+		defer eng.Close()
+		for who, c := range map[string]*client.Client{"controller": ctl, "engine of n1": eng} {
+			node, epoch := "", uint64(0)
+			if c == eng {
+				node, epoch = "n1", e
+			}
+			got, err := c.DirtyRegions(ctx, srvs[i].Addr, id, away, node, epoch)
+			if err != nil || !slices.Equal(got.Ranges, want) || got.Bytes != 6*4096 {
+				t.Errorf("server %d's map read over the wire by the %s: %+v, %v; want %v", i, who, got, err, want)
+			}
+		}
+		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n1", e+1); !errors.Is(err, datapath.ErrFenced) {
+			t.Errorf("server %d: the map read by n1 at an epoch it holds no grant at: %v; want ErrFenced", i, err)
+		}
+		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n2", 0); !errors.Is(err, datapath.ErrPermissionDenied) {
+			t.Errorf("server %d: the map read by n1's engine as n2: %v; want ErrPermissionDenied", i, err)
+		}
+		if _, err := ctl.DirtyRegions(ctx, srvs[i].Addr, id, away, "", 3); !errors.Is(err, datapath.ErrInvalidArgument) {
+			t.Errorf("server %d: the map read with an epoch and no node: %v; want ErrInvalidArgument", i, err)
+		}
+	}
+	_, err := ctl.DirtyRegions(ctx, srvs[out].Addr, id, away, "", 0)
+	if !errors.Is(err, datapath.ErrReplicaNotInSync) || !strings.Contains(err.Error(), srvs[in[0]].Addr) || !strings.Contains(err.Error(), srvs[in[1]].Addr) {
+		t.Errorf("the out-of-sync server's map over the wire: %v; want REPLICA_NOT_IN_SYNC naming the two in-sync replicas", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
 
 // Keeping the dirty-region maps of a volume's out-of-sync replicas
@@ -252,13 +254,23 @@ type DirtyRegions struct {
 	Bytes  int64
 }
 
-// DirtyRegions reads this server's map of replica's copy of volumeID.
-// Refused, reading nothing: a volume this server holds no copy of (as every
-// I/O call, ErrNotFound or ErrNotHolder), a replica that is not out of sync
-// or not a replica (ErrInvalidArgument, naming the in-sync replicas), and
-// this server's own copy out of sync (ErrReplicaNotInSync naming the
-// in-sync replicas: their maps are the ones to read).
-func (s *Store) DirtyRegions(volumeID, replica string) (DirtyRegions, error) {
+// DirtyRegions reads this server's map of replica's copy of volumeID, for
+// the controller (node "" and epoch 0) or for the writer node at its attach
+// epoch, which must hold a live grant at exactly that epoch (ErrFenced
+// otherwise). Refused too, reading nothing: a volume this server holds no
+// copy of (as every I/O call, ErrNotFound or ErrNotHolder), a replica that
+// is not out of sync or not a replica (ErrInvalidArgument, naming the
+// in-sync replicas), and this server's own copy out of sync
+// (ErrReplicaNotInSync naming the in-sync replicas: their maps are the ones
+// to read).
+func (s *Store) DirtyRegions(volumeID, replica, node string, epoch uint64) (DirtyRegions, error) {
+	if node != "" {
+		if err := validNode(node); err != nil {
+			return DirtyRegions{}, err
+		}
+	} else if epoch != 0 {
+		return DirtyRegions{}, fmt.Errorf("%w: dirty regions of volume %s: epoch %d without a node; the controller asks with neither, a writer with both", ErrInvalidArgument, volumeID, epoch)
+	}
 	v, err := s.lookupHeld(volumeID)
 	if err != nil {
 		return DirtyRegions{}, err
@@ -268,9 +280,14 @@ func (s *Store) DirtyRegions(volumeID, replica string) (DirtyRegions, error) {
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	if node != "" {
+		if err := v.checkIO("read dirty regions of", node, epoch); err != nil {
+			return DirtyRegions{}, err
+		}
+	}
 	set := v.set
 	if in := s.notInSyncLocked(v); in != nil {
-		return DirtyRegions{}, s.errNotInSync(volumeID, set.MemberEpoch, in)
+		return DirtyRegions{}, s.errNotInSync("read dirty regions of", volumeID, set.MemberEpoch, in)
 	}
 	if !slices.Contains(set.Replicas, replica) || slices.Contains(set.InSync, replica) {
 		return DirtyRegions{}, fmt.Errorf("%w: dirty regions of volume %s for server %q: it is not a replica out of sync at member epoch %d (replicas %s, in sync %s); only an out-of-sync replica has a map",
@@ -289,4 +306,23 @@ func (s *Store) DirtyRegions(volumeID, replica string) (DirtyRegions, error) {
 		out.Bytes += r.Len
 	}
 	return out, nil
+}
+
+// dirtyPage is the part of ranges from byte from on (a range that holds
+// from cut there), at most max of them, and the from of the next page (0:
+// none).
+func dirtyPage(ranges []DirtyRange, from int64, max int) (page []wire.DirtyRange, next int64) {
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i].Off+ranges[i].Len > from })
+	for ; i < len(ranges); i++ {
+		if len(page) == max {
+			return page, ranges[i].Off
+		}
+		r := ranges[i]
+		if r.Off < from {
+			r.Len -= from - r.Off
+			r.Off = from
+		}
+		page = append(page, wire.DirtyRange{Off: r.Off, Len: r.Len})
+	}
+	return page, 0
 }

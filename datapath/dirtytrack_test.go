@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/vigil-storage/vigil/datapath/internal/wire"
 )
 
 // TestDecideDirty is the specification of which dirty-region maps a server
@@ -116,5 +118,30 @@ func TestStore_LoadDirty_AtStart(t *testing.T) {
 		map[string]dirtyHave{"b": {Through: 12}})
 	if want := []dirtyAction{{"c", dirtyStartAll}}; !slices.Equal(acts, want) {
 		t.Errorf("at start: %v; want b's map kept and c's all dirty: %v", acts, want)
+	}
+}
+
+func TestDirtyPage(t *testing.T) {
+	rs := []DirtyRange{{0, 8192}, {16384, 4096}, {65536, 4096}}
+	type w = wire.DirtyRange
+	r := func(off, n int64) w { return w{Off: off, Len: n} }
+	cases := []struct {
+		from int64
+		max  int
+		want []w
+		next int64
+	}{
+		{0, 10, []w{r(0, 8192), r(16384, 4096), r(65536, 4096)}, 0},
+		{0, 2, []w{r(0, 8192), r(16384, 4096)}, 65536},
+		{65536, 2, []w{r(65536, 4096)}, 0},
+		{4096, 1, []w{r(4096, 4096)}, 16384}, // a range that holds from is cut there
+		{8192, 10, []w{r(16384, 4096), r(65536, 4096)}, 0},
+		{1 << 20, 10, nil, 0},
+	}
+	for _, c := range cases {
+		got, next := dirtyPage(rs, c.from, c.max)
+		if !slices.Equal(got, c.want) || next != c.next {
+			t.Errorf("dirtyPage(from %d, max %d) = %v, next %d; want %v, next %d", c.from, c.max, got, next, c.want, c.next)
+		}
 	}
 }

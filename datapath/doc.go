@@ -157,7 +157,9 @@
 // TestStoreGroup_DirtyRegionMaps reads the file after each acknowledged
 // write; a torn file is all dirty, never clean:
 // TestDirtyFile_TornOrGarbledIsAllDirty, TestStore_LoadDirty_AtStart);
-// Store.DirtyRegions reads it, and the copy that uses it is not built yet
+// Store.DirtyRegions reads it, over gRPC too (DirtyRegions, for the
+// controller and for the writer's node at its live grant's epoch:
+// TestStoreGroup_DirtyRegionMaps), and the copy that uses it is not built yet
 // (docs/architecture.md, "Replicated volumes"):
 //
 //  1. The writer's engine sends each write, with (node, attach epoch, member

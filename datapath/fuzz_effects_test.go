@@ -307,6 +307,9 @@ var effects = map[string]effect{
 	wire.MethodMarkOutOfSync: func(fuzzStore, []byte, wire.Message, state, state) error {
 		return errors.New("took a replica out of sync though the store has no control group")
 	},
+	wire.MethodDirtyRegions: func(fuzzStore, []byte, wire.Message, state, state) error {
+		return errors.New("read a dirty-region map though the store has no control group")
+	},
 }
 
 func volumeFromWireForTest(v *wire.Volume) Volume {

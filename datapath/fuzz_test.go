@@ -123,6 +123,7 @@ var fuzzRequests = map[string]func() wire.Message{
 	wire.MethodAddServer:        func() wire.Message { return &wire.AddServerRequest{} },
 	wire.MethodMarkOutOfSync:    func() wire.Message { return &wire.MarkOutOfSyncRequest{} },
 	wire.MethodForceReplicas:    func() wire.Message { return &wire.ForceReplicasRequest{} },
+	wire.MethodDirtyRegions:     func() wire.Message { return &wire.DirtyRegionsRequest{} },
 }
 
 // fuzzRequestNode decodes data as method's request; ok is false when it does
@@ -423,6 +424,7 @@ func fuzzSeeds() []fuzzSeed {
 		{wire.MethodPrepareReplica, &wire.CreateVolumeRequest{Name: "pvc-r", Size: 4096, Access: "rwo", ID: fuzzVolumeID}},
 		{wire.MethodCreateVolume, &wire.CreateVolumeRequest{Name: "pvc-s", Size: 4096, Access: "rwo", ID: fuzzVolumeID, Server: "datapath-1", Replicas: []string{"datapath-1", "datapath-2"}}},
 		{wire.MethodMarkOutOfSync, &wire.MarkOutOfSyncRequest{VolumeID: fuzzVolumeID, Replica: "datapath-1"}},
+		{wire.MethodDirtyRegions, &wire.DirtyRegionsRequest{VolumeID: fuzzVolumeID, Replica: "datapath-1"}},
 	}
 	// Each seed is sent by the caller that may make it: node-1's engine for
 	// node-1's own acts, the controller for the rest.

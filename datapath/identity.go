@@ -145,7 +145,11 @@ var methodAccess = map[string]access{
 	wire.MethodNodeGrants:     controllerOrOwnNode,
 	// The writer's engine takes a replica that missed its write out of
 	// sync; the group checks that its grant is live at its epoch.
-	wire.MethodMarkOutOfSync:    controllerOrOwnNode,
+	wire.MethodMarkOutOfSync: controllerOrOwnNode,
+	// The copy of a delta resync is driven by the manager or by the
+	// writer's engine, which reads the map as its own node (with a live
+	// grant, which the store checks).
+	wire.MethodDirtyRegions:     controllerOrOwnNode,
 	wire.MethodRead:             ownNodeOnly,
 	wire.MethodWrite:            ownNodeOnly,
 	wire.MethodOpenWriteSession: ownNodeOnly,
@@ -211,6 +215,8 @@ func requestNode(req any) string {
 	case *wire.ConnectivityRequest:
 		return r.Node
 	case *wire.MarkOutOfSyncRequest:
+		return r.Node
+	case *wire.DirtyRegionsRequest:
 		return r.Node
 	}
 	return ""

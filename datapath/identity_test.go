@@ -44,6 +44,7 @@ func TestAuthorize_Table(t *testing.T) {
 		{wire.MethodRelease, true, true, false},
 		{wire.MethodNodeGrants, true, true, false},
 		{wire.MethodMarkOutOfSync, true, true, false},
+		{wire.MethodDirtyRegions, true, true, false},
 		{wire.MethodRead, false, true, false},
 		{wire.MethodWrite, false, true, false},
 		{wire.MethodOpenWriteSession, false, true, false},

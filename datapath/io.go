@@ -108,7 +108,7 @@ func (s *Store) ReadAt(volumeID, node string, epoch uint64, off int64, n int) ([
 	}
 	buf, inSync, member, err := s.readOnce(v, node, epoch, off, n)
 	if inSync != nil {
-		return nil, s.errNotInSync(volumeID, member, inSync) // outside v.mu: it reads the group's members
+		return nil, s.errNotInSync("read", volumeID, member, inSync) // outside v.mu: it reads the group's members
 	}
 	return buf, err
 }

@@ -48,7 +48,7 @@ func (s *Store) notInSyncLocked(v *volume) []string {
 
 // errNotInSync is the refusal of a read at a replica whose copy is not in
 // sync; inSync are the in-sync replicas' ids.
-func (s *Store) errNotInSync(volumeID string, member uint64, inSync []string) error {
+func (s *Store) errNotInSync(op, volumeID string, member uint64, inSync []string) error {
 	addrs := s.addresses()
 	var where, named []string
 	for _, id := range inSync {
@@ -60,8 +60,8 @@ func (s *Store) errNotInSync(volumeID string, member uint64, inSync []string) er
 		}
 	}
 	return &ReplicaNotInSyncError{VolumeID: volumeID, InSyncAddresses: named,
-		Msg: fmt.Sprintf("%v: read volume %s: this server (%s) holds a replica that is not in sync at member epoch %d, so its data may be stale; nothing was read: read from an in-sync replica (%s)",
-			ErrReplicaNotInSync, volumeID, s.ctl.Self(), member, strings.Join(where, ", "))}
+		Msg: fmt.Sprintf("%v: %s volume %s: this server (%s) holds a replica that is not in sync at member epoch %d, so its data may be stale; nothing was read: ask an in-sync replica (%s)",
+			ErrReplicaNotInSync, op, volumeID, s.ctl.Self(), member, strings.Join(where, ", "))}
 }
 
 // addresses is the datapath address of each member of the group, by id.

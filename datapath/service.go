@@ -192,6 +192,18 @@ var serviceDesc = grpc.ServiceDesc{
 			return &wire.PreparedVolume{ID: v.ID, Server: s.selfID()}, err
 		}),
 		forceReplicasMethod(), // forcereplica.go
+		method(wire.MethodDirtyRegions, func(s *Store, r *wire.DirtyRegionsRequest) (wire.Message, error) {
+			if r.From < 0 {
+				return nil, fmt.Errorf("%w: dirty regions of volume %s from byte %d; from must be 0 or more", ErrInvalidArgument, r.VolumeID, r.From)
+			}
+			m, err := s.DirtyRegions(r.VolumeID, r.Replica, r.Node, r.Epoch)
+			if err != nil {
+				return nil, err
+			}
+			out := &wire.DirtyRegionsAnswer{Since: m.Since, MemberEpoch: m.MemberEpoch, All: m.All, Bytes: m.Bytes}
+			out.Ranges, out.Next = dirtyPage(m.Ranges, r.From, wire.MaxDirtyRanges)
+			return out, nil
+		}),
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "datapath/service.go",

@@ -18,6 +18,7 @@ func messages() []Message {
 		&NodeGrantList{}, &FencedList{}, &LeaveRequest{}, &NodeList{}, &FailedList{},
 		&OpenSessionRequest{}, &Generation{}, &PendingAnswer{}, &WaitAppliedRequest{},
 		&GroupVolumeList{}, &MarkOutOfSyncRequest{}, &ReplicaSetAnswer{},
+		&DirtyRegionsRequest{}, &DirtyRegionsAnswer{},
 	}
 }
 
@@ -127,6 +128,8 @@ func seedMessages() []Message {
 		&GroupVolumeList{Items: []GroupVolume{{ID: "vol-0123456789abcdef", Name: "pvc-1", Server: "s1", Epoch: 6, Replicas: []string{"s1", "s2"}, InSync: []string{"s1"}, MemberEpoch: 3}}, WithReplicas: true},
 		&MarkOutOfSyncRequest{VolumeID: "vol-0123456789abcdef", Replica: "s2", MemberEpoch: 3, Node: "node-1", Epoch: 7},
 		&ReplicaSetAnswer{Holder: "s1", Replicas: []string{"s1", "s2", "s3"}, InSync: []string{"s1", "s3"}, MemberEpoch: 4},
+		&DirtyRegionsRequest{VolumeID: "vol-0123456789abcdef", Replica: "s2", Node: "node-1", Epoch: 7, From: 8192},
+		&DirtyRegionsAnswer{Since: 3, MemberEpoch: 4, Bytes: 12288, Ranges: []DirtyRange{{0, 8192}, {1 << 20, 4096}}, Next: 1<<20 + 4096},
 	}
 }
 
