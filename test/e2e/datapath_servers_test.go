@@ -57,6 +57,7 @@ func TestDatapathServers(t *testing.T) {
 		{"LeaderPowerCut", e.testLeaderPowerCut},
 		{"PodOnLeaderNode", e.testPodOnLeaderNode},
 		{"ReplicaPowerCut", e.testReplicaPowerCut},
+		{"ReplicaQuorumLoss", e.testReplicaQuorumLoss},
 	})
 }
 
