@@ -262,3 +262,72 @@ func checkDirtyOverTheWire(t *testing.T, ctx context.Context, srvs []*datapathte
 		t.Errorf("the out-of-sync server's map over the wire: %v; want REPLICA_NOT_IN_SYNC naming the two in-sync replicas", err)
 	}
 }
+
+// TestStoreGroup_DirtyRegionMaps_Restart: an in-sync replica that took
+// writes while another was out of sync restarts as after a crash; once it
+// has caught up, its map still holds every region it acknowledged a write
+// to (exactly, or all of the volume: never fewer), and it marks new writes.
+// Without the rule that a change replayed before catching up never starts
+// an empty map, the replayed change that took the replica out started one,
+// and the regions written before the restart were gone from it.
+func TestStoreGroup_DirtyRegionMaps_Restart(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var others []string
+	for _, s := range srvs[1:] {
+		others = append(others, s.Addr)
+	}
+	ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(others...), client.WithTimeout(5*time.Second))
+	must(t, err)
+	t.Cleanup(func() { _ = ctl.Close() })
+	v, err := ctl.CreateReplicated(ctx, "pvc-dirty-restart", 1<<20, datapath.AccessRWO, 3)
+	must(t, err)
+	e, err := ctl.Grant(ctx, v.ID, "n1")
+	must(t, err)
+	var leader *datapathtest.Server
+	for _, s := range srvs {
+		if s.Group.IsLeader() {
+			leader = s
+		}
+	}
+	cv, _, _ := leader.Group.AppliedVolume(v.ID)
+	set := cv.ReplicaSet()
+	// away: a replica that is not the holder; restarted: the in-sync one
+	// that is neither the holder nor away (the leader when it must be).
+	var away string
+	var restarted *datapathtest.Server
+	for _, s := range srvs {
+		switch id := s.Group.Self(); {
+		case id == set.Holder:
+		case away == "":
+			away = id
+		default:
+			restarted = s
+		}
+	}
+	cv, err = leader.Group.MarkReplicaOutOfSync(ctx, v.ID, away, set.MemberEpoch, "n1", e)
+	must(t, err)
+	waitAllApplied(t, srvs, leader)
+	must(t, restarted.Store.WriteAtMember(v.ID, "n1", e, cv.MemberEpoch, 64<<10, make([]byte, 4096)))
+	restarted.Restart(t)
+	var got datapath.DirtyRegions
+	for {
+		got, err = restarted.Store.DirtyRegions(v.ID, away, "", 0)
+		if !errors.Is(err, datapath.ErrNotApplied) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	must(t, err)
+	if !got.All && !coveredBy(got.Ranges, 64<<10, 4096) {
+		t.Fatalf("after a restart the map lacks a region written before it: %+v", got)
+	}
+	t.Logf("after the restart: all dirty %v, ranges %v, since member epoch %d", got.All, got.Ranges, got.Since)
+	must(t, restarted.Store.WriteAtMember(v.ID, "n1", e, cv.MemberEpoch, 128<<10, make([]byte, 4096)))
+	got, err = restarted.Store.DirtyRegions(v.ID, away, "", 0)
+	must(t, err)
+	if !got.All && !coveredBy(got.Ranges, 128<<10, 4096) {
+		t.Fatalf("after a restart a new write is not marked: %+v", got)
+	}
+}

@@ -23,7 +23,10 @@ import (
 // decides what becomes of the maps (decideDirty, a pure function):
 //
 //   - a replica that was in sync at member epoch E-1, taken out at E while
-//     this server stays in sync, starts an EMPTY map at E. That is correct
+//     this server stays in sync, starts an EMPTY map at E, if this server
+//     has caught up since it started (caughtup.go: before, it may be
+//     replaying the change from its log after a restart, and have
+//     acknowledged writes after it in its earlier life). That is correct
 //     because a write is acknowledged only once it is on every in-sync
 //     replica: every write acknowledged before E, at E-1 or earlier, was on
 //     every replica in sync then, the one now out among them; and a write
@@ -72,8 +75,12 @@ type dirtyHave struct {
 
 // decideDirty decides the maps of cur's out-of-sync replicas on server
 // self, which had the maps in have and had applied old before cur (old is
-// the zero set when this server knows no earlier one: at start).
-func decideDirty(self string, old, cur ReplicaSet, have map[string]dirtyHave) []dirtyAction {
+// the zero set when this server knows no earlier one: at start). live says
+// that this server has caught up with the group since it started, so that
+// the change is new to it: before, it may be replaying a change it applied
+// in an earlier life, and may have acknowledged writes after it then, whose
+// marks an empty map would not hold.
+func decideDirty(self string, old, cur ReplicaSet, have map[string]dirtyHave, live bool) []dirtyAction {
 	var out []dirtyAction
 	selfIn := slices.Contains(cur.Replicas, self) && slices.Contains(cur.InSync, self)
 	behind := map[string]bool{}
@@ -98,7 +105,7 @@ func decideDirty(self string, old, cur ReplicaSet, have map[string]dirtyHave) []
 			// nothing moved (a grant, a fence): the map goes on
 		case ok && !h.Broken && oneStep && h.Through == old.MemberEpoch && !slices.Contains(old.InSync, r):
 			out = append(out, dirtyAction{r, dirtyCarry})
-		case !ok && oneStep && slices.Contains(old.InSync, r):
+		case !ok && live && oneStep && slices.Contains(old.InSync, r):
 			out = append(out, dirtyAction{r, dirtyStartClean})
 		default:
 			out = append(out, dirtyAction{r, dirtyStartAll})
@@ -125,7 +132,7 @@ func (s *Store) refreshDirtyLocked(v *volume, old ReplicaSet) {
 		have[r] = dirtyHave{Through: d.header().Through, Broken: d.brokenErr() != nil}
 	}
 	cur := v.set
-	for _, a := range decideDirty(s.ctl.Self(), old, cur, have) {
+	for _, a := range decideDirty(s.ctl.Self(), old, cur, have, s.caughtUp.Load()) {
 		d := v.dirty[a.Replica]
 		switch a.Do {
 		case dirtyDrop:

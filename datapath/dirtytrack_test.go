@@ -51,23 +51,26 @@ func TestDecideDirty(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := decideDirty("a", c.old, c.cur, c.have); !slices.Equal(got, c.want) {
+			if got := decideDirty("a", c.old, c.cur, c.have, true); !slices.Equal(got, c.want) {
 				t.Errorf("decideDirty = %v, want %v", got, c.want)
 			}
 		})
 	}
 	// self out of sync (b's view): it keeps no map, and drops those it had.
 	b := set
-	if got := decideDirty("b", b(5, "a", "b", "c"), b(6, "a", "c"), nil); got != nil {
+	if got := decideDirty("b", b(5, "a", "b", "c"), b(6, "a", "c"), nil, true); got != nil {
 		t.Errorf("self taken out: %v, want no map", got)
 	}
-	if got, want := decideDirty("b", b(5, "a", "b"), b(6, "a"), map[string]dirtyHave{"c": {Through: 5}}), []dirtyAction{{"c", dirtyDrop}}; !slices.Equal(got, want) {
+	if got, want := decideDirty("b", b(5, "a", "b"), b(6, "a"), map[string]dirtyHave{"c": {Through: 5}}, true), []dirtyAction{{"c", dirtyDrop}}; !slices.Equal(got, want) {
 		t.Errorf("self taken out with a map of c: %v, want %v", got, want)
 	}
-	if got, want := decideDirty("b", b(5, "a", "c"), b(6, "a", "b", "c"), nil), []dirtyAction(nil); !slices.Equal(got, want) {
+	if got, want := decideDirty("b", b(5, "a", "c"), b(6, "a", "b", "c"), nil, true), []dirtyAction(nil); !slices.Equal(got, want) {
 		t.Errorf("self back in sync, all in sync: %v, want %v", got, want)
 	}
-	if got, want := decideDirty("c", b(5, "a"), b(6, "a", "c"), nil), []dirtyAction{{"b", dirtyStartAll}}; !slices.Equal(got, want) {
+	if got, want := decideDirty("a", set(4, "a", "b", "c"), set(5, "a", "c"), nil, false), []dirtyAction{{"b", dirtyStartAll}}; !slices.Equal(got, want) {
+		t.Errorf("b taken out, replayed before this server caught up after a start: %v, want %v (it may have acknowledged writes after it in its earlier life)", got, want)
+	}
+	if got, want := decideDirty("c", b(5, "a"), b(6, "a", "c"), nil, true), []dirtyAction{{"b", dirtyStartAll}}; !slices.Equal(got, want) {
 		t.Errorf("self back in sync while b is out: %v, want %v (it cannot name what b missed while it was out itself)", got, want)
 	}
 }
@@ -115,7 +118,7 @@ func TestStore_LoadDirty_AtStart(t *testing.T) {
 		}
 	}
 	acts := decideDirty("a", ReplicaSet{}, ReplicaSet{VolumeID: id, Holder: "a", Replicas: []string{"a", "b", "c", "d", "e"}, InSync: []string{"a", "d", "e"}, MemberEpoch: 12},
-		map[string]dirtyHave{"b": {Through: 12}})
+		map[string]dirtyHave{"b": {Through: 12}}, false)
 	if want := []dirtyAction{{"c", dirtyStartAll}}; !slices.Equal(acts, want) {
 		t.Errorf("at start: %v; want b's map kept and c's all dirty: %v", acts, want)
 	}
