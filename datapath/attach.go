@@ -214,6 +214,14 @@ func (v *volume) checkIO(op, node string, epoch uint64) error {
 	}
 	a, ok := v.attach[node]
 	switch {
+	case v.changed != nil && epoch > v.rec.Epoch:
+		// The grant at epoch was committed, and confirmed by a majority
+		// of the volume's replicas, but this one has not applied it yet.
+		// Epochs only grow, so a fenced node's epoch is never above the
+		// volume's: this is never a fenced writer, and "fenced" would be a
+		// false, final answer.
+		return fmt.Errorf("%w: %s volume %s: node %s carries epoch %d, and this server has applied the volume up to epoch %d only; nothing was done: send it again",
+			ErrNotApplied, op, v.rec.ID, node, epoch, v.rec.Epoch)
 	case !ok:
 		return fmt.Errorf("%w: %s volume %s: node %s has no grant (epoch %d)", ErrFenced, op, v.rec.ID, node, epoch)
 	case a.State == StateFenced:

@@ -77,10 +77,10 @@ func (s *Store) writeOnce(v *volume, node string, epoch, member uint64, off, n i
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	if err := v.checkWrite(node, epoch); err != nil {
-		return nil, err
+		return v.aheadLocked(epoch, member), err
 	}
 	if err := v.checkMember("write", member); err != nil {
-		return v.aheadLocked(member), err
+		return v.aheadLocked(epoch, member), err
 	}
 	if err := validRange("write", v.rec.ID, off, n, v.rec.Size); err != nil {
 		return nil, err

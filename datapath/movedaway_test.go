@@ -41,7 +41,7 @@ func downReplica(t *testing.T, id string) (r *replicated, epoch uint64, down int
 	must(t, err)
 	r.applied(t)
 	for i, s := range r.srvs[:3] {
-		if err := s.Store.WriteAtMember(id, "n1", epoch, 0, 0, []byte("before")); err != nil {
+		if err := s.Store.WriteAtMember(id, "n1", epoch, 1, 0, []byte("before")); err != nil {
 			t.Fatalf("write at replica %d: %v", i, err)
 		}
 	}
@@ -72,10 +72,10 @@ func TestStoreGroup_ReplicaMovedAwayWhileDown_RemovedOnceCaughtUp(t *testing.T) 
 	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[down], 0, "", 0); err != nil {
+	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[down], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[down], r.ids[3], 1); err != nil {
+	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[down], r.ids[3], 2); err != nil {
 		t.Fatal(err)
 	}
 	r.srvs[down].Restart(t)
@@ -90,7 +90,7 @@ func TestStoreGroup_ReplicaMovedAwayWhileDown_RemovedOnceCaughtUp(t *testing.T) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := r.srvs[down].Store.WriteAtMember(id, "n1", epoch, 2, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
+	if err := r.srvs[down].Store.WriteAtMember(id, "n1", epoch, 3, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
 		t.Errorf("a write at the server whose replica moved away: %v; want ErrNotHolder", err)
 	}
 }
@@ -107,16 +107,16 @@ func TestStoreGroup_ReplicaMovedAwayAndBack_KeepsItsFile(t *testing.T) {
 	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[down], 0, "", 0); err != nil {
+	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[down], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[down], r.ids[3], 1); err != nil {
+	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[down], r.ids[3], 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[3], r.ids[down], 2); err != nil {
+	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[3], r.ids[down], 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.leader.MarkReplicaInSync(ctx, id, r.ids[down], 3); err != nil {
+	if _, err := r.leader.MarkReplicaInSync(ctx, id, r.ids[down], 4); err != nil {
 		t.Fatal(err)
 	}
 	r.srvs[down].Restart(t)
@@ -124,12 +124,12 @@ func TestStoreGroup_ReplicaMovedAwayAndBack_KeepsItsFile(t *testing.T) {
 	s := r.srvs[down].Store
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := s.WriteAtMember(id, "n1", epoch, 4, 6, []byte("after"))
+		err := s.WriteAtMember(id, "n1", epoch, 5, 6, []byte("after"))
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, datapath.ErrNotApplied) || time.Now().After(deadline) {
-			t.Fatalf("a write at member epoch 4 at the replica moved away and back in sync: %v (data file there: %v); want it taken once the server caught up",
+			t.Fatalf("a write at member epoch 5 at the replica moved away and back in sync: %v (data file there: %v); want it taken once the server caught up",
 				err, r.imgExists(t, down, id))
 		}
 		time.Sleep(20 * time.Millisecond)

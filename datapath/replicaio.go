@@ -74,26 +74,27 @@ func (s *Store) addresses() map[string]string {
 }
 
 // setMemberLocked records the member epoch and replica set this server
-// applied for v, and wakes the writes that wait for a newer member epoch.
-// The caller holds v.mu for writing.
+// applied for v, and wakes the writes that wait for this server to apply
+// more of v (every applied change of v, refreshLocked, calls it). The
+// caller holds v.mu for writing.
 func (v *volume) setMemberLocked(cv ControlVolume) {
-	if v.memberMoved == nil || cv.MemberEpoch != v.memberEpoch {
-		if v.memberMoved != nil {
-			close(v.memberMoved)
-		}
-		v.memberMoved = make(chan struct{})
+	if v.changed != nil {
+		close(v.changed)
 	}
+	v.changed = make(chan struct{})
 	v.memberEpoch = cv.MemberEpoch
 	v.set = cv.ReplicaSet()
 }
 
-// aheadLocked is, for a write at member epoch member, what to wait for
-// before checking again: closed once this server applies another member
-// epoch of v, when member is newer than the one it applied; nil otherwise.
-// The caller holds v.mu.
-func (v *volume) aheadLocked(member uint64) <-chan struct{} {
-	if member > v.memberEpoch {
-		return v.memberMoved // nil without a control group: nothing to wait for
+// aheadLocked is, for a write at attach epoch epoch and member epoch
+// member, what to wait for before checking again: closed once this server
+// applies another change of v, when the write is ahead of what this server
+// applied (its grant or its member epoch committed, and confirmed by other
+// replicas, but not applied here yet); nil otherwise, and always without a
+// control group. The caller holds v.mu.
+func (v *volume) aheadLocked(epoch, member uint64) <-chan struct{} {
+	if member > v.memberEpoch || epoch > v.rec.Epoch {
+		return v.changed
 	}
 	return nil
 }

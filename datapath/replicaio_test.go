@@ -133,7 +133,7 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 	must(t, err)
 	for i, s := range r.srvs {
 		data := []byte{'a' + byte(i)}
-		if err := s.Store.WriteAtMember(id, "n1", e, 0, int64(i), data); err != nil {
+		if err := s.Store.WriteAtMember(id, "n1", e, 1, int64(i), data); err != nil {
 			t.Fatalf("write at replica %d: %v", i, err)
 		}
 		must(t, s.Store.Flush(id, "n1", e))
@@ -143,7 +143,7 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 		if got, err := s.Store.Attachments(id); err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("attachments at replica %d: %+v, %v; want the leader's %+v", i, got, err, want)
 		}
-		if err := s.Store.WriteAtMember(id, "n1", e-1, 0, 0, data); !errors.Is(err, datapath.ErrFenced) {
+		if err := s.Store.WriteAtMember(id, "n1", e-1, 1, 0, data); !errors.Is(err, datapath.ErrFenced) {
 			t.Fatalf("write at an older attach epoch at replica %d: %v; want ErrFenced", i, err)
 		}
 	}
@@ -151,20 +151,20 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 		t.Fatalf("write at a server outside the replica set: %v; want ErrNotHolder", err)
 	}
 
-	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 0, "", 0); err != nil {
+	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	r.applied(t)
 	for i, s := range r.srvs {
-		err := s.Store.WriteAtMember(id, "n1", e, 0, 0, []byte("z"))
-		if !errors.Is(err, datapath.ErrStaleMemberEpoch) || !strings.Contains(err.Error(), "this server applied member epoch 1") {
-			t.Fatalf("write at member epoch 0 at replica %d: %v; want ErrStaleMemberEpoch naming member epoch 1", i, err)
+		err := s.Store.WriteAtMember(id, "n1", e, 1, 0, []byte("z"))
+		if !errors.Is(err, datapath.ErrStaleMemberEpoch) || !strings.Contains(err.Error(), "this server applied member epoch 2") {
+			t.Fatalf("write at member epoch 1 at replica %d: %v; want ErrStaleMemberEpoch naming member epoch 2", i, err)
 		}
-		must(t, s.Store.WriteAtMember(id, "n1", e, 1, 0, []byte("1")))
+		must(t, s.Store.WriteAtMember(id, "n1", e, 2, 0, []byte("1")))
 		start := time.Now()
-		err = s.Store.WriteAtMember(id, "n1", e, 2, 0, []byte("2"))
+		err = s.Store.WriteAtMember(id, "n1", e, 3, 0, []byte("2"))
 		if !errors.Is(err, datapath.ErrStaleMemberEpoch) || !strings.Contains(err.Error(), "waited 300ms") || time.Since(start) < 300*time.Millisecond {
-			t.Fatalf("write at member epoch 2, never applied, at replica %d: %v after %s; want ErrStaleMemberEpoch after waiting 300ms", i, err, time.Since(start))
+			t.Fatalf("write at member epoch 3, never applied, at replica %d: %v after %s; want ErrStaleMemberEpoch after waiting 300ms", i, err, time.Since(start))
 		}
 	}
 	for i, s := range r.srvs[:2] {
@@ -184,8 +184,8 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 	// A write at the next member epoch waits for this server to apply it.
 	done := make(chan error, 1)
 	datapath.SetMemberEpochWait(t, 5*time.Second)
-	go func() { done <- r.srvs[1].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("2")) }()
-	if _, err := r.leader.MarkReplicaInSync(ctx, id, r.ids[2], 1); err != nil {
+	go func() { done <- r.srvs[1].Store.WriteAtMember(id, "n1", e, 3, 0, []byte("2")) }()
+	if _, err := r.leader.MarkReplicaInSync(ctx, id, r.ids[2], 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -196,7 +196,7 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 	must(t, err)
 	r.applied(t)
 	for i, s := range r.srvs {
-		if err := s.Store.WriteAtMember(id, "n1", e, 2, 0, []byte("f")); !errors.Is(err, datapath.ErrFenced) {
+		if err := s.Store.WriteAtMember(id, "n1", e, 3, 0, []byte("f")); !errors.Is(err, datapath.ErrFenced) {
 			t.Fatalf("a fenced node's write at replica %d: %v; want ErrFenced", i, err)
 		}
 		if err := s.Store.Flush(id, "n1", e); !errors.Is(err, datapath.ErrFenced) {
@@ -254,29 +254,29 @@ func TestStoreGroup_ReplicaMovedAway(t *testing.T) {
 	defer cancel()
 	e, err := r.ctl.Grant(ctx, id, "n1")
 	must(t, err)
-	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 0, "", 0); err != nil {
+	if _, err := r.leader.MarkReplicaOutOfSync(ctx, id, r.ids[2], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	r.applied(t)
 	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); err != nil {
 		t.Fatalf("the data file of a replica out of sync, still named: %v; want it kept", err)
 	}
-	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[2], r.ids[3], 1); err != nil {
+	if _, err := r.leader.ReplaceReplica(ctx, id, r.ids[2], r.ids[3], 2); err != nil {
 		t.Fatal(err)
 	}
 	r.applied(t)
-	if err := r.srvs[2].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
+	if err := r.srvs[2].Store.WriteAtMember(id, "n1", e, 3, 0, []byte("x")); !errors.Is(err, datapath.ErrNotHolder) {
 		t.Fatalf("a write at the server whose replica moved away: %v; want ErrNotHolder", err)
 	}
 	if _, err := os.Stat(filepath.Join(r.srvs[2].Dir, "volumes", id+".img")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the moved replica's data file: %v; want it removed once the server applied the move", err)
 	}
 	for _, i := range []int{0, 1} {
-		if err := r.srvs[i].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("y")); err != nil {
+		if err := r.srvs[i].Store.WriteAtMember(id, "n1", e, 3, 0, []byte("y")); err != nil {
 			t.Fatalf("a write at replica %d after the move: %v", i, err)
 		}
 	}
-	if err := r.srvs[3].Store.WriteAtMember(id, "n1", e, 2, 0, []byte("z")); !errors.Is(err, datapath.ErrNotApplied) {
+	if err := r.srvs[3].Store.WriteAtMember(id, "n1", e, 3, 0, []byte("z")); !errors.Is(err, datapath.ErrNotApplied) {
 		t.Fatalf("a write at the new replica, which has no copy yet: %v; want ErrNotApplied", err)
 	}
 }

@@ -78,7 +78,7 @@ func TestStoreGroup_ReplicaRestart_FenceWhileDownAppliedFirst(t *testing.T) {
 	must(t, err)
 	r.applied(t)
 	for i, s := range r.srvs {
-		if err := s.Store.WriteAtMember(id, "n1", e1, 0, 0, []byte("before")); err != nil {
+		if err := s.Store.WriteAtMember(id, "n1", e1, 1, 0, []byte("before")); err != nil {
 			t.Fatalf("write at replica %d before the restart: %v", i, err)
 		}
 	}
@@ -105,15 +105,15 @@ func TestStoreGroup_ReplicaRestart_FenceWhileDownAppliedFirst(t *testing.T) {
 			t.Errorf("%s at the restarted replica before it caught up: %v; want ErrNotApplied saying it has not caught up", what, err)
 		}
 	}
-	notApplied("n1's write at its fenced epoch", s.WriteAtMember(id, "n1", e1, 0, 0, []byte("zombie")))
-	notApplied("n2's write", s.WriteAtMember(id, "n2", e2, 0, 6, []byte("after")))
+	notApplied("n1's write at its fenced epoch", s.WriteAtMember(id, "n1", e1, 1, 0, []byte("zombie")))
+	notApplied("n2's write", s.WriteAtMember(id, "n2", e2, 1, 6, []byte("after")))
 	_, err = s.ReadAt(id, "n2", e2, 0, 6)
 	notApplied("n2's read", err)
 
 	release()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := s.WriteAtMember(id, "n2", e2, 0, 6, []byte("after"))
+		err := s.WriteAtMember(id, "n2", e2, 1, 6, []byte("after"))
 		if err == nil {
 			break
 		}
@@ -122,7 +122,7 @@ func TestStoreGroup_ReplicaRestart_FenceWhileDownAppliedFirst(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := s.WriteAtMember(id, "n1", e1, 0, 0, []byte("zombie")); !errors.Is(err, datapath.ErrFenced) {
+	if err := s.WriteAtMember(id, "n1", e1, 1, 0, []byte("zombie")); !errors.Is(err, datapath.ErrFenced) {
 		t.Errorf("n1's write at its fenced epoch once the replica caught up: %v; want ErrFenced", err)
 	}
 	got, err := s.ReadAt(id, "n2", e2, 0, 11)

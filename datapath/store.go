@@ -111,10 +111,10 @@ type volume struct {
 	// (0 for a single copy, and without a control group): a write must
 	// carry it (checkMember).
 	memberEpoch uint64
-	// memberMoved is closed, and replaced, each time this server applies a
-	// new member epoch of v (a write at a newer one waits for it); nil
-	// until the control state was first applied to v.
-	memberMoved chan struct{}
+	// changed is closed, and replaced, each time this server applies a
+	// change of v (a write ahead of what it applied waits for it); nil
+	// without a control group.
+	changed chan struct{}
 	// set is v's replica set as this server applied it (empty without a
 	// control group): a replica serves reads only while in its in-sync set
 	// (replicaio.go).

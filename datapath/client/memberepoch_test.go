@@ -119,7 +119,7 @@ func TestClient_Group_WriteFollowsTheMemberEpoch(t *testing.T) {
 		c := r.engine(t, ctx, client.WithBulk(name == "bulk"))
 		engines[name] = c
 		if err := c.WriteAt(ctx, r.vol, "n1", r.epoch, 0, []byte("before")); err != nil {
-			t.Fatalf("%s: write at member epoch 0: %v", name, err)
+			t.Fatalf("%s: write at member epoch 1 (a volume of three copies starts there): %v", name, err)
 		}
 	}
 	leader := groupLeader(t, r.srvs)
@@ -132,14 +132,14 @@ func TestClient_Group_WriteFollowsTheMemberEpoch(t *testing.T) {
 				return leader.MarkReplicaOutOfSync(ctx, id, replica, asked, "", 0)
 			}
 		}
-		if _, err := change(ctx, r.vol, r.ids[1], uint64(i)); err != nil {
+		if _, err := change(ctx, r.vol, r.ids[1], uint64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range r.srvs {
-			waitMember(t, s, r.vol, uint64(i+1))
+			waitMember(t, s, r.vol, uint64(i+2))
 		}
 		if err := engines[name].WriteAt(ctx, r.vol, "n1", r.epoch, 512, []byte(name)); err != nil {
-			t.Fatalf("%s: write after the member epoch moved to %d: %v; want it sent again at the new member epoch", name, i+1, err)
+			t.Fatalf("%s: write after the member epoch moved to %d: %v; want it sent again at the new member epoch", name, i+2, err)
 		}
 		got, err := engines[name].ReadAt(ctx, r.vol, "n1", r.epoch, 512, len(name))
 		if err != nil || string(got) != name {

@@ -49,7 +49,7 @@ func TestClient_CreateReplicated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(vols) != 1 || vols[0].ID != v.ID || len(vols[0].Replicas) != 3 || !slices.Equal(vols[0].InSync, vols[0].Replicas) || vols[0].MemberEpoch != 0 || vols[0].Server != vols[0].Replicas[0] {
+	if len(vols) != 1 || vols[0].ID != v.ID || len(vols[0].Replicas) != 3 || !slices.Equal(vols[0].InSync, vols[0].Replicas) || vols[0].MemberEpoch != 1 || vols[0].Server != vols[0].Replicas[0] {
 		t.Fatalf("the group's volumes: %+v; want %s with three replicas, all in sync, its server first", vols, v.ID)
 	}
 	var ids []string

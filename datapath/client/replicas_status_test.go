@@ -53,7 +53,7 @@ func TestClient_GroupVolumes_ReplicaSets(t *testing.T) {
 	if _, err := leader.CreateReplicatedVolume(ctx, "vol-00000000000000aa", "pvc-three", 1<<20, datapath.AccessRWO, ids); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leader.MarkReplicaOutOfSync(ctx, "vol-00000000000000aa", ids[2], 0, "", 0); err != nil {
+	if _, err := leader.MarkReplicaOutOfSync(ctx, "vol-00000000000000aa", ids[2], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	vols, err := ctl.GroupVolumes(ctx)
@@ -67,7 +67,7 @@ func TestClient_GroupVolumes_ReplicaSets(t *testing.T) {
 		t.Errorf("the volume of one copy: %+v; want its server and no replica set", v)
 	}
 	v := vols[1]
-	if !reflect.DeepEqual(v.Replicas, ids) || !reflect.DeepEqual(v.InSync, ids[:2]) || v.MemberEpoch != 1 {
-		t.Errorf("the volume of three: replicas %v, in sync %v, member epoch %d; want %v, %v, 1", v.Replicas, v.InSync, v.MemberEpoch, ids, ids[:2])
+	if !reflect.DeepEqual(v.Replicas, ids) || !reflect.DeepEqual(v.InSync, ids[:2]) || v.MemberEpoch != 2 {
+		t.Errorf("the volume of three: replicas %v, in sync %v, member epoch %d; want %v, %v, 2", v.Replicas, v.InSync, v.MemberEpoch, ids, ids[:2])
 	}
 }

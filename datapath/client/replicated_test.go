@@ -40,7 +40,7 @@ func TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly(t *testing.T) {
 	defer cancel()
 	r := startReplicated(t, ctx, "pvc-three")
 	ctl, vol, ids := r.ctl, r.vol, r.ids
-	if _, err := groupLeader(t, r.srvs).MarkReplicaOutOfSync(ctx, vol, ids[1], 0, "", 0); err != nil {
+	if _, err := groupLeader(t, r.srvs).MarkReplicaOutOfSync(ctx, vol, ids[1], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range r.srvs {
@@ -59,8 +59,8 @@ func TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly(t *testing.T) {
 		t.Errorf("the write failed after %s; want after the deadline and the wait (%s), within seconds", took, deadline+wait)
 	}
 	t.Logf("no quorum: the write failed after %s", took)
-	if in, m := memberOf(t, ctx, ctl, vol); m != 1 || len(in) != 2 {
-		t.Errorf("after the refused change: in sync %v at member epoch %d; want 2 in sync at member epoch 1", in, m)
+	if in, m := memberOf(t, ctx, ctl, vol); m != 2 || len(in) != 2 {
+		t.Errorf("after the refused change: in sync %v at member epoch %d; want 2 in sync at member epoch 2", in, m)
 	}
 }
 
@@ -83,8 +83,8 @@ func TestClient_Group_ReplicatedWrite_FencedNeverAcked(t *testing.T) {
 	if took := time.Since(start); took >= time.Second {
 		t.Errorf("the fenced write failed after %s; want at once, before the replica deadline", took)
 	}
-	if in, m := memberOf(t, ctx, ctl, vol); m != 0 || len(in) != 3 {
-		t.Errorf("after the fenced write: in sync %v at member epoch %d; want all 3 at member epoch 0", in, m)
+	if in, m := memberOf(t, ctx, ctl, vol); m != 1 || len(in) != 3 {
+		t.Errorf("after the fenced write: in sync %v at member epoch %d; want all 3 at member epoch 1", in, m)
 	}
 }
 

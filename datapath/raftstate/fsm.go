@@ -213,7 +213,7 @@ func (s *state) create(c Command) result {
 	v := Volume{Volume: datapath.Volume{ID: c.VolumeID, Name: c.Name, Size: c.Size, Access: c.Access, Created: c.At.UTC().Truncate(time.Microsecond)}, Server: c.Server}
 	if len(c.Replicas) > 0 {
 		r := slices.Clone(c.Replicas)
-		v.SetReplicaSet(datapath.ReplicaSet{VolumeID: v.ID, Holder: c.Server, Replicas: r, InSync: slices.Clone(r)})
+		v.SetReplicaSet(datapath.ReplicaSet{VolumeID: v.ID, Holder: c.Server, Replicas: r, InSync: slices.Clone(r), MemberEpoch: firstMemberEpoch(len(r))})
 	}
 	s.vols[v.ID] = &volState{vol: v, rows: map[string]rowState{}}
 	s.names[v.Name] = v.ID

@@ -58,7 +58,7 @@ type linOutput struct {
 }
 
 // linState is one volume: the row of each node (zero: none), and its
-// replica set (created with every replica in sync).
+// replica set (created with every replica in sync, at member epoch 1).
 type linState struct {
 	rows        [3]datapath.AttachRow
 	outOfSync   [3]bool
@@ -192,7 +192,7 @@ var linModel = porcupine.Model{
 		}
 		return parts[:]
 	},
-	Init:  func() any { return linState{} },
+	Init:  func() any { return linState{memberEpoch: 1} }, // created replicated, at member epoch 1
 	Step:  linStep,
 	Equal: func(a, b any) bool { return a.(linState) == b.(linState) },
 	DescribeOperation: func(input, output any) string {
@@ -387,7 +387,7 @@ func linClient(c *testCluster, ids []string, h *linHistory, client int, until ti
 	rng := rand.New(rand.NewPCG(uint64(client), 7))
 	ops := []string{"grant", "grant", "fence", "release", "read", "read", "out", "in", "force"}
 	uses := []datapath.GrantUse{datapath.UseReadWrite, datapath.UseReadOnly}
-	var seen [3]uint64 // the member epoch this client last learned of each volume
+	seen := [3]uint64{1, 1, 1} // the member epoch this client last learned of each volume (a replicated one is created at 1)
 	// Past until, go on (faults over) until the history is long enough to
 	// mean something, for at most as long again: a loaded machine is slow.
 	for now := time.Now(); now.Before(until) || !h.enough() && now.Before(until.Add(until.Sub(h.start))); now = time.Now() {
@@ -563,7 +563,7 @@ func TestLinearizability_CheckerCatchesAStaleRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	readOf := func(rows []datapath.Attachment) linOutput {
-		out := linOutput{inSync: [3]bool{true, true, true}} // the model's volumes start with every replica in sync
+		out := linOutput{memberEpoch: 1, inSync: [3]bool{true, true, true}} // the model's volumes start with every replica in sync, at member epoch 1
 		out.rows[0] = datapath.AttachRow{Epoch: rows[0].Epoch, State: rows[0].State, Use: rows[0].Use}
 		return out
 	}

@@ -17,6 +17,20 @@ import (
 // its Server at member epoch 0, and its log entries and snapshots read as
 // they did.
 
+// firstMemberEpoch is the member epoch a volume of r copies is created at:
+// 0 for one copy (as every volume of the releases before), 1 for more. A
+// client from before replica sets writes at member epoch 0 to the holder
+// alone and would have its write acknowledged by one copy of several;
+// starting a replicated volume at 1 makes every replica refuse that write
+// (ErrStaleMemberEpoch), so only a client that fans writes out can write
+// it, even during an upgrade that has not reached every engine.
+func firstMemberEpoch(r int) uint64 {
+	if r > 1 {
+		return 1
+	}
+	return 0
+}
+
 // validateReplicas checks a create's replicas, if any: the holder first,
 // then distinct servers, 1 to datapath.MaxReplicas, all starting in sync.
 func (c Command) validateReplicas() error {
@@ -122,8 +136,7 @@ func (s *state) heldBy(server string) []string {
 // CreateReplicatedVolume is CreateVolumeWithID with the volume's data on
 // every server of replicas (distinct members, 1 to datapath.MaxReplicas,
 // the first the holder; datapath.PlaceReplicas chooses them), all in sync at
-// member epoch 0. For the datapath's own create path: until writes go to
-// every copy, nothing offers users more than one.
+// member epoch 1 for more than one (firstMemberEpoch).
 func (g *Group) CreateReplicatedVolume(ctx context.Context, id, name string, size int64, mode datapath.AccessMode, replicas []string) (Volume, error) {
 	if len(replicas) == 0 {
 		return Volume{}, fmt.Errorf("%w: volume %q: no replicas given; at least one server must hold it", datapath.ErrInvalidArgument, name)

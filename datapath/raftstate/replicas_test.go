@@ -16,7 +16,7 @@ import (
 )
 
 // replicated is a state with four members and vol1 on s1, s2, s3, all in
-// sync at member epoch 0, granted to n1 at epoch 1.
+// sync at member epoch 1, granted to n1 at epoch 1.
 func replicated(t *testing.T) *FSM {
 	f := NewFSM()
 	for _, c := range []Command{
@@ -50,32 +50,32 @@ func TestFSM_ReplicaSet_CommittedChanges(t *testing.T) {
 		replicas, inSync string // after the step
 		memberEpoch      uint64
 	}{
-		{name: "created in sync", cmd: Command{Op: OpFenceNode, Node: "n9"}, replicas: "s1 s2 s3", inSync: "s1 s2 s3"},
-		{name: "out of sync", cmd: out("s3", 0), replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
-		{name: "stale member epoch", cmd: out("s2", 0), wantErr: datapath.ErrStaleMemberEpoch,
-			errText: "asked at member epoch 0; the volume is at member epoch 1", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
-		{name: "below the quorum", cmd: out("s2", 1), wantErr: datapath.ErrReplicaQuorum,
-			errText: "1 of 3 replicas would stay in sync, and at least 2 must", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
-		{name: "the holder", cmd: out("s1", 1), wantErr: datapath.ErrInvalidArgument, errText: "is its holder", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
+		{name: "created in sync", cmd: Command{Op: OpFenceNode, Node: "n9"}, replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 1},
+		{name: "out of sync", cmd: out("s3", 1), replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
+		{name: "stale member epoch", cmd: out("s2", 1), wantErr: datapath.ErrStaleMemberEpoch,
+			errText: "asked at member epoch 1; the volume is at member epoch 2", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
+		{name: "below the quorum", cmd: out("s2", 2), wantErr: datapath.ErrReplicaQuorum,
+			errText: "1 of 3 replicas would stay in sync, and at least 2 must", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
+		{name: "the holder", cmd: out("s1", 2), wantErr: datapath.ErrInvalidArgument, errText: "is its holder", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
 		{name: "unknown volume", cmd: Command{Op: OpReplicaOutOfSync, VolumeID: vol2, Replica: "s2"}, wantErr: datapath.ErrNotFound,
-			replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
-		{name: "a server that is no replica", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 1},
-			wantErr: datapath.ErrInvalidArgument, errText: "server s4 is not one of its replicas", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 1},
-		{name: "back in sync", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 1}, replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 2},
-		{name: "replace with a server that is no member", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s9", MemberEpoch: 2},
-			wantErr: datapath.ErrInvalidArgument, errText: `replica on server "s9", which is not a member`, replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 2},
-		{name: "replace with a replica's server", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s2", MemberEpoch: 2},
-			wantErr: datapath.ErrInvalidArgument, errText: "s2 already holds a replica", replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 2},
-		{name: "replace", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s4", MemberEpoch: 2}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 3},
+			replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
+		{name: "a server that is no replica", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 2},
+			wantErr: datapath.ErrInvalidArgument, errText: "server s4 is not one of its replicas", replicas: "s1 s2 s3", inSync: "s1 s2", memberEpoch: 2},
+		{name: "back in sync", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 2}, replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 3},
+		{name: "replace with a server that is no member", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s9", MemberEpoch: 3},
+			wantErr: datapath.ErrInvalidArgument, errText: `replica on server "s9", which is not a member`, replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 3},
+		{name: "replace with a replica's server", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s2", MemberEpoch: 3},
+			wantErr: datapath.ErrInvalidArgument, errText: "s2 already holds a replica", replicas: "s1 s2 s3", inSync: "s1 s2 s3", memberEpoch: 3},
+		{name: "replace", cmd: Command{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s4", MemberEpoch: 3}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 4},
 		{name: "remove a server with a replica", cmd: Command{Op: OpRemoveServer, Member: &Server{ID: "s2"}}, wantErr: datapath.ErrInUse,
-			errText: "server s2 holds the data of 1 volumes (" + vol1 + ")", replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 3},
-		{name: "remove the replaced server", cmd: Command{Op: OpRemoveServer, Member: &Server{ID: "s3"}}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 3},
-		{name: "the writer at its epoch", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 3}, replicas: "s1 s2 s4", inSync: "s1 s2 s4", memberEpoch: 4},
-		{name: "asked by the live writer", cmd: Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 4, Node: "n1", Epoch: 1},
-			replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 5},
-		{name: "fence the writer", cmd: Command{Op: OpFence, VolumeID: vol1, Node: "n1"}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 5},
-		{name: "asked by the fenced writer", cmd: Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s2", MemberEpoch: 5, Node: "n1", Epoch: 1},
-			wantErr: datapath.ErrFenced, errText: "node n1 at epoch 1 holds no live grant at that epoch (the volume is at epoch 2)", replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 5},
+			errText: "server s2 holds the data of 1 volumes (" + vol1 + ")", replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 4},
+		{name: "remove the replaced server", cmd: Command{Op: OpRemoveServer, Member: &Server{ID: "s3"}}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 4},
+		{name: "the writer at its epoch", cmd: Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 4}, replicas: "s1 s2 s4", inSync: "s1 s2 s4", memberEpoch: 5},
+		{name: "asked by the live writer", cmd: Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 5, Node: "n1", Epoch: 1},
+			replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 6},
+		{name: "fence the writer", cmd: Command{Op: OpFence, VolumeID: vol1, Node: "n1"}, replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 6},
+		{name: "asked by the fenced writer", cmd: Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s2", MemberEpoch: 6, Node: "n1", Epoch: 1},
+			wantErr: datapath.ErrFenced, errText: "node n1 at epoch 1 holds no live grant at that epoch (the volume is at epoch 2)", replicas: "s1 s2 s4", inSync: "s1 s2", memberEpoch: 6},
 	}
 	for _, s := range steps {
 		before := snapBytes(t, f)
@@ -156,15 +156,15 @@ func TestFSM_ReplicaSet_BadInputChangesNothing(t *testing.T) {
 func TestFSM_ReplicaSet_SnapshotRoundTrip(t *testing.T) {
 	f := replicated(t)
 	for _, c := range []Command{
-		{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3"},
-		{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s4", MemberEpoch: 1},
+		{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 1},
+		{Op: OpReplaceReplica, VolumeID: vol1, Replica: "s3", With: "s4", MemberEpoch: 2},
 	} {
 		if res := apply(t, f, c); res.err != nil {
 			t.Fatal(res.err)
 		}
 	}
 	data := snapBytes(t, f)
-	if !bytes.Contains(data, []byte(`"replicas":["s1","s2","s4"],"inSync":["s1","s2"],"memberEpoch":2`)) {
+	if !bytes.Contains(data, []byte(`"replicas":["s1","s2","s4"],"inSync":["s1","s2"],"memberEpoch":3`)) {
 		t.Fatalf("the snapshot does not record the replica set: %s", data)
 	}
 	g := NewFSM()
@@ -177,10 +177,10 @@ func TestFSM_ReplicaSet_SnapshotRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(f.Volumes(), g.Volumes()) {
 		t.Fatalf("restored volumes differ:\n%+v\n%+v", f.Volumes(), g.Volumes())
 	}
-	next := Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 2}
+	next := Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s4", MemberEpoch: 3}
 	a, b := apply(t, f, next), apply(t, g, next)
-	if a.err != nil || b.err != nil || b.volume.MemberEpoch != 3 || !reflect.DeepEqual(a.volume, b.volume) {
-		t.Fatalf("after restore: %+v %v, original %+v %v; want member epoch 3 on both", b.volume, b.err, a.volume, a.err)
+	if a.err != nil || b.err != nil || b.volume.MemberEpoch != 4 || !reflect.DeepEqual(a.volume, b.volume) {
+		t.Fatalf("after restore: %+v %v, original %+v %v; want member epoch 4 on both", b.volume, b.err, a.volume, a.err)
 	}
 
 	good := string(data)
@@ -266,7 +266,10 @@ func TestGroup_MemberEpochsNeverGoBack(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var last uint64
+	if v.MemberEpoch != 1 {
+		t.Fatalf("created at member epoch %d; want 1, so a client that does not fan writes out is refused", v.MemberEpoch)
+	}
+	last := v.MemberEpoch
 	// change i: s2 out, s2 in, s3 out, s3 in, again and again.
 	change := func(i int) {
 		t.Helper()
