@@ -18,7 +18,7 @@ import (
 )
 
 // forceFixture is a group of three with vol-…f1 on all three, the leader
-// its holder, the last replica out of sync (member epoch 1): the volume
+// its holder, the last replica out of sync (member epoch 2): the volume
 // has quorum until one more server stops.
 type forceFixture struct {
 	srvs   []*datapathtest.Server
@@ -58,7 +58,7 @@ func startForceFixture(t *testing.T, ctx context.Context) forceFixture {
 	if _, err := g.CreateReplicatedVolume(ctx, forceVol, "pvc-force", 1<<20, datapath.AccessRWO, f.ids); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.MarkReplicaOutOfSync(ctx, forceVol, f.ids[2], 0, "", 0); err != nil {
+	if _, err := g.MarkReplicaOutOfSync(ctx, forceVol, f.ids[2], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	var addrs []string
@@ -115,12 +115,12 @@ func TestForceReplicas_ControllerOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	_, err = eng.ForceReplicas(ctx, datapath.ForceRequest{VolumeID: forceVol, Replicas: f.ids[:1], MemberEpoch: 1, Reason: "test"})
+	_, err = eng.ForceReplicas(ctx, datapath.ForceRequest{VolumeID: forceVol, Replicas: f.ids[:1], MemberEpoch: 2, Reason: "test"})
 	if status.Code(err) != codes.PermissionDenied || !errors.Is(err, datapath.ErrPermissionDenied) {
 		t.Fatalf("an engine's force: %v; want PermissionDenied", err)
 	}
-	if got := f.memberEpoch(t); got != 1 {
-		t.Fatalf("member epoch %d after a refused force; want 1", got)
+	if got := f.memberEpoch(t); got != 2 {
+		t.Fatalf("member epoch %d after a refused force; want 2", got)
 	}
 }
 
@@ -132,7 +132,7 @@ func TestForceReplicas_Leader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	f := startForceFixture(t, ctx)
-	req := datapath.ForceRequest{VolumeID: forceVol, Replicas: f.ids[:1], MemberEpoch: 1, Reason: "server of " + f.ids[1] + " lost its disk", DryRun: true}
+	req := datapath.ForceRequest{VolumeID: forceVol, Replicas: f.ids[:1], MemberEpoch: 2, Reason: "server of " + f.ids[1] + " lost its disk", DryRun: true}
 	if _, err := f.ctl.ForceReplicas(ctx, req); !errors.Is(err, datapath.ErrReplicaQuorum) || !strings.Contains(err.Error(), "has quorum (2 of 3 in sync") {
 		t.Fatalf("force with quorum: %v", err)
 	}
@@ -143,11 +143,11 @@ func TestForceReplicas_Leader(t *testing.T) {
 		t.Fatal(err)
 	}
 	if plan.Done || !reflect.DeepEqual(plan.Unreachable, f.ids[1:2]) || !reflect.DeepEqual(plan.Before.Replicas, f.ids) ||
-		!reflect.DeepEqual(plan.After.Replicas, f.ids[:1]) || plan.After.MemberEpoch != 2 {
+		!reflect.DeepEqual(plan.After.Replicas, f.ids[:1]) || plan.After.MemberEpoch != 3 {
 		t.Fatalf("dry run %+v", plan)
 	}
-	if got := f.memberEpoch(t); got != 1 {
-		t.Fatalf("member epoch %d after a dry run; want 1", got)
+	if got := f.memberEpoch(t); got != 2 {
+		t.Fatalf("member epoch %d after a dry run; want 2", got)
 	}
 	if _, ok := f.leader.Group.AppliedForced(forceVol); ok {
 		t.Fatal("a dry run recorded a force")
@@ -158,16 +158,16 @@ func TestForceReplicas_Leader(t *testing.T) {
 	if _, err := f.ctl.ForceReplicas(ctx, bad); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "does not answer the leader") {
 		t.Fatalf("forcing an unreachable replica: %v", err)
 	}
-	bad.Replicas, bad.MemberEpoch = f.ids[:1], 0
+	bad.Replicas, bad.MemberEpoch = f.ids[:1], 1
 	if _, err := f.ctl.ForceReplicas(ctx, bad); !errors.Is(err, datapath.ErrStaleMemberEpoch) {
 		t.Fatalf("force at a stale member epoch: %v", err)
 	}
-	bad.MemberEpoch, bad.Reason = 1, ""
+	bad.MemberEpoch, bad.Reason = 2, ""
 	if _, err := f.ctl.ForceReplicas(ctx, bad); !errors.Is(err, datapath.ErrInvalidArgument) || !strings.Contains(err.Error(), "needs a reason") {
 		t.Fatalf("force without a reason: %v", err)
 	}
-	if got := f.memberEpoch(t); got != 1 {
-		t.Fatalf("member epoch %d after refused forces; want 1", got)
+	if got := f.memberEpoch(t); got != 2 {
+		t.Fatalf("member epoch %d after refused forces; want 2", got)
 	}
 
 	req.DryRun = false
@@ -175,11 +175,11 @@ func TestForceReplicas_Leader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !plan.Done || plan.After.MemberEpoch != 2 || !reflect.DeepEqual(plan.After.Replicas, f.ids[:1]) {
+	if !plan.Done || plan.After.MemberEpoch != 3 || !reflect.DeepEqual(plan.After.Replicas, f.ids[:1]) {
 		t.Fatalf("force %+v", plan)
 	}
 	a, ok := f.leader.Group.AppliedForced(forceVol)
-	want := raftstate.ForceAudit{By: a.By, At: a.At, Reason: req.Reason, Forced: f.ids[:1], ReplicasBefore: f.ids, InSyncBefore: f.ids[:2], MemberEpoch: 2}
+	want := raftstate.ForceAudit{By: a.By, At: a.At, Reason: req.Reason, Forced: f.ids[:1], ReplicasBefore: f.ids, InSyncBefore: f.ids[:2], MemberEpoch: 3}
 	if !ok || !reflect.DeepEqual(a, want) || !strings.HasPrefix(a.By, "the controller (") || time.Since(a.At) > time.Minute {
 		t.Fatalf("audit %+v; want %+v by the controller, now", a, want)
 	}

@@ -99,7 +99,7 @@ func TestDatapathForceReplica_DryRunThenYes(t *testing.T) {
 	if _, err := g.CreateReplicatedVolume(ctx, vol, "pvc-force", 1<<20, datapath.AccessRWO, ids); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.MarkReplicaOutOfSync(ctx, vol, ids[2], 0, "", 0); err != nil {
+	if _, err := g.MarkReplicaOutOfSync(ctx, vol, ids[2], 1, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"force-replica", "--addr", strings.Join(addrs, ","),
@@ -120,21 +120,21 @@ func TestDatapathForceReplica_DryRunThenYes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, out)
 	}
-	for _, want := range []string{"holder " + ids[0] + ", member epoch 1", ids[1] + "  in-sync  unreachable  no: leaves the replica set",
+	for _, want := range []string{"holder " + ids[0] + ", member epoch 2", ids[1] + "  in-sync  unreachable  no: leaves the replica set",
 		ids[2] + "  faulted  answers", "data that may be lost: no acknowledged write", "would serve from " + ids[0] + " only", "nothing changed"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("dry run printed:\n%s\nwant %q", out, want)
 		}
 	}
-	if v, _, _ := g.AppliedVolume(vol); v.MemberEpoch != 1 || len(v.Replicas) != 3 {
+	if v, _, _ := g.AppliedVolume(vol); v.MemberEpoch != 2 || len(v.Replicas) != 3 {
 		t.Fatalf("after a dry run: %+v; want it unchanged", v)
 	}
 	out, err = runDatapath(t, append(args, "--yes")...)
-	if err != nil || !strings.Contains(out, "forced: volume "+vol+" serves from "+ids[0]+" only (holder "+ids[0]+"), new member epoch 2") {
+	if err != nil || !strings.Contains(out, "forced: volume "+vol+" serves from "+ids[0]+" only (holder "+ids[0]+"), new member epoch 3") {
 		t.Fatalf("--yes: %v\n%s", err, out)
 	}
-	if v, _, _ := g.AppliedVolume(vol); v.MemberEpoch != 2 || len(v.Replicas) != 1 {
-		t.Fatalf("after --yes: %+v; want %s alone at member epoch 2", v, ids[0])
+	if v, _, _ := g.AppliedVolume(vol); v.MemberEpoch != 3 || len(v.Replicas) != 1 {
+		t.Fatalf("after --yes: %+v; want %s alone at member epoch 3", v, ids[0])
 	}
 }
 

@@ -19,15 +19,15 @@ func force(at uint64, replicas ...string) Command {
 
 // TestFSM_ForceReplicas_Refusals: every refusal of a force, each with a
 // clear error and the state unchanged, on replicated's vol1 (s1 s2 s3 in
-// sync) with s3 out of sync at member epoch 1.
+// sync) with s3 out of sync at member epoch 2.
 func TestFSM_ForceReplicas_Refusals(t *testing.T) {
-	long := force(1, "s1")
+	long := force(2, "s1")
 	long.Reason = strings.Repeat("x", MaxForceReason+1)
-	blank := force(1, "s1")
+	blank := force(2, "s1")
 	blank.Reason = " \t"
-	nobody := force(1, "s1")
+	nobody := force(2, "s1")
 	nobody.By = ""
-	unknown := force(1, "s1")
+	unknown := force(2, "s1")
 	unknown.VolumeID = vol2
 	cases := []struct {
 		name    string
@@ -36,21 +36,21 @@ func TestFSM_ForceReplicas_Refusals(t *testing.T) {
 		want    string
 	}{
 		{"unknown volume", unknown, datapath.ErrNotFound, "volume " + vol2},
-		{"a server that is no replica", force(1, "s4"), datapath.ErrInvalidArgument, "server s4 is not one of its replicas (s1, s2, s3)"},
-		{"a server that is no member", force(1, "s9"), datapath.ErrInvalidArgument, `replica on server "s9", which is not a member`},
-		{"no replica", force(1), ErrBadCommand, "names no replica"},
-		{"a replica twice", force(1, "s1", "s1"), ErrBadCommand, "names server s1 twice"},
-		{"every replica", force(1, "s1", "s2", "s3"), datapath.ErrInvalidArgument, "names all 3 of its replicas"},
-		{"out of sync next to in sync", force(1, "s2", "s3"), datapath.ErrInvalidArgument, "names out-of-sync replicas next to in-sync ones"},
+		{"a server that is no replica", force(2, "s4"), datapath.ErrInvalidArgument, "server s4 is not one of its replicas (s1, s2, s3)"},
+		{"a server that is no member", force(2, "s9"), datapath.ErrInvalidArgument, `replica on server "s9", which is not a member`},
+		{"no replica", force(2), ErrBadCommand, "names no replica"},
+		{"a replica twice", force(2, "s1", "s1"), ErrBadCommand, "names server s1 twice"},
+		{"every replica", force(2, "s1", "s2", "s3"), datapath.ErrInvalidArgument, "names all 3 of its replicas"},
+		{"out of sync next to in sync", force(2, "s2", "s3"), datapath.ErrInvalidArgument, "names out-of-sync replicas next to in-sync ones"},
 		{"empty reason", blank, ErrBadCommand, "a force needs a reason"},
 		{"long reason", long, ErrBadCommand, "the reason is 257 bytes; at most 256 are allowed"},
 		{"nobody asked", nobody, ErrBadCommand, "says nobody asked for it"},
-		{"stale member epoch", force(0, "s1"), datapath.ErrStaleMemberEpoch, "asked at member epoch 0; the volume is at member epoch 1"},
+		{"stale member epoch", force(1, "s1"), datapath.ErrStaleMemberEpoch, "asked at member epoch 1; the volume is at member epoch 2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := replicated(t)
-			if res := apply(t, f, Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3"}); res.err != nil {
+			if res := apply(t, f, Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 1}); res.err != nil {
 				t.Fatal(res.err)
 			}
 			before := snapBytes(t, f)
@@ -103,7 +103,7 @@ func TestFSM_ForceReplicas_Change(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := replicated(t)
-			cmd := force(0, c.forced...)
+			cmd := force(1, c.forced...)
 			cmd.At = at
 			res := apply(t, f, cmd)
 			if res.err != nil {
@@ -111,16 +111,16 @@ func TestFSM_ForceReplicas_Change(t *testing.T) {
 			}
 			set := res.volume.ReplicaSet()
 			if set.Holder != c.holder || res.volume.Server != c.holder || strings.Join(set.Replicas, " ") != c.inSync ||
-				strings.Join(set.InSync, " ") != c.inSync || set.MemberEpoch != 1 {
-				t.Fatalf("after the force: %+v (server %s); want holder %s, replicas and in sync %q, member epoch 1", set, res.volume.Server, c.holder, c.inSync)
+				strings.Join(set.InSync, " ") != c.inSync || set.MemberEpoch != 2 {
+				t.Fatalf("after the force: %+v (server %s); want holder %s, replicas and in sync %q, member epoch 2", set, res.volume.Server, c.holder, c.inSync)
 			}
 			a, ok := f.Forced(vol1)
 			want := ForceAudit{By: cmd.By, At: at, Reason: cmd.Reason, Forced: strings.Fields(c.inSync),
-				ReplicasBefore: []string{"s1", "s2", "s3"}, InSyncBefore: []string{"s1", "s2", "s3"}, MemberEpoch: 1}
+				ReplicasBefore: []string{"s1", "s2", "s3"}, InSyncBefore: []string{"s1", "s2", "s3"}, MemberEpoch: 2}
 			if !ok || !reflect.DeepEqual(a, want) {
 				t.Fatalf("audit %+v %v, want %+v", a, ok, want)
 			}
-			again := apply(t, f, force(1, c.forced[0]))
+			again := apply(t, f, force(2, c.forced[0]))
 			if len(c.forced) == 1 && !strings.Contains(again.err.Error(), "one replica") {
 				t.Fatalf("forcing again a set of one: %v", again.err)
 			}
@@ -133,7 +133,7 @@ func TestFSM_ForceReplicas_Change(t *testing.T) {
 // refused.
 func TestFSM_ForceReplicas_SnapshotRoundTrip(t *testing.T) {
 	f := replicated(t)
-	if res := apply(t, f, force(0, "s2", "s3")); res.err != nil {
+	if res := apply(t, f, force(1, "s2", "s3")); res.err != nil {
 		t.Fatal(res.err)
 	}
 	data := snapBytes(t, f)
@@ -151,11 +151,11 @@ func TestFSM_ForceReplicas_SnapshotRoundTrip(t *testing.T) {
 	if b, ok := g.Forced(vol1); !ok || !reflect.DeepEqual(a, b) || !reflect.DeepEqual(f.Volumes(), g.Volumes()) {
 		t.Fatalf("restored audit %+v, want %+v", b, a)
 	}
-	next := Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 1}
+	next := Command{Op: OpReplicaOutOfSync, VolumeID: vol1, Replica: "s3", MemberEpoch: 2}
 	if res := apply(t, g, next); !errors.Is(res.err, datapath.ErrReplicaQuorum) {
 		t.Fatalf("out of sync below the floor of the forced set of 2: %v", res.err)
 	}
-	if res := apply(t, g, Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s1", MemberEpoch: 1}); !errors.Is(res.err, datapath.ErrInvalidArgument) {
+	if res := apply(t, g, Command{Op: OpReplicaInSync, VolumeID: vol1, Replica: "s1", MemberEpoch: 2}); !errors.Is(res.err, datapath.ErrInvalidArgument) {
 		t.Fatalf("a server that left the set is no replica any more: %v", res.err)
 	}
 	for name, bad := range map[string]string{
@@ -168,7 +168,7 @@ func TestFSM_ForceReplicas_SnapshotRoundTrip(t *testing.T) {
 		case "no reason":
 			old = `"reason":"s2 and s3 burnt down"`
 		case "epoch above":
-			old = `"memberEpoch":1}`
+			old = `"memberEpoch":2}`
 		default:
 			old = `"by":"controller token (line 1 of tokens)"`
 		}
