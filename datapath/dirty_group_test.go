@@ -247,8 +247,13 @@ func checkDirtyOverTheWire(t *testing.T, ctx context.Context, srvs []*datapathte
 				t.Errorf("server %d's map read over the wire by the %s: %+v, %v; want %v", i, who, got, err, want)
 			}
 		}
-		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n1", e+1); !errors.Is(err, datapath.ErrFenced) {
+		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n1", e-1); !errors.Is(err, datapath.ErrFenced) {
 			t.Errorf("server %d: the map read by n1 at an epoch it holds no grant at: %v; want ErrFenced", i, err)
+		}
+		// An epoch above the one this server applied is a grant it has not
+		// applied yet: send it again, never fenced.
+		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n1", e+1); !errors.Is(err, datapath.ErrNotApplied) {
+			t.Errorf("server %d: the map read by n1 at an epoch above the volume's: %v; want ErrNotApplied", i, err)
 		}
 		if _, err := eng.DirtyRegions(ctx, srvs[i].Addr, id, away, "n2", 0); !errors.Is(err, datapath.ErrPermissionDenied) {
 			t.Errorf("server %d: the map read by n1's engine as n2: %v; want ErrPermissionDenied", i, err)
