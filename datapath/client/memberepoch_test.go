@@ -52,15 +52,20 @@ type replicated struct {
 
 // startReplicated starts three servers and creates a volume named name
 // with a copy on each (CreateReplicated), granted to n1.
-func startReplicated(t *testing.T, ctx context.Context, name string) *replicated {
+func startReplicated(t testing.TB, ctx context.Context, name string) *replicated {
+	return startReplicas(t, ctx, datapathtest.StartGroup(t, 3), name, 1<<20, 3)
+}
+
+// startReplicas creates on srvs a volume named name of size bytes with n
+// copies (CreateReplicated), granted to n1.
+func startReplicas(t testing.TB, ctx context.Context, srvs []*datapathtest.Server, name string, size int64, n int) *replicated {
 	t.Helper()
-	srvs := datapathtest.StartGroup(t, 3)
 	ctl, err := client.Dial(ctx, srvs[0].Addr, srvs[0].Token, client.WithServers(srvs[1].Addr, srvs[2].Addr), client.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ctl.Close() })
-	v, err := ctl.CreateReplicated(ctx, name, 1<<20, datapath.AccessRWO, 3)
+	v, err := ctl.CreateReplicated(ctx, name, size, datapath.AccessRWO, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +77,16 @@ func startReplicated(t *testing.T, ctx context.Context, name string) *replicated
 	for _, gv := range vols {
 		if gv.ID == v.ID {
 			r.ids = gv.Replicas
+			if len(r.ids) == 0 {
+				r.ids = []string{gv.Server}
+			}
 		}
 	}
 	for _, s := range srvs {
 		r.at[s.Group.Self()] = s
 	}
-	if len(r.ids) != 3 {
-		t.Fatalf("volume %s has replicas %v; want 3", v.ID, r.ids)
+	if len(r.ids) != n {
+		t.Fatalf("volume %s has replicas %v; want %d", v.ID, r.ids, n)
 	}
 	r.holder = r.at[r.ids[0]]
 	if r.epoch, err = ctl.Grant(ctx, v.ID, "n1"); err != nil {
@@ -88,7 +96,7 @@ func startReplicated(t *testing.T, ctx context.Context, name string) *replicated
 }
 
 // engine dials n1's engine at the holder, given the other servers.
-func (r *replicated) engine(t *testing.T, ctx context.Context, opts ...client.Option) *client.Client {
+func (r *replicated) engine(t testing.TB, ctx context.Context, opts ...client.Option) *client.Client {
 	t.Helper()
 	var others []string
 	for _, s := range r.srvs {
