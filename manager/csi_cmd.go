@@ -52,7 +52,7 @@ func csiCommand() *cli.Command {
 				&cli.StringFlag{Name: flagHealthAddress, EnvVars: []string{"VIGIL_CSI_HEALTH_ADDRESS"},
 					Usage: "host:port to serve " + vigil.CSIProbePath + " on, in plain HTTP: the CSI Probe of this server through its socket, 200 when ready, " +
 						"503 with the reason (the socket does not answer, or the datapath does not); for a liveness probe. Empty: not served"},
-			}, datapathTLSFlags("datapath-")...),
+			}, append(csiSettingsFlags(), datapathTLSFlags("datapath-")...)...),
 			Action: csiServe,
 		}},
 	}
@@ -79,6 +79,12 @@ func csiServe(c *cli.Context) error {
 		}
 		opts = append(opts, csi.WithNodes(nodes))
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	set, closeSettings, err := openCSISettings(c, log)
+	if err != nil {
+		return err
+	}
+	defer closeSettings()
 	health, err := listenHealth(c.String(flagHealthAddress))
 	if err != nil {
 		return err
@@ -93,8 +99,7 @@ func csiServe(c *cli.Context) error {
 		return err
 	}
 	defer dp.Close()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv := csi.NewServer(dp, append(opts, csi.WithLogger(log))...)
+	srv := csi.NewServer(dp, append(opts, csi.WithLogger(log), csi.WithReplicaDefault(set))...)
 	serveCtx, serveDone := context.WithCancel(ctx)
 	announced := make(chan struct{})
 	go func() {

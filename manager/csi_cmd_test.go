@@ -14,10 +14,13 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath/datapathtest"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 func writeToken(t *testing.T, token string) string {
@@ -33,6 +36,12 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	dp := datapathtest.StartWith(t, datapathtest.Config{TLS: true})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	health := freeAddr(t)
+	// One server: the managed overlay sets the default replica count to 1
+	// (the setting's default, 3, would be refused).
+	overlay := t.TempDir()
+	if err := os.WriteFile(filepath.Join(overlay, settings.NameDefaultReplicaCount), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	app := App()
@@ -41,7 +50,7 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	go func() {
 		done <- app.RunContext(ctx, []string{"vigil-manager", "csi", "serve",
 			"--csi-endpoint", "unix://" + sock, "--datapath", dp.Addr, "--datapath-token-file", writeToken(t, dp.Token),
-			"--datapath-ca-file", dp.CAFile, "--health-address", health})
+			"--datapath-ca-file", dp.CAFile, "--health-address", health, "--settings-dir", overlay})
 	}()
 	var stopped bool
 	stop := func() {
@@ -87,6 +96,19 @@ func TestCSIServe_ServesControllerOnTheDatapath(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("CreateVolume: %v", err)
+	}
+	if got := vol.GetVolume().GetVolumeContext()["replicas"]; got != "1" {
+		t.Errorf("volume_context[replicas] = %q, want 1 (the managed overlay's)", got)
+	}
+	_, err = csipb.NewControllerClient(conn).CreateVolume(ctx, &csipb.CreateVolumeRequest{
+		Name: "pvc-2", Parameters: map[string]string{"replicas": "2"},
+		VolumeCapabilities: []*csipb.VolumeCapability{{
+			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "the datapath has 1 server(s)") {
+		t.Errorf("2 replicas on one server: %v, want ResourceExhausted naming the one server", err)
 	}
 	if _, err := dp.Store.GetVolume(vol.GetVolume().GetVolumeId()); err != nil {
 		t.Fatalf("the volume CreateVolume returned is not in the datapath: %v", err)
@@ -145,6 +167,10 @@ func TestCSIServe_BadFlags_ClearErrors(t *testing.T) {
 			"--kube-api-burst", "-1"}, "--kube-api-burst -1"},
 		{"health address without a port", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--health-address", "9808"}, "--health-address \"9808\": address 9808: missing port in address: want host:port"},
+		{"bad settings store", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--settings-store", "etcd:x"}, "--settings-store: invalid settings store \"etcd:x\": want bolt:PATH or configmap:NAMESPACE/NAME"},
+		{"settings dir not a directory", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
+			"--settings-dir", token}, token},
 		{"qps not a number", []string{"--csi-endpoint", filepath.Join(t.TempDir(), "s"), "--datapath-token-file", token,
 			"--kube-api-qps", "fast"}, "kube-api-qps"},
 	} {

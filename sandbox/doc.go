@@ -107,6 +107,14 @@
 //   - in containers: the pods, e.g. writers of the writer image
 //     (Workload.WriterLedgerDir) acknowledging in a ledger on the host.
 //
+// The stack's CSI controller reads a managed settings overlay the stack writes
+// (stack-dir/csi-settings): default-replica-count is one per datapath server,
+// at most 3 (StackReplicaCount). The datapath on the host is one server, so its
+// volumes have one copy; three servers on nodes (StackConfig.DatapathServers)
+// make volumes of three replicas by default, through the replicated create
+// and the engine's fan-out. The installed sandbox runs one server, and its
+// overlay (deploy/overlays/sandbox) sets the count to 1 the same way.
+//
 // # Installing deploy/ on real nodes
 //
 // Install (`vigil-sandbox up --kubelet real --install`) is `kubectl apply -k`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	vigil "github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 // Vigil's binaries the stack runs, from `make build` (StackConfig.VigilBinDir).
@@ -397,9 +398,14 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 	mgr := filepath.Join(cfg.VigilBinDir, BinVigilManager)
 	sock := filepath.Join(stk.Dir, "csi.sock")
 	kubeconfig := stk.ControllerKubeconfig
-	err := s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
+	settingsDir, err := writeStackSettings(stk)
+	if err != nil {
+		return err
+	}
+	err = s.startHost(stk, ProcessSpec{Name: StackController, Args: []string{mgr, "csi", "serve",
 		"--csi-endpoint", stk.ControllerEndpoint, "--datapath", stk.DatapathAddr,
-		"--datapath-token-file", stk.CSITokenFile, "--datapath-ca-file", stk.CAFile, "--kubeconfig", kubeconfig}})
+		"--datapath-token-file", stk.CSITokenFile, "--datapath-ca-file", stk.CAFile, "--kubeconfig", kubeconfig,
+		"--settings-dir", settingsDir}})
 	if err != nil {
 		return err
 	}
@@ -419,6 +425,29 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 		return err
 	}
 	return s.startHost(stk, sidecar(StackAttacher, BinCSIAttacher, "--worker-threads="+attacherWorkers))
+}
+
+// StackReplicaCount is the replica count a stack's volumes get when their
+// StorageClass does not say: one per datapath server, at most 3 (the
+// setting's default). A stack with the datapath on the host has one server.
+func StackReplicaCount(stk *Stack) int {
+	return min(3, max(len(stk.DatapathServers), 1))
+}
+
+// writeStackSettings writes the CSI controller's managed settings overlay,
+// stack-dir/csi-settings: default-replica-count is StackReplicaCount, so the
+// host's one server takes volumes of one copy and three servers on nodes
+// take volumes of three, each through the path a cluster of that many would.
+func writeStackSettings(stk *Stack) (string, error) {
+	dir := filepath.Join(stk.Dir, "csi-settings")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("stack: %w", err)
+	}
+	v := strconv.Itoa(StackReplicaCount(stk)) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, settings.NameDefaultReplicaCount), []byte(v), 0o644); err != nil {
+		return "", fmt.Errorf("stack: %w", err)
+	}
+	return dir, nil
 }
 
 // startHost starts spec on the host and records it, so that Down kills it.

@@ -14,6 +14,7 @@ import (
 	"github.com/vigil-storage/vigil/engine-node/fusedisk"
 	"github.com/vigil-storage/vigil/internal/testenv"
 	"github.com/vigil-storage/vigil/sandbox/heartbeat"
+	"github.com/vigil-storage/vigil/settings"
 )
 
 func TestStackConfig_WithDefaults_Bad(t *testing.T) {
@@ -239,5 +240,28 @@ func TestAbortFUSEUnder_FreesAStuckReader(t *testing.T) {
 		t.Logf("read after the abort: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the read still waits 30 s after the abort")
+	}
+}
+
+// TestWriteStackSettings_OneReplicaPerServerUpToThree: the stack's CSI
+// controller gets default-replica-count of one per server, at most 3, in a
+// file the settings accept.
+func TestWriteStackSettings_OneReplicaPerServerUpToThree(t *testing.T) {
+	for servers, want := range map[int]string{0: "1", 1: "1", 2: "2", 3: "3", 5: "3"} {
+		stk := &Stack{Dir: t.TempDir(), DatapathServers: make([]StackServer, servers)}
+		dir, err := writeStackSettings(stk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, settings.NameDefaultReplicaCount))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%d servers: default-replica-count %q, want %q", servers, got, want)
+		}
+		if _, err := settings.ParseValue(settings.NameDefaultReplicaCount, strings.TrimSpace(string(b))); err != nil {
+			t.Errorf("%d servers: %v", servers, err)
+		}
 	}
 }

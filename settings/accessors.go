@@ -53,5 +53,8 @@ func (s *Settings) ControlPlaneOutageThreshold() int {
 	return load[int](s, NameControlPlaneOutageThreshold)
 }
 
+// DefaultReplicaCount is default-replica-count.
+func (s *Settings) DefaultReplicaCount() int { return load[int](s, NameDefaultReplicaCount) }
+
 // DryRun is dry-run.
 func (s *Settings) DryRun() bool { return load[bool](s, NameDryRun) }

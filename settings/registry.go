@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-storage/vigil"
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // PodDeletionPolicy is the value of node-down-pod-deletion-policy: which pods on a
@@ -59,12 +60,14 @@ const (
 	NameDatapathConnectivityLossThreshold = "datapath-connectivity-loss-threshold"
 	NameDryRun                            = "dry-run"
 	NameControlPlaneOutageThreshold       = "control-plane-outage-threshold"
+	NameDefaultReplicaCount               = "default-replica-count"
 )
 
 // The categories, in the order the UI and README show them.
 const (
 	CategoryNodeFailure = "Node failure"
 	CategoryCrashLoop   = "Crash loops"
+	CategoryVolumes     = "Volumes"
 	CategoryGeneral     = "General"
 )
 
@@ -159,6 +162,15 @@ var definitions = []Definition{
 		Name: NameCrashLoopRestartLimit, DisplayName: "Crash-loop restart limit",
 		Category: CategoryCrashLoop, Type: TypeInt, Default: "5", MinInt: 1, MaxInt: 1000,
 		Description: "With crash-loop pod deletion on, how many restarts of a container make its pod crash-looping.",
+	},
+	{
+		Name: NameDefaultReplicaCount, DisplayName: "Default replica count",
+		Category: CategoryVolumes, Type: TypeInt, Default: "3", MinInt: 1, MaxInt: datapath.MaxReplicas,
+		Description: "How many copies of its data, each on a datapath server of its own, a new volume gets when its StorageClass does not say (parameter `replicas`). " +
+			"A write is acknowledged once every in-sync copy and a majority of them took it, so a volume of 3 keeps serving when one server is lost; " +
+			"each write travels that many times over the writer's network. " +
+			"A count above the number of datapath servers is refused when a volume is provisioned (the claim stays Pending with an Event saying so). " +
+			"A change applies to new volumes only: existing volumes keep the count they were created with.",
 	},
 	{
 		Name: NameDryRun, DisplayName: "Dry run",

@@ -80,7 +80,37 @@ func TestControllerServer_BadInput_InvalidArgument(t *testing.T) {
 		}},
 		{"create: unknown parameter", "parameters", func() error {
 			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
-				Parameters: map[string]string{"replicas": "3"}})
+				Parameters: map[string]string{"replica": "3"}})
+			return err
+		}},
+		{"create: replicas zero", `parameters["replicas"] is "0"`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": "0"}})
+			return err
+		}},
+		{"create: replicas above the maximum", `parameters["replicas"] is "6"`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": "6"}})
+			return err
+		}},
+		{"create: replicas not a number", `parameters["replicas"] is "x"`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": "x"}})
+			return err
+		}},
+		{"create: replicas empty", `parameters["replicas"] is ""`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": ""}})
+			return err
+		}},
+		{"create: replicas negative", `parameters["replicas"] is "-1"`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": "-1"}})
+			return err
+		}},
+		{"create: replicas fractional", `parameters["replicas"] is "2.5"`, func() error {
+			_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "new", VolumeCapabilities: good,
+				Parameters: map[string]string{"replicas": "2.5"}})
 			return err
 		}},
 		{"create: content source", "volume_content_source", func() error {

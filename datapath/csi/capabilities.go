@@ -158,19 +158,23 @@ func inRange(size int64, r *csi.CapacityRange) bool {
 }
 
 // checkParameters refuses StorageClass parameters Vigil does not know, so a typo
-// in a StorageClass fails loudly instead of being ignored. Vigil has no
-// parameters of its own yet; the provisioner's csi.storage.k8s.io/ keys pass.
+// in a StorageClass fails loudly instead of being ignored, and a bad value of
+// one it knows (replicas). The provisioner's csi.storage.k8s.io/ keys pass.
 func checkParameters(params map[string]string) error {
 	var unknown []string
 	for k := range params {
-		if !strings.HasPrefix(k, parameterPrefixKubernetes) {
+		if k != ParameterReplicas && !strings.HasPrefix(k, parameterPrefixKubernetes) {
 			unknown = append(unknown, k)
 		}
 	}
-	if len(unknown) == 0 {
-		return nil
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return invalidArgument("parameters %q are not supported; %s accepts the StorageClass parameter %q and %s*",
+			unknown, vigil.DriverName, ParameterReplicas, parameterPrefixKubernetes)
 	}
-	sort.Strings(unknown)
-	return invalidArgument("parameters %q are not supported; %s accepts no StorageClass parameters other than %s*",
-		unknown, vigil.DriverName, parameterPrefixKubernetes)
+	if v, ok := params[ParameterReplicas]; ok {
+		_, err := parseReplicas(v)
+		return err
+	}
+	return nil
 }

@@ -20,9 +20,10 @@ import (
 // followed by a release.
 type ControllerServer struct {
 	csi.UnimplementedControllerServer
-	volumes Volumes
-	nodes   Nodes
-	busy    inflight
+	volumes  Volumes
+	nodes    Nodes
+	replicas ReplicaDefault
+	busy     inflight
 }
 
 // NewControllerServer returns the controller service. nodes may be nil: every
@@ -55,9 +56,16 @@ func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 }
 
 // CreateVolume creates a volume on the datapath, or returns the existing volume
-// of that name when it satisfies the request (CSI idempotency by name).
+// of that name when it satisfies the request (CSI idempotency by name). Its
+// replica count is the StorageClass parameter replicas, else the default
+// (ReplicaDefault); a count above the number of datapath servers is refused
+// before anything is made.
 func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	mode, size, err := checkCreateVolume(req)
+	if err != nil {
+		return nil, err
+	}
+	ask, err := s.replicasFor(req.GetParameters())
 	if err != nil {
 		return nil, err
 	}
@@ -67,21 +75,28 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer release()
-	vol, err := s.volumes.CreateVolume(ctx, name, size, mode)
+	if err := s.checkServers(ctx, ask); err != nil {
+		return nil, err
+	}
+	vol, err := s.create(ctx, name, size, mode, ask)
 	if errors.Is(err, datapath.ErrAlreadyExists) {
-		vol, err = s.existingVolume(ctx, req, mode, err)
+		vol, err = s.existingVolume(ctx, req, mode, ask, err)
 	}
 	if err != nil {
-		return nil, statusFromError(err, fmt.Sprintf("create volume %q (%d bytes, %s)", name, size, mode))
+		return nil, statusFromError(err, withAsk(fmt.Sprintf("create volume %q (%d bytes, %s)", name, size, mode), ask))
 	}
-	return &csi.CreateVolumeResponse{Volume: toCSIVolume(vol)}, nil
+	v := toCSIVolume(vol)
+	v.VolumeContext = map[string]string{ParameterReplicas: strconv.Itoa(ask.count)}
+	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
 
 // existingVolume resolves a name conflict: the datapath already has a volume of
-// that name with another size or mode. If that volume satisfies the request
-// anyway (its size is within the range, its mode serves every capability), it is
-// the answer; otherwise the conflict stands and names both sides.
-func (s *ControllerServer) existingVolume(ctx context.Context, req *csi.CreateVolumeRequest, mode datapath.AccessMode, conflict error) (datapath.Volume, error) {
+// that name with another size, mode or replica count. If that volume's size
+// is within the range and its mode serves every capability, the create is
+// asked again with its size and mode, so the datapath judges the replica count
+// too: the same count returns the volume, another stays a conflict naming both
+// counts. A volume of the very size and mode asked conflicts on the count.
+func (s *ControllerServer) existingVolume(ctx context.Context, req *csi.CreateVolumeRequest, mode datapath.AccessMode, ask replicaAsk, conflict error) (datapath.Volume, error) {
 	vols, err := s.volumes.ListVolumes(ctx)
 	if err != nil {
 		return datapath.Volume{}, fmt.Errorf("look up existing volume: %w", err)
@@ -90,11 +105,15 @@ func (s *ControllerServer) existingVolume(ctx context.Context, req *csi.CreateVo
 		if v.Name != req.GetName() {
 			continue
 		}
-		if inRange(v.Size, req.GetCapacityRange()) && (v.Access == mode || v.Access == datapath.AccessRWX) {
-			return v, nil
+		if !inRange(v.Size, req.GetCapacityRange()) || (v.Access != mode && v.Access != datapath.AccessRWX) {
+			return datapath.Volume{}, fmt.Errorf("volume %s exists with %d bytes and mode %s, the request asks for [%d, %d] bytes and mode %s: %w",
+				v.ID, v.Size, v.Access, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes(), mode, datapath.ErrAlreadyExists)
 		}
-		return datapath.Volume{}, fmt.Errorf("volume %s exists with %d bytes and mode %s, the request asks for [%d, %d] bytes and mode %s: %w",
-			v.ID, v.Size, v.Access, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes(), mode, datapath.ErrAlreadyExists)
+		size, _ := sizeFor(req.GetCapacityRange()) // checked by checkCreateVolume
+		if v.Size == size && v.Access == mode {
+			return datapath.Volume{}, conflict // the replica count differs: the datapath's message names both
+		}
+		return s.create(ctx, v.Name, v.Size, v.Access, ask)
 	}
 	return datapath.Volume{}, conflict
 }

@@ -320,7 +320,7 @@ func TestControllerServer_ValidateVolumeCapabilities(t *testing.T) {
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: rwo},
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "zfs"}},
 		}}, nil, false},
-		{"unknown parameter", []*csi.VolumeCapability{mountCap(rwo)}, map[string]string{"replicas": "3"}, false},
+		{"unknown parameter", []*csi.VolumeCapability{mountCap(rwo)}, map[string]string{"replica": "3"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,8 @@ type fakeVolumes struct {
 	vols     map[string]datapath.Volume
 	atts     map[string]map[string]*datapath.Attachment // volume id -> node -> row
 	epochs   map[string]uint64                          // volume id -> current epoch
+	replicas map[string]int                             // volume id -> replica count
+	servers  int                                        // how many servers Servers reports
 	calls    []string                                   // every mutating call, in order
 	failWith error                                      // returned by every call when set
 }
@@ -32,6 +34,8 @@ func newFakeVolumes() *fakeVolumes {
 		vols:     map[string]datapath.Volume{},
 		atts:     map[string]map[string]*datapath.Attachment{},
 		epochs:   map[string]uint64{},
+		replicas: map[string]int{},
+		servers:  3,
 	}
 }
 
@@ -55,7 +59,14 @@ func (f *fakeVolumes) mutations() []string {
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeVolumes) CreateVolume(_ context.Context, name string, size int64, mode datapath.AccessMode) (datapath.Volume, error) {
+func (f *fakeVolumes) CreateVolume(ctx context.Context, name string, size int64, mode datapath.AccessMode) (datapath.Volume, error) {
+	return f.CreateReplicated(ctx, name, size, mode, 1)
+}
+
+// CreateReplicated is the datapath's create as the CSI controller sees it:
+// by name, a different size, mode or replica count is ErrAlreadyExists (the
+// count's message names both, as the datapath's does).
+func (f *fakeVolumes) CreateReplicated(_ context.Context, name string, size int64, mode datapath.AccessMode, r int) (datapath.Volume, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failWith != nil {
@@ -74,7 +85,13 @@ func (f *fakeVolumes) CreateVolume(_ context.Context, name string, size int64, m
 		if v.Size != size || v.Access != mode {
 			return datapath.Volume{}, fmt.Errorf("%w: %s", datapath.ErrAlreadyExists, name)
 		}
+		if f.replicas[v.ID] != r {
+			return datapath.Volume{}, fmt.Errorf("%w: volume %q is %s with %d replicas; asked for %d", datapath.ErrAlreadyExists, name, v.ID, f.replicas[v.ID], r)
+		}
 		return v, nil
+	}
+	if r < 1 || r > f.servers {
+		return datapath.Volume{}, fmt.Errorf("%w: %d replicas asked, but the control group records %d servers", datapath.ErrInvalidArgument, r, f.servers)
 	}
 	if size > f.capacity {
 		return datapath.Volume{}, fmt.Errorf("%w: %d > %d", datapath.ErrNoSpace, size, f.capacity)
@@ -84,8 +101,23 @@ func (f *fakeVolumes) CreateVolume(_ context.Context, name string, size int64, m
 	f.vols[v.ID] = v
 	f.capacity -= size
 	f.epochs[v.ID] = 0
-	f.record("create %s %d %s", name, size, mode)
+	f.replicas[v.ID] = r
+	f.record("create %s %d %s r=%d", name, size, mode, r)
 	return v, nil
+}
+
+// Servers reports f.servers servers.
+func (f *fakeVolumes) Servers(context.Context) (datapath.ServersReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return datapath.ServersReport{}, f.failWith
+	}
+	rep := datapath.ServersReport{Now: time.Now().UTC()}
+	for i := range f.servers {
+		rep.Servers = append(rep.Servers, datapath.ServerStatus{ID: fmt.Sprintf("s%d", i+1)})
+	}
+	return rep, nil
 }
 
 func (f *fakeVolumes) DeleteVolume(_ context.Context, id string) error {
