@@ -108,12 +108,13 @@
 //     (Workload.WriterLedgerDir) acknowledging in a ledger on the host.
 //
 // The stack's CSI controller reads a managed settings overlay the stack writes
-// (stack-dir/csi-settings): default-replica-count is one per datapath server,
-// at most 3 (StackReplicaCount). The datapath on the host is one server, so its
-// volumes have one copy; three servers on nodes (StackConfig.DatapathServers)
-// make volumes of three replicas by default, through the replicated create
-// and the engine's fan-out. The installed sandbox runs one server, and its
-// overlay (deploy/overlays/sandbox) sets the count to 1 the same way.
+// (stack-dir/csi-settings): default-replica-count is 1 (StackReplicaCount),
+// which the datapath on the host, one server, needs. Three servers on nodes
+// (StackConfig.DatapathServers) keep 1 too for now: StackReplicaCount says
+// which test a default of 3 breaks, and why. A volume of three replicas is
+// asked for with a StorageClass parameter replicas "3". The installed sandbox
+// runs one server, and its overlay (deploy/overlays/sandbox) sets the count
+// to 1 the same way.
 //
 // # Installing deploy/ on real nodes
 //
