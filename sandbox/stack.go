@@ -433,10 +433,10 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 // stack of three servers on nodes cannot run TestDatapathServers so: its
 // LeaderPowerCut provisions a claim while one of the three servers' nodes is
 // powered off, and a volume of 3 replicas needs 3 servers that answer (the
-// claim stayed Pending, first with "read the datapath's servers: datapath
-// Servers at <the cut server> (4 attempts): connection error", since the
-// datapath client asks only the first server of its list for the servers;
-// with that fixed, placement still needs 3 answering servers). Volumes of
+// claim stayed Pending, with "read the datapath's servers: datapath Servers
+// at <the cut server> (4 attempts): connection error": the client read the
+// servers from the first server of its list only, which AnyServers fixed;
+// placement still needs 3 servers that answer). Volumes of
 // three can be asked for in the stack with a StorageClass parameter
 // replicas "3".
 func StackReplicaCount(*Stack) int { return 1 }

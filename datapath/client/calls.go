@@ -354,6 +354,27 @@ func (c *Client) Servers(ctx context.Context) (datapath.ServersReport, error) {
 	return c.serversAt(ctx, "")
 }
 
+// AnyServers is Servers asked of the server dialed or, when that one cannot
+// be reached, of the next server of the client's list that answers: for
+// callers that need the group's members (placement, the replicas'
+// addresses, a count of the servers) rather than one server's view. With
+// the server dialed down, they would fail although the group serves.
+func (c *Client) AnyServers(ctx context.Context) (datapath.ServersReport, error) {
+	rep, err := c.serversAt(ctx, "")
+	if err == nil {
+		return rep, nil
+	}
+	for _, addr := range c.group.servers {
+		if addr == c.addr || ctx.Err() != nil {
+			continue
+		}
+		if other, err2 := c.serversAt(ctx, addr); err2 == nil {
+			return other, nil
+		}
+	}
+	return rep, err
+}
+
 // serversAt is Servers asked of the server at addr ("": Dial's).
 func (c *Client) serversAt(ctx context.Context, addr string) (datapath.ServersReport, error) {
 	var resp wire.ServerList

@@ -114,7 +114,7 @@ func (c *Client) roomiest(ctx context.Context) (string, error) {
 // even before it is recorded). When the record cannot be read, or names
 // none of the client's servers, every server is a candidate, as before.
 func (c *Client) members(ctx context.Context) []string {
-	rep, err := c.serversAt(ctx, "")
+	rep, err := c.AnyServers(ctx)
 	if err != nil {
 		return c.group.servers
 	}
@@ -210,7 +210,7 @@ func (c *Client) CreateReplicated(ctx context.Context, name string, size int64, 
 func (c *Client) placeReplicas(ctx context.Context, r int, size int64) ([]string, map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(capacityWait, c.opts.timeout))
 	defer cancel()
-	rep, err := c.serversAt(ctx, "")
+	rep, err := c.AnyServers(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the group's servers: %w", err)
 	}

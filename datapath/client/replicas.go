@@ -141,7 +141,7 @@ func (c *Client) readView(ctx context.Context, vol string) (*replicaView, error)
 // as the server dialed knows the group's members; a replica whose server
 // it does not know is an error naming it.
 func (c *Client) replicaAddrs(ctx context.Context, set datapath.ReplicaSet) (map[string]string, error) {
-	rep, err := c.serversAt(ctx, "")
+	rep, err := c.AnyServers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the group's servers: %w", err)
 	}

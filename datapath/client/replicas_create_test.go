@@ -150,3 +150,32 @@ func TestStore_PrepareReplica_IDMismatch(t *testing.T) {
 		t.Fatalf("%d data files; want the one prepared", len(es))
 	}
 }
+
+// TestClient_CreateReplicated_TheServerDialedIsDown: with the first server
+// of the client's list stopped, the group's servers are read from another
+// (AnyServers), and a volume of two copies is placed on the two that answer.
+func TestClient_CreateReplicated_TheServerDialedIsDown(t *testing.T) {
+	srvs := datapathtest.StartGroup(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ctl := dialGroup(t, ctx, srvs)
+	stopped := srvs[0].Group.Self()
+	srvs[0].Stop()
+	rep, err := ctl.AnyServers(ctx)
+	if err != nil || len(rep.Servers) != 3 {
+		t.Fatalf("AnyServers with the server dialed down: %d servers, %v; want the group's 3", len(rep.Servers), err)
+	}
+	v, err := ctl.CreateReplicated(ctx, "pvc-two", 1<<20, datapath.AccessRWO, 2)
+	if err != nil {
+		t.Fatalf("create 2 copies with the server dialed down: %v", err)
+	}
+	vols, err := ctl.GroupVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gv := range vols {
+		if gv.ID == v.ID && (len(gv.Replicas) != 2 || slices.Contains(gv.Replicas, stopped)) {
+			t.Errorf("replicas %v; want 2, none on the stopped server %s", gv.Replicas, stopped)
+		}
+	}
+}

@@ -106,8 +106,8 @@ func (f *fakeVolumes) CreateReplicated(_ context.Context, name string, size int6
 	return v, nil
 }
 
-// Servers reports f.servers servers.
-func (f *fakeVolumes) Servers(context.Context) (datapath.ServersReport, error) {
+// AnyServers reports f.servers servers.
+func (f *fakeVolumes) AnyServers(context.Context) (datapath.ServersReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failWith != nil {

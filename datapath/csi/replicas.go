@@ -87,7 +87,7 @@ func (s *ControllerServer) checkServers(ctx context.Context, ask replicaAsk) err
 	if ask.count == 1 {
 		return nil
 	}
-	rep, err := s.volumes.Servers(ctx)
+	rep, err := s.volumes.AnyServers(ctx)
 	if err != nil {
 		return statusFromError(err, "read the datapath's servers")
 	}

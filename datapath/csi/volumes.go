@@ -18,9 +18,9 @@ type Volumes interface {
 	// its own, or returns the existing one of that name when size, mode and
 	// replica count match; a difference is ErrAlreadyExists.
 	CreateReplicated(ctx context.Context, name string, size int64, mode datapath.AccessMode, r int) (datapath.Volume, error)
-	// Servers reports the datapath's control group's servers (none for a
-	// server without a group).
-	Servers(ctx context.Context) (datapath.ServersReport, error)
+	// AnyServers reports the datapath's control group's servers (none for
+	// a server without a group), from any server of the list that answers.
+	AnyServers(ctx context.Context) (datapath.ServersReport, error)
 	// DeleteVolume deletes a volume; an unknown id is success or ErrNotFound
 	// (both mean "gone"); a volume with a live grant is ErrInUse.
 	DeleteVolume(ctx context.Context, id string) error
