@@ -173,8 +173,8 @@ func (c *Client) capacityAt(ctx context.Context, addr string) (int64, error) {
 // (PrepareVolume), every other makes its own under that id
 // (PrepareReplica), at once; the leader commits the volume with all of
 // them, and each confirms it applied the create, which opened its file.
-// Nothing user-facing asks for more than one copy yet: the engine does not
-// send its writes to every replica.
+// The CSI controller calls it for a replica count above 1 (the
+// StorageClass's replicas, else the setting default-replica-count).
 func (c *Client) CreateReplicated(ctx context.Context, name string, size int64, mode datapath.AccessMode, r int) (datapath.Volume, error) {
 	if err := datapath.ValidVolume(name, size, mode); err != nil {
 		return datapath.Volume{}, err
