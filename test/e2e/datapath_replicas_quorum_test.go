@@ -87,7 +87,13 @@ func (e *serversEnv) testReplicaQuorumLoss(t *testing.T) {
 func (e *serversEnv) restartWriter(t *testing.T, ctx context.Context, r *replicatedRun) (corev1.Pod, string, string) {
 	t.Helper()
 	c := e.s.Client()
-	must(t, e.s.KillProcess(r.writerNode, "writer-"+r.pod.Name))
+	// The writer may be in an uninterruptible fsync whose write the engine
+	// still holds (up to its --io-timeout, 30 s, when the quorum came back
+	// during it): SIGKILL ends it once that returns.
+	must(t, sandbox.Poll(ctx, 45*time.Second, "the old writer gone after SIGKILL", func(context.Context) (bool, string, error) {
+		err := e.s.KillProcess(r.writerNode, "writer-"+r.pod.Name)
+		return err == nil, fmt.Sprint(err), nil
+	}, nil))
 	zero := int64(0)
 	must(t, c.CoreV1().Pods(serversNS).Delete(ctx, r.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 	must(t, sandbox.Poll(ctx, 60*time.Second, "the old pod's volume unpublished", func(context.Context) (bool, string, error) {

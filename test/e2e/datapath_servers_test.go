@@ -249,10 +249,10 @@ func waitDatapathLeader(t *testing.T, ctx context.Context, s *sandbox.Sandbox, n
 }
 
 // waitRejoined waits up to 60 s until node's server is a follower that has
-// applied as far as the leader has.
+// applied as far as the leader has, or the leader itself.
 func waitRejoined(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string) {
 	t.Helper()
-	must(t, sandbox.Poll(ctx, 60*time.Second, node+"'s datapath server a follower caught up with the leader", func(ctx context.Context) (bool, string, error) {
+	must(t, sandbox.Poll(ctx, 60*time.Second, node+"'s datapath server caught up with the leader, or leading", func(ctx context.Context) (bool, string, error) {
 		all, err := s.DatapathServers(ctx, 2*time.Second)
 		if err != nil {
 			return false, err.Error(), nil
@@ -268,7 +268,11 @@ func waitRejoined(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node st
 			}
 			roles = append(roles, fmt.Sprintf("%s %s@%d", all[i].Node, all[i].Role, all[i].AppliedIndex))
 		}
-		ok := self != nil && leader != nil && self.Role == datapath.RoleFollower && self.AppliedIndex >= leader.AppliedIndex
+		// A server that won an election since it came back is caught up
+		// too: Raft elects only a server whose log holds every committed
+		// entry.
+		ok := self != nil && (self.Role == datapath.RoleLeader ||
+			leader != nil && self.Role == datapath.RoleFollower && self.AppliedIndex >= leader.AppliedIndex)
 		return ok, strings.Join(roles, ", "), nil
 	}, nil))
 }
