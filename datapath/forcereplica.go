@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -35,6 +36,43 @@ type ForceRequest struct {
 	Reason      string
 	// DryRun asks for the plan only: nothing is proposed.
 	DryRun bool
+}
+
+// ForceRecord is the control group's record of the last force of a
+// volume's replica set, as `status` shows it (-o json: .volumes[].forced).
+type ForceRecord struct {
+	// By is the caller's identity as the server that proposed it
+	// authenticated it.
+	By string `json:"by"`
+	// At is the proposing leader's clock.
+	At time.Time `json:"at"`
+	// Reason is the operator's text.
+	Reason string `json:"reason"`
+	// Forced are the replicas made the volume's set; ReplicasBefore and
+	// InSyncBefore the set they replaced.
+	Forced         []string `json:"forced"`
+	ReplicasBefore []string `json:"replicasBefore"`
+	InSyncBefore   []string `json:"inSyncBefore"`
+	// MemberEpoch is the member epoch the force made.
+	MemberEpoch uint64 `json:"memberEpoch"`
+}
+
+// forcedReader is the Control's record of forces (raftstate.Group has it).
+type forcedReader interface {
+	AppliedForced(id string) (ForceRecord, bool)
+}
+
+// forcedOf is the record of the volume's last force as this server
+// applied it; nil when never forced or without a control group.
+func (s *Store) forcedOf(id string) *ForceRecord {
+	fr, ok := s.ctl.(forcedReader)
+	if !ok {
+		return nil
+	}
+	if a, ok := fr.AppliedForced(id); ok {
+		return &a
+	}
+	return nil
 }
 
 // ForcePlan is a force as the leader decided it: the volume's replica set
@@ -186,4 +224,12 @@ func forcePlanToWire(p ForcePlan) *wire.ForceReplicasReport {
 	return &wire.ForceReplicasReport{VolumeID: p.VolumeID, Name: p.Name, Holder: p.Before.Holder, Replicas: p.Before.Replicas,
 		InSync: p.Before.InSync, MemberEpoch: p.Before.MemberEpoch, Unreachable: p.Unreachable, NewHolder: p.After.Holder,
 		Forced: p.After.Replicas, NewMemberEpoch: p.After.MemberEpoch, Done: p.Done}
+}
+
+func forcedToWire(f *ForceRecord) *wire.ForceRecord {
+	if f == nil {
+		return nil
+	}
+	return &wire.ForceRecord{By: f.By, Reason: f.Reason, AtUnix: unixNano(f.At), Forced: f.Forced,
+		ReplicasBefore: f.ReplicasBefore, InSyncBefore: f.InSyncBefore, MemberEpoch: f.MemberEpoch}
 }

@@ -29,6 +29,9 @@ type GroupVolume struct {
 	// (ControlVolume); all empty for a single copy on Server.
 	Replicas, InSync []string
 	MemberEpoch      uint64
+	// Forced is the record of the last force of its replica set
+	// (forcereplica.go); nil when never forced.
+	Forced *ForceRecord
 }
 
 // ReplicaSet is the volume's replica set; SingleCopy on Server when none
@@ -59,7 +62,7 @@ func (s *Store) GroupVolumes() ([]GroupVolume, error) {
 		}
 		for _, cv := range cvs {
 			out = append(out, GroupVolume{ID: cv.ID, Name: cv.Name, Server: cv.Server, Epoch: cv.Epoch,
-				Replicas: cv.Replicas, InSync: cv.InSync, MemberEpoch: cv.MemberEpoch})
+				Replicas: cv.Replicas, InSync: cv.InSync, MemberEpoch: cv.MemberEpoch, Forced: s.forcedOf(cv.ID)})
 		}
 	} else {
 		vs, err := s.ListVolumes()

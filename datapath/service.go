@@ -145,10 +145,11 @@ var serviceDesc = grpc.ServiceDesc{
 			out := &wire.GroupVolumeList{Items: make([]wire.GroupVolume, len(vs))}
 			if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(wire.ReplicasMetadataKey)) > 0 {
 				out.WithReplicas = true // a client from before would not decode the section
+				out.WithForced = len(md.Get(wire.ForcedMetadataKey)) > 0
 			}
 			for i, v := range vs {
 				out.Items[i] = wire.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch,
-					Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
+					Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch, Forced: forcedToWire(v.Forced)}
 			}
 			return out, err
 		}),

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,27 @@ func TestDatapathForceReplica_DryRunThenYes(t *testing.T) {
 	}
 	if v, _, _ := g.AppliedVolume(vol); v.MemberEpoch != 3 || len(v.Replicas) != 1 {
 		t.Fatalf("after --yes: %+v; want %s alone at member epoch 3", v, ids[0])
+	}
+	status := []string{"status", "--addr", strings.Join(addrs, ","), "--token-file", args[4], "--timeout", "5s"}
+	out, err = runDatapath(t, append(status, "-o", "json")...)
+	var view struct {
+		Volumes []struct {
+			ID     string
+			Forced *datapath.ForceRecord
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &view) != nil || len(view.Volumes) != 1 || view.Volumes[0].Forced == nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	f := view.Volumes[0].Forced
+	if !strings.HasPrefix(f.By, "the controller (") || f.Reason != "lost the disk of "+ids[1] || strings.Join(f.Forced, ",") != ids[0] ||
+		strings.Join(f.ReplicasBefore, ",") != strings.Join(ids, ",") || strings.Join(f.InSyncBefore, ",") != strings.Join(ids[:2], ",") ||
+		f.MemberEpoch != 2 || time.Since(f.At) > time.Minute {
+		t.Fatalf(".volumes[].forced: %+v", f)
+	}
+	out, err = runDatapath(t, status...)
+	if err != nil || !strings.Contains(out, "volume "+vol+" was forced to serve from "+ids[0]+" at member epoch 2") {
+		t.Fatalf("status: %v\n%s", err, out)
 	}
 }
 

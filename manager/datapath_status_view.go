@@ -46,6 +46,9 @@ type volumeView struct {
 	State    string        `json:"state"`
 	Problem  string        `json:"problem,omitempty"`
 	Replicas []replicaView `json:"replicas"`
+	// Forced is the last force of its replica set (`force-replica`): who
+	// asked, when, why, and the set before; absent when never forced.
+	Forced *datapath.ForceRecord `json:"forced,omitempty"`
 }
 
 // replicaView is one copy of a volume's data: the node and server holding
@@ -84,7 +87,7 @@ func statusOf(rows []datapath.ServerStatus, vols []datapath.GroupVolume) statusV
 		set := v.ReplicaSet()
 		q := datapath.JudgeQuorum(set, func(server string) bool { return answers(server, rows, byID) })
 		vv := volumeView{ID: v.ID, Name: v.Name, Epoch: v.Epoch, MemberEpoch: set.MemberEpoch, State: q.State, Problem: q.Problem,
-			Replicas: make([]replicaView, 0, len(set.Replicas))}
+			Replicas: make([]replicaView, 0, len(set.Replicas)), Forced: v.Forced}
 		for _, server := range set.Replicas {
 			vv.Replicas = append(vv.Replicas, replicaOf(server, set, rows, byID))
 		}
@@ -141,6 +144,11 @@ func printReplicas(out io.Writer, v statusView) error {
 	for _, vol := range v.Volumes {
 		if vol.Problem != "" {
 			fmt.Fprintf(out, "volume %s is %s: %s\n", vol.ID, vol.State, vol.Problem)
+		}
+		if f := vol.Forced; f != nil {
+			fmt.Fprintf(out, "volume %s was forced to serve from %s at member epoch %d, at %s by %s: %q (replicas before: %s; in sync before: %s)\n",
+				vol.ID, strings.Join(f.Forced, ", "), f.MemberEpoch, f.At.UTC().Format(time.RFC3339), f.By, f.Reason,
+				strings.Join(f.ReplicasBefore, ", "), strings.Join(f.InSyncBefore, ", "))
 		}
 	}
 	_, err := fmt.Fprintf(out, "%d volumes in the control group, %d replicas%s\n", len(v.Volumes), replicas, stateCounts(byState))

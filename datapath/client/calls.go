@@ -402,14 +402,14 @@ func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, erro
 // groupVolumesAt is GroupVolumes asked of the server at addr ("": Dial's).
 func (c *Client) groupVolumesAt(ctx context.Context, addr string) ([]datapath.GroupVolume, error) {
 	var resp wire.GroupVolumeList
-	ctx = metadata.AppendToOutgoingContext(ctx, wire.ReplicasMetadataKey, "1")
+	ctx = metadata.AppendToOutgoingContext(ctx, wire.ReplicasMetadataKey, "1", wire.ForcedMetadataKey, "1")
 	if err := c.callTo(ctx, "", addr, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return nil, err
 	}
 	out := make([]datapath.GroupVolume, len(resp.Items))
 	for i, v := range resp.Items {
 		out[i] = datapath.GroupVolume{ID: v.ID, Name: v.Name, Server: v.Server, Epoch: v.Epoch,
-			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch}
+			Replicas: v.Replicas, InSync: v.InSync, MemberEpoch: v.MemberEpoch, Forced: forcedFromWire(v.Forced)}
 	}
 	return out, nil
 }

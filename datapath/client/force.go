@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/vigil-storage/vigil/datapath"
 	"github.com/vigil-storage/vigil/datapath/internal/wire"
@@ -23,4 +24,13 @@ func (c *Client) ForceReplicas(ctx context.Context, req datapath.ForceRequest) (
 		Before:      datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.Holder, Replicas: resp.Replicas, InSync: resp.InSync, MemberEpoch: resp.MemberEpoch},
 		After:       datapath.ReplicaSet{VolumeID: resp.VolumeID, Holder: resp.NewHolder, Replicas: resp.Forced, InSync: resp.Forced, MemberEpoch: resp.NewMemberEpoch},
 		Unreachable: resp.Unreachable, Done: resp.Done}, nil
+}
+
+// forcedFromWire is a volume's last force as GroupVolumes reports it.
+func forcedFromWire(f *wire.ForceRecord) *datapath.ForceRecord {
+	if f == nil {
+		return nil
+	}
+	return &datapath.ForceRecord{By: f.By, Reason: f.Reason, At: time.Unix(0, f.AtUnix).UTC(), Forced: f.Forced,
+		ReplicasBefore: f.ReplicasBefore, InSyncBefore: f.InSyncBefore, MemberEpoch: f.MemberEpoch}
 }

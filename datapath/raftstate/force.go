@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/vigil-storage/vigil/datapath"
@@ -41,23 +40,9 @@ import (
 // MaxForceReason is the longest reason an operator may give for a force.
 const MaxForceReason = 256
 
-// ForceAudit is the record of the last forced replica set of a volume.
-type ForceAudit struct {
-	// By is the caller's identity as the server that proposed it
-	// authenticated it.
-	By string `json:"by"`
-	// At is the proposing leader's clock.
-	At time.Time `json:"at"`
-	// Reason is the operator's text.
-	Reason string `json:"reason"`
-	// Forced are the replicas made the volume's set; ReplicasBefore and
-	// InSyncBefore the set they replaced.
-	Forced         []string `json:"forced"`
-	ReplicasBefore []string `json:"replicasBefore"`
-	InSyncBefore   []string `json:"inSyncBefore"`
-	// MemberEpoch is the member epoch the force made.
-	MemberEpoch uint64 `json:"memberEpoch"`
-}
+// ForceAudit is the record of the last forced replica set of a volume
+// (who asked, when, why, the set before and the member epoch it made).
+type ForceAudit = datapath.ForceRecord
 
 // validateForce checks a force-replicas command's fields: the volume, one
 // or more distinct servers, a caller and a reason.
@@ -190,7 +175,7 @@ func (g *Group) AppliedForced(id string) (ForceAudit, bool) { return g.fsm.Force
 // checkAgainst checks a snapshot's record of a force against its volume:
 // someone asked, at a time, and the member epoch it made is not above the
 // volume's.
-func (a ForceAudit) checkAgainst(v Volume) error {
+func checkForceAudit(a ForceAudit, v Volume) error {
 	switch {
 	case a.By == "" || a.At.IsZero() || len(a.Forced) == 0:
 		return fmt.Errorf("%w: a force without its caller, time or replicas", datapath.ErrInvalidArgument)

@@ -83,3 +83,49 @@ func (m *ForceReplicasReport) Unmarshal(b []byte) error {
 	m.Done = d.boolean("done")
 	return d.finish("ForceReplicasReport")
 }
+
+// ForcedMetadataKey, sent with GroupVolumes along with
+// ReplicasMetadataKey, asks for each volume's last force
+// (GroupVolumeList.WithForced). A server from before forces ignores it and
+// answers without them; a client from before does not send it.
+const ForcedMetadataKey = "vigil-forced"
+
+// ForceRecord is a volume's last force in a GroupVolumeList.
+type ForceRecord struct {
+	By, Reason                           string
+	AtUnix                               int64 // nanoseconds
+	Forced, ReplicasBefore, InSyncBefore []string
+	MemberEpoch                          uint64
+}
+
+// encForced writes the forced section: for each item, whether it was
+// forced, then its record.
+func encForced(e *encoder, items []GroupVolume) {
+	for _, v := range items {
+		e.boolean(v.Forced != nil)
+		if f := v.Forced; f != nil {
+			e.str(f.By)
+			e.str(f.Reason)
+			e.i64(f.AtUnix)
+			encStrs(e, f.Forced)
+			encStrs(e, f.ReplicasBefore)
+			encStrs(e, f.InSyncBefore)
+			e.u64(f.MemberEpoch)
+		}
+	}
+}
+
+// decForced reads the forced section.
+func decForced(d *decoder, items []GroupVolume) {
+	for i := 0; i < len(items) && d.err == nil; i++ {
+		if !d.boolean("forced") {
+			continue
+		}
+		f := &ForceRecord{By: d.str("forced_by"), Reason: d.str("forced_reason"), AtUnix: d.i64("forced_at")}
+		f.Forced = decStrs(d, "forced_replicas")
+		f.ReplicasBefore = decStrs(d, "forced_replicas_before")
+		f.InSyncBefore = decStrs(d, "forced_in_sync_before")
+		f.MemberEpoch = d.u64("forced_member_epoch")
+		items[i].Forced = f
+	}
+}

@@ -10,6 +10,8 @@ type GroupVolume struct {
 	// WithReplicas).
 	Replicas, InSync []string
 	MemberEpoch      uint64
+	// Forced is its last force (force.go), in an answer WithForced.
+	Forced *ForceRecord
 }
 
 // ReplicasMetadataKey, sent with GroupVolumes, asks for each volume's
@@ -25,6 +27,8 @@ const ReplicasMetadataKey = "vigil-replicas"
 type GroupVolumeList struct {
 	Items        []GroupVolume
 	WithReplicas bool
+	// WithForced: the forced section (encForced) follows the replicas'.
+	WithForced bool
 }
 
 func (m *GroupVolumeList) MarshalAppend(b []byte) []byte {
@@ -41,6 +45,9 @@ func (m *GroupVolumeList) MarshalAppend(b []byte) []byte {
 			e.u64(v.MemberEpoch)
 			encStrs(&e, v.Replicas)
 			encStrs(&e, v.InSync)
+		}
+		if m.WithForced {
+			encForced(&e, m.Items)
 		}
 	}
 	return e.b
@@ -83,6 +90,10 @@ func (m *GroupVolumeList) Unmarshal(b []byte) error {
 			v.MemberEpoch = d.u64("member_epoch")
 			v.Replicas = decStrs(&d, "replicas")
 			v.InSync = decStrs(&d, "in_sync")
+		}
+		if d.err == nil && len(d.b) > 0 {
+			m.WithForced = true
+			decForced(&d, m.Items)
 		}
 	}
 	return d.finish("GroupVolumeList")
