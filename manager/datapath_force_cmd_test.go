@@ -151,11 +151,11 @@ func TestDatapathForceReplica_DryRunThenYes(t *testing.T) {
 	f := view.Volumes[0].Forced
 	if !strings.HasPrefix(f.By, "the controller (") || f.Reason != "lost the disk of "+ids[1] || strings.Join(f.Forced, ",") != ids[0] ||
 		strings.Join(f.ReplicasBefore, ",") != strings.Join(ids, ",") || strings.Join(f.InSyncBefore, ",") != strings.Join(ids[:2], ",") ||
-		f.MemberEpoch != 2 || time.Since(f.At) > time.Minute {
+		f.MemberEpoch != 3 || time.Since(f.At) > time.Minute {
 		t.Fatalf(".volumes[].forced: %+v", f)
 	}
 	out, err = runDatapath(t, status...)
-	if err != nil || !strings.Contains(out, "volume "+vol+" was forced to serve from "+ids[0]+" at member epoch 2") {
+	if err != nil || !strings.Contains(out, "volume "+vol+" was forced to serve from "+ids[0]+" at member epoch 3") {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 }
