@@ -35,9 +35,13 @@ var errNotAcked = errors.New("write not acknowledged")
 type fanOut struct {
 	// set is the volume's replica set the writer holds.
 	set datapath.ReplicaSet
-	// send sends the write to the replica on server id, at set's member
-	// epoch, and returns its answer.
-	send func(ctx context.Context, id string) error
+	// send sends the write to the replica on server id, at member epoch
+	// member, and returns its answer.
+	send func(ctx context.Context, id string, member uint64) error
+	// again: once a change took a replica out of sync, the write is sent
+	// again at the new member epoch to the replicas still in sync before it
+	// is acknowledged (a write; a flush carries no data and is not).
+	again bool
 	// deadline is how long a replica has to take the write before it is
 	// taken out of sync.
 	deadline time.Duration
@@ -61,6 +65,7 @@ type replicaAnswer struct {
 // replicas that took the write, and the last error of those that did not.
 type fanState struct {
 	f       fanOut
+	member  uint64
 	ctx     context.Context
 	answers chan replicaAnswer
 	wg      sync.WaitGroup
@@ -75,7 +80,7 @@ func (s *fanState) start(id string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		err := s.f.send(s.ctx, id)
+		err := s.f.send(s.ctx, id, s.member)
 		select {
 		case s.answers <- replicaAnswer{id, err}:
 		case <-s.ctx.Done():
@@ -103,14 +108,49 @@ func (s *fanState) record(a replicaAnswer) error {
 // returns the replica set it was acknowledged under (f.set, or the set
 // after the changes that took late replicas out of sync), or why it was
 // not acknowledged. It returns only once every send it started returned.
+//
+// A write that a change took a replica out of sync for is sent again, at
+// the new member epoch, to the replicas still in sync, by the same rule,
+// and acknowledged only when they took it again (f.again). Each of them
+// starts its dirty-region map for the replica that left, empty, when it
+// applies the change; it took the write at the old member epoch, before
+// that, so only the write sent again puts it in the map (the same data at
+// the same offset: taking it twice changes nothing else). The same holds
+// for every write in flight when the change committed, whichever write
+// committed it: each write's own round sees the set move (the change it
+// asked for, or another write's, which its own ask finds as stale) and
+// sends again. A write acknowledged at the old member epoch needs nothing:
+// acked acknowledges under a set only when every replica in sync in it
+// took the write, the one that later left included; had it not, the write
+// would not have been acknowledged at that epoch but would have waited for
+// the change, and been sent again after it.
+//
+// A flush is not sent again: it carries no data, so there is nothing for a
+// map to mark, and no member epoch either. What it makes durable was
+// written by writes that each came through this rule: on the replica that
+// left (taken while it was in sync) or in the maps (sent again after it
+// left).
 func replicatedWrite(ctx context.Context, f fanOut) (datapath.ReplicaSet, error) {
-	set := f.set
+	set, err := fanRound(ctx, f, f.set)
+	// Each round that moves the set took a replica out of sync, which the
+	// group refuses below a majority in sync: the rounds end.
+	for moved := set.MemberEpoch != f.set.MemberEpoch; err == nil && moved && f.again; {
+		from := set
+		set, err = fanRound(ctx, f, from)
+		moved = set.MemberEpoch != from.MemberEpoch
+	}
+	return set, err
+}
+
+// fanRound is one round of the rule: the write sent at set's member epoch
+// to its in-sync replicas, late ones taken out of sync.
+func fanRound(ctx context.Context, f fanOut, set datapath.ReplicaSet) (datapath.ReplicaSet, error) {
 	if r := len(set.Replicas); len(set.InSync) < datapath.WriteQuorum(r) {
 		return set, fmt.Errorf("%w: no quorum: volume %s has %d of %d replicas in sync (%s); a write needs %d",
 			datapath.ErrReplicaQuorum, set.VolumeID, len(set.InSync), r, strings.Join(set.InSync, ", "), datapath.WriteQuorum(r))
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &fanState{f: f, ctx: sctx, answers: make(chan replicaAnswer, len(set.InSync)),
+	s := &fanState{f: f, member: set.MemberEpoch, ctx: sctx, answers: make(chan replicaAnswer, len(set.InSync)),
 		running: map[string]bool{}, took: map[string]bool{}, failed: map[string]error{}}
 	defer func() { cancel(); s.wg.Wait() }()
 	for _, id := range set.InSync {

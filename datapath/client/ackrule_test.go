@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,7 @@ const (
 	down     = "down"        // its connection fails at once
 	fenced   = "fenced"      // refuses the writer as fenced
 	stale    = "stale"       // refuses the member epoch
-	lateOK   = "late-ok"     // answers after 4 deadlines
+	lateOK   = "late-ok"     // answers its first send after 4 deadlines, the next ones at once
 	downOnce = "down-once"   // fails once, then takes it
 	lateFenc = "late-fenced" // refuses as fenced after 4 deadlines
 )
@@ -30,11 +31,13 @@ type fakeReplicas struct {
 	how   map[string]string
 	sends map[string]int
 	marks []string
+	at    []string // every send as replica@member epoch, in order
 }
 
-func (f *fakeReplicas) send(ctx context.Context, id string, deadline time.Duration) error {
+func (f *fakeReplicas) send(ctx context.Context, id string, member uint64, deadline time.Duration) error {
 	f.mu.Lock()
 	f.sends[id]++
+	f.at = append(f.at, fmt.Sprintf("%s@%d", id, member))
 	n := f.sends[id]
 	how := f.how[id]
 	f.mu.Unlock()
@@ -53,6 +56,9 @@ func (f *fakeReplicas) send(ctx context.Context, id string, deadline time.Durati
 	case stale:
 		return fmt.Errorf("%w: member epoch", datapath.ErrStaleMemberEpoch)
 	case lateOK, lateFenc:
+		if how == lateOK && n > 1 {
+			return nil
+		}
 		select {
 		case <-time.After(4 * deadline):
 			if how == lateFenc {
@@ -87,18 +93,21 @@ func TestReplicatedWrite(t *testing.T) {
 		wantIn    []string // the in-sync set acknowledged under
 		wantEpoch uint64
 		wantMarks []string
+		// wantAgain: the sends at a member epoch after the set's, sorted:
+		// the write sent again to the replicas in sync after a change.
+		wantAgain []string
 	}{
 		{name: "all take it", set: three, how: map[string]string{"a": takes, "b": takes, "c": takes}, wantIn: []string{"a", "b", "c"}, wantEpoch: 4},
 		{name: "a late replica is taken out, then acked", set: three, how: map[string]string{"a": takes, "b": takes, "c": late},
-			wantIn: []string{"a", "b"}, wantEpoch: 5, wantMarks: []string{"c"}},
+			wantIn: []string{"a", "b"}, wantEpoch: 5, wantMarks: []string{"c"}, wantAgain: []string{"a@5", "b@5"}},
 		{name: "a replica whose connection fails is taken out", set: three, how: map[string]string{"a": takes, "b": down, "c": takes},
-			wantIn: []string{"a", "c"}, wantEpoch: 5, wantMarks: []string{"b"}},
+			wantIn: []string{"a", "c"}, wantEpoch: 5, wantMarks: []string{"b"}, wantAgain: []string{"a@5", "c@5"}},
 		{name: "acked by 1 of 3: no quorum", set: three, how: map[string]string{"a": takes, "b": down, "c": late},
 			wantErr: datapath.ErrReplicaQuorum, wantMarks: []string{"b", "c"}},
 		{name: "the holder late: not taken out, no ack", set: three, how: map[string]string{"a": late, "b": takes, "c": takes},
 			wantErr: datapath.ErrReplicaQuorum, wantMarks: []string{"a"}},
 		{name: "no quorum until the late replica answers", set: three, how: map[string]string{"a": takes, "b": down, "c": lateOK},
-			wantIn: []string{"a", "c"}, wantEpoch: 5, wantMarks: []string{"b", "c"}},
+			wantIn: []string{"a", "c"}, wantEpoch: 5, wantMarks: []string{"b", "c"}, wantAgain: []string{"a@5", "c@5"}},
 		{name: "a replica down once is sent again while there is no quorum", set: bOut, how: map[string]string{"a": takes, "b": late, "c": downOnce},
 			wantIn: []string{"a", "c"}, wantEpoch: 5, wantMarks: []string{"c"}},
 		{name: "fenced by one replica: never acked", set: three, how: map[string]string{"a": takes, "b": fenced, "c": takes}, wantErr: datapath.ErrFenced},
@@ -119,7 +128,7 @@ func TestReplicatedWrite(t *testing.T) {
 		{name: "a view below the floor writes nothing", set: datapath.ReplicaSet{VolumeID: "vol-1", Holder: "a", Replicas: []string{"a", "b", "c"}, InSync: []string{"a"}},
 			how: map[string]string{"a": takes, "b": takes, "c": takes}, wantErr: datapath.ErrReplicaQuorum},
 		{name: "five replicas, two late: acked by three", set: five, how: map[string]string{"a": takes, "b": late, "c": takes, "d": down, "e": takes},
-			wantIn: []string{"a", "c", "e"}, wantEpoch: 2, wantMarks: []string{"b", "d"}},
+			wantIn: []string{"a", "c", "e"}, wantEpoch: 2, wantMarks: []string{"b", "d"}, wantAgain: []string{"a@2", "c@2", "e@2"}},
 		{name: "five replicas, three late: no quorum", set: five, how: map[string]string{"a": takes, "b": late, "c": down, "d": late, "e": takes},
 			wantErr: datapath.ErrReplicaQuorum, wantMarks: []string{"b", "c", "d"}},
 	} {
@@ -135,8 +144,8 @@ func TestReplicatedWrite(t *testing.T) {
 			}
 			cur := tc.set
 			got, err := replicatedWrite(context.Background(), fanOut{
-				set: tc.set, deadline: deadline, noQuorum: 10 * deadline, resend: deadline / 4,
-				send: func(ctx context.Context, id string) error { return f.send(ctx, id, deadline) },
+				set: tc.set, deadline: deadline, noQuorum: 10 * deadline, resend: deadline / 4, again: true,
+				send: func(ctx context.Context, id string, m uint64) error { return f.send(ctx, id, m, deadline) },
 				outOfSync: func(_ context.Context, id string, m uint64) (datapath.ReplicaSet, error) {
 					f.mu.Lock()
 					f.marks = append(f.marks, id)
@@ -163,6 +172,9 @@ func TestReplicatedWrite(t *testing.T) {
 			if !reflect.DeepEqual(f.marks, tc.wantMarks) {
 				t.Errorf("taken out of sync: %v; want %v", f.marks, tc.wantMarks)
 			}
+			if again := sentAfter(f, tc.set.MemberEpoch); !reflect.DeepEqual(again, tc.wantAgain) {
+				t.Errorf("sent again at a later member epoch before returning: %v; want %v (all sends: %v)", again, tc.wantAgain, f.at)
+			}
 		})
 	}
 }
@@ -178,7 +190,7 @@ func TestReplicatedWrite_LateReplicaWaitsForTheCommit(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := replicatedWrite(context.Background(), fanOut{set: set, deadline: 10 * time.Millisecond, noQuorum: time.Second,
-			send: func(ctx context.Context, id string) error { return f.send(ctx, id, 10*time.Millisecond) },
+			send: func(ctx context.Context, id string, m uint64) error { return f.send(ctx, id, m, 10*time.Millisecond) },
 			outOfSync: func(_ context.Context, id string, m uint64) (datapath.ReplicaSet, error) {
 				close(asked)
 				<-commit
@@ -196,5 +208,73 @@ func TestReplicatedWrite_LateReplicaWaitsForTheCommit(t *testing.T) {
 	close(commit)
 	if err := <-done; err != nil {
 		t.Fatalf("after the commit: %v; want acknowledged", err)
+	}
+}
+
+// sentAfter is f's sends at a member epoch above member, sorted.
+func sentAfter(f *fakeReplicas, member uint64) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, s := range f.at {
+		var id string
+		var m uint64
+		if _, err := fmt.Sscanf(strings.Replace(s, "@", " ", 1), "%s %d", &id, &m); err == nil && m > member {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestReplicatedWrite_SentAgainBeforeTheAck: once a change took a late
+// replica out of sync, the write is acknowledged only after the replicas
+// still in sync took it again at the new member epoch (so each marks it in
+// its new dirty-region map); a replica that refuses it then fails the
+// write, unacknowledged; a flush (again false) is not sent again.
+func TestReplicatedWrite_SentAgainBeforeTheAck(t *testing.T) {
+	set := datapath.ReplicaSet{VolumeID: "vol-1", Holder: "a", Replicas: []string{"a", "b", "c"}, InSync: []string{"a", "b", "c"}, MemberEpoch: 7}
+	for _, tc := range []struct {
+		name      string
+		again     bool
+		refuse    string // replica that refuses as fenced when sent at the new member epoch
+		wantErr   error
+		wantAgain []string
+	}{
+		{name: "a write is sent again to a and b at 8", again: true, wantAgain: []string{"a@8", "b@8"}},
+		{name: "refused when sent again: not acknowledged", again: true, refuse: "b", wantErr: datapath.ErrFenced, wantAgain: []string{"a@8", "b@8"}},
+		{name: "a flush is not sent again", again: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const deadline = 10 * time.Millisecond
+			f := &fakeReplicas{how: map[string]string{"a": takes, "b": takes, "c": late}, sends: map[string]int{}}
+			got, err := replicatedWrite(context.Background(), fanOut{set: set, deadline: deadline, noQuorum: time.Second, again: tc.again,
+				send: func(ctx context.Context, id string, m uint64) error {
+					if m > set.MemberEpoch && id == "c" {
+						t.Errorf("sent again to c, which left")
+					}
+					if m > set.MemberEpoch && id == tc.refuse {
+						f.mu.Lock()
+						f.at = append(f.at, fmt.Sprintf("%s@%d", id, m))
+						f.mu.Unlock()
+						return fmt.Errorf("%w: node n1 was fenced", datapath.ErrFenced)
+					}
+					return f.send(ctx, id, m, deadline)
+				},
+				outOfSync: func(_ context.Context, id string, m uint64) (datapath.ReplicaSet, error) {
+					step, err := set.MarkOutOfSync(id, m)
+					return step.Set, err
+				}})
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err %v; want %v", err, tc.wantErr)
+				}
+			} else if err != nil || got.MemberEpoch != 8 {
+				t.Fatalf("acknowledged at member epoch %d, err %v; want at 8", got.MemberEpoch, err)
+			}
+			if again := sentAfter(f, set.MemberEpoch); !reflect.DeepEqual(again, tc.wantAgain) {
+				t.Errorf("sent again before returning: %v; want %v (all sends: %v)", again, tc.wantAgain, f.at)
+			}
+		})
 	}
 }

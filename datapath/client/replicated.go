@@ -17,8 +17,10 @@ import (
 // acknowledged by the ack rule (ackrule.go). A replica that misses it is
 // taken out of sync at the control group's leader (MarkReplicaOutOfSync, as
 // the writer's node at its epoch) before the write is acknowledged without
-// it; the client then holds the set after that change, and its next writes
-// carry the new member epoch. A volume of one copy takes the path of
+// it, and the write is sent again at the new member epoch to the replicas
+// still in sync first, so that they mark it in their dirty-region maps of
+// the replica that left; the client then holds the set after that change,
+// and its next writes carry the new member epoch. A volume of one copy takes the path of
 // before, with nothing added.
 
 // DefaultReplicaDeadline is how long a replica has to take a write before
@@ -71,9 +73,9 @@ func (o *options) checkReplicaTimes() error {
 // writeReplicated sends w to every in-sync replica of v by the ack rule and
 // keeps the set it was acknowledged under.
 func (c *Client) writeReplicated(ctx context.Context, v *replicaView, w ioWrite) error {
-	return c.fanOut(ctx, v, w.node, w.epoch, func(ctx context.Context, addr string) error {
+	return c.fanOut(ctx, v, w.node, w.epoch, true, func(ctx context.Context, addr string, member uint64) error {
 		r := w
-		r.at = addr
+		r.at, r.member = addr, member
 		return c.sendReplica(ctx, r)
 	})
 }
@@ -81,24 +83,26 @@ func (c *Client) writeReplicated(ctx context.Context, v *replicaView, w ioWrite)
 // flushReplicated flushes every in-sync replica of v by the ack rule.
 func (c *Client) flushReplicated(ctx context.Context, v *replicaView, vol, node string, epoch uint64) error {
 	req := &wire.FlushRequest{IOTarget: wire.IOTarget{VolumeID: vol, Node: node, Epoch: epoch}}
-	return c.fanOut(ctx, v, node, epoch, func(ctx context.Context, addr string) error {
+	return c.fanOut(ctx, v, node, epoch, false, func(ctx context.Context, addr string, _ uint64) error {
 		return c.callTo(ctx, vol, addr, wire.MethodFlush, req, &wire.Empty{}, retryTransport)
 	})
 }
 
 // fanOut runs the ack rule over v's replicas with send, and keeps the set
 // the write was acknowledged under (the member epoch moved on when a
-// replica was taken out of sync).
-func (c *Client) fanOut(ctx context.Context, v *replicaView, node string, epoch uint64, send func(ctx context.Context, addr string) error) error {
+// replica was taken out of sync). again: a write, sent again at the new
+// member epoch after such a change (ackrule.go); false for a flush.
+func (c *Client) fanOut(ctx context.Context, v *replicaView, node string, epoch uint64, again bool,
+	send func(ctx context.Context, addr string, member uint64) error) error {
 	vol := v.set.VolumeID
 	set, err := replicatedWrite(ctx, fanOut{
-		set: v.set, deadline: c.opts.replicaDeadline, noQuorum: c.opts.noQuorumWait, resend: replicaResend,
-		send: func(ctx context.Context, id string) error {
+		set: v.set, deadline: c.opts.replicaDeadline, noQuorum: c.opts.noQuorumWait, resend: replicaResend, again: again,
+		send: func(ctx context.Context, id string, member uint64) error {
 			addr := v.addrs[id]
 			if addr == "" {
 				return fmt.Errorf("volume %s: no address known for the server of replica %s", vol, id)
 			}
-			return send(ctx, addr)
+			return send(ctx, addr, member)
 		},
 		outOfSync: func(ctx context.Context, id string, member uint64) (datapath.ReplicaSet, error) {
 			return c.outOfSync(ctx, vol, id, member, node, epoch)
