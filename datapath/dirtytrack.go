@@ -33,14 +33,12 @@ import (
 //     this server takes at E or later is marked. (A write at E-1 in flight
 //     at the apply either ended before it, as the apply takes the volume's
 //     write lock, or is refused at this server as stale.)
-//     The argument needs one thing of the writer that it does not do yet:
-//     a write it sent at E-1, which the leaving replica missed (that is
-//     why it left), is acknowledged after the change, at E, without that
-//     replica; this server took it at E-1, before the map existed, so it
-//     is in no map. The engine must send such a write again at E to the
-//     replicas in sync (they mark it) before it acknowledges it; until it
-//     does, a delta resync would miss those writes, and no copy may use
-//     the maps (none does yet).
+//     A write at E-1 that the leaving replica missed (that is why it
+//     left) is not acknowledged at E-1 either; the writer acknowledges it
+//     only after the change, and before that sends it again at E to the
+//     replicas still in sync (the client's ack rule, replicatedWrite), so
+//     this server marks it in the map it started at E, although it had
+//     already taken it at E-1, before the map existed.
 //   - any other out-of-sync replica without a map starts an ALL-DIRTY one:
 //     a replacement, which has nothing; one already out when this server
 //     came back in sync, or when it started, or after a change this server

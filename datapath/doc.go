@@ -147,7 +147,11 @@
 // replica out of sync at the leader first (MarkReplicaOutOfSync, as the
 // writer's node; client/ackrule.go, client/replicated.go; TestReplicatedWrite,
 // TestClient_Group_ReplicatedWrite_AReplicaStops,
-// TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly). Nothing
+// TestClient_Group_ReplicatedWrite_NoQuorumFailsCleanly), and then sending
+// the write again at the new member epoch to the replicas still in sync,
+// so that it is in their dirty-region maps, before acknowledging it
+// (TestReplicatedWrite_SentAgainBeforeTheAck,
+// TestClient_Group_ReplicatedWrite_MissedWritesAreInTheDirtyMaps). Nothing
 // user-facing creates such a volume yet, and reads go to the holder, which
 // is always in sync. While a replica is out of sync, every in-sync replica
 // keeps a dirty-region map of it (4 KiB regions), each write's regions
