@@ -129,7 +129,11 @@ func (s *fanState) record(a replicaAnswer) error {
 // map to mark, and no member epoch either. What it makes durable was
 // written by writes that each came through this rule: on the replica that
 // left (taken while it was in sync) or in the maps (sent again after it
-// left).
+// left). One thing the maps cannot say: whether the replica that left kept
+// what it took but never flushed (the flush it missed was to make it
+// durable there); a replica whose server lost power meanwhile may have lost
+// such writes, which no map holds, so a copy back must not trust the map
+// alone after a crash of the returning server.
 func replicatedWrite(ctx context.Context, f fanOut) (datapath.ReplicaSet, error) {
 	set, err := fanRound(ctx, f, f.set)
 	// Each round that moves the set took a replica out of sync, which the
