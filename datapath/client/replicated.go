@@ -92,9 +92,19 @@ func (c *Client) flushReplicated(ctx context.Context, v *replicaView, vol, node 
 // the write was acknowledged under (the member epoch moved on when a
 // replica was taken out of sync). again: a write, sent again at the new
 // member epoch after such a change (ackrule.go); false for a flush.
+//
+// A caller's boot recorder (datapath.WithBootRecorder) gets the boot id of
+// the holder's machine alone: each replica's server answers with its own
+// machine's, and a recorder shared by the sends took whichever answered
+// last, so the engine saw a new boot at nearly every write of a volume of
+// three copies and sent its kept writes again each time. The holder is the
+// machine whose boot matters: it serves the volume's reads (which record
+// its boot too) and never leaves the in-sync set, while a replica whose
+// machine lost power misses writes and is taken out of sync.
 func (c *Client) fanOut(ctx context.Context, v *replicaView, node string, epoch uint64, again bool,
 	send func(ctx context.Context, addr string, member uint64) error) error {
 	vol := v.set.VolumeID
+	wantsBoot := datapath.WantsBoot(ctx)
 	set, err := replicatedWrite(ctx, fanOut{
 		set: v.set, deadline: c.opts.replicaDeadline, noQuorum: c.opts.noQuorumWait, resend: replicaResend, again: again,
 		send: func(ctx context.Context, id string, member uint64) error {
@@ -102,7 +112,11 @@ func (c *Client) fanOut(ctx context.Context, v *replicaView, node string, epoch 
 			if addr == "" {
 				return fmt.Errorf("volume %s: no address known for the server of replica %s", vol, id)
 			}
-			return send(ctx, addr, member)
+			if !wantsBoot || id == v.set.Holder {
+				return send(ctx, addr, member)
+			}
+			var ignored string
+			return send(datapath.WithBootRecorder(ctx, &ignored), addr, member)
 		},
 		outOfSync: func(ctx context.Context, id string, member uint64) (datapath.ReplicaSet, error) {
 			return c.outOfSync(ctx, vol, id, member, node, epoch)

@@ -58,6 +58,9 @@ type GroupConfig struct {
 	// ID=RAFT@DATAPATH` on n nodes), instead of server 0 alone adding the
 	// others; any of them may lead.
 	Bootstrap bool
+	// BootID, when set, is the boot id server i reports
+	// (datapath.WithBootID); none otherwise.
+	BootID func(i int) string
 }
 
 // StartGroupWith is StartGroup as cfg says.
@@ -103,7 +106,11 @@ func StartGroupWith(t testing.TB, n int, cfg GroupConfig) []*Server {
 		if err != nil {
 			t.Fatalf("open datapath store %d: %v", i, err)
 		}
-		srv, err := datapath.NewServer(store, nt)
+		var opts []datapath.ServerOption
+		if cfg.BootID != nil {
+			opts = append(opts, datapath.WithBootID(cfg.BootID(i)))
+		}
+		srv, err := datapath.NewServer(store, nt, opts...)
 		if err != nil {
 			t.Fatalf("datapath server: %v", err)
 		}
