@@ -5,12 +5,14 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/vigil-storage/vigil/datapath"
 )
 
 // groupPoll is one poll of the datapath's control group, as `vigil-datapath
 // status -o json` shows it: each server's role as it reports itself, and
-// the group's volumes (their epoch and the server holding their data) as
-// the leader answered them, current through a barrier.
+// the group's volumes (their epoch and replica set) as the leader answered
+// them, current through a barrier.
 type groupPoll struct {
 	At time.Time
 	// Roles is each server's role by its node: leader, follower, candidate,
@@ -18,12 +20,13 @@ type groupPoll struct {
 	Roles map[string]string
 	// Leader is the node of the server that answered the volumes as the
 	// leader; "" when none did (an election, no majority): then Epochs
-	// and Holders are empty.
+	// and Sets are empty.
 	Leader string
-	// Epochs and Holders, by volume id: its epoch, and the node of the
-	// server holding its data.
-	Epochs  map[string]uint64
-	Holders map[string]string
+	// Epochs and Sets, by volume id: its epoch, and its replica set (the
+	// servers, by their nodes' names, holding its copies and which of them
+	// are in sync; datapath.SingleCopy for a volume of one copy).
+	Epochs map[string]uint64
+	Sets   map[string]datapath.ReplicaSet
 }
 
 // epochSeen is the highest epoch seen of a volume, and when and from which
@@ -94,29 +97,44 @@ func (w *epochWatch) pollCount() int {
 type claimFate string
 
 const (
-	// mustMove: its pod runs on the lost node and its data on another
-	// server: the pod fails over within failoverBound.
+	// mustMove: its pod runs on the lost node and its volume is served
+	// without the lost server (its holder elsewhere, and a write quorum of
+	// its in-sync replicas elsewhere): the pod fails over within
+	// failoverBound.
 	mustMove claimFate = "must fail over"
-	// mayMove: its pod runs on the lost node and its data on the lost
-	// server (or where its data lives is not known): the pod may be
-	// replaced or not, and writes again once the server is back.
+	// mayMove: its pod runs on the lost node and its volume is not served
+	// without the lost server (or its replica set is not known): the pod
+	// may be replaced or not, and writes again once the server is back.
 	mayMove claimFate = "may fail over"
-	// stallsInPlace: its pod runs elsewhere and its data on the lost
-	// server: the pod stays, its writes stall until the server is back.
+	// stallsInPlace: its pod runs elsewhere and its volume is not served
+	// without the lost server: the pod stays, its writes stall until the
+	// server is back.
 	stallsInPlace claimFate = "stays, stalls until its server is back"
-	// staysWriting: neither its pod nor its data is on the lost node.
+	// staysWriting: its pod is not on the lost node, and its volume is
+	// served without the lost server (or its replica set is not known).
 	staysWriting claimFate = "stays"
 )
 
 // claimExpect is the fate of a claim whose pod runs on podNode and whose
-// data the server on holder holds ("" unknown), when node lost is lost.
-func claimExpect(podNode, holder, lost string) claimFate {
+// volume has replica set set (known false when not known), when node lost
+// is lost. Without the lost server a volume is served when its holder is
+// elsewhere (reads go to the holder alone, and the holder never leaves the
+// in-sync set) and a write quorum of its in-sync replicas is elsewhere
+// (datapath.JudgeQuorum): a volume of three copies whose replica on the
+// lost node is not its holder goes on, one already down to two in sync with
+// the other on the lost node does not.
+func claimExpect(podNode string, set datapath.ReplicaSet, known bool, lost string) claimFate {
+	served := false
+	if known {
+		q := datapath.JudgeQuorum(set, func(server string) bool { return server != lost })
+		served = q.State == datapath.VolumeOK || q.State == datapath.VolumeDegraded
+	}
 	switch {
-	case podNode == lost && holder != "" && holder != lost:
+	case podNode == lost && served:
 		return mustMove
 	case podNode == lost:
 		return mayMove
-	case holder == lost:
+	case known && !served:
 		return stallsInPlace
 	}
 	return staysWriting

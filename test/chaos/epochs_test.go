@@ -53,22 +53,36 @@ func TestEpochWatch_AcrossCycles(t *testing.T) {
 }
 
 // The table is the specification of what a lost server's node means for
-// each claim.
+// each claim: node-1 is lost.
 func TestClaimExpect(t *testing.T) {
+	one := func(holder string) datapath.ReplicaSet { return datapath.SingleCopy("v", holder) }
+	three := func(holder string, inSync ...string) datapath.ReplicaSet {
+		return datapath.ReplicaSet{VolumeID: "v", Holder: holder, Replicas: []string{"node-1", "node-2", "node-3"}, InSync: inSync, MemberEpoch: 1}
+	}
 	for _, c := range []struct {
-		pod, holder string
-		want        claimFate
+		name  string
+		pod   string
+		set   datapath.ReplicaSet
+		known bool
+		want  claimFate
 	}{
-		{"node-1", "node-2", mustMove},      // pod on the lost node, data elsewhere
-		{"node-1", "node-1", mayMove},       // pod and data on the lost node
-		{"node-1", "", mayMove},             // where its data lives is not known
-		{"node-4", "node-1", stallsInPlace}, // data on the lost server only
-		{"node-4", "node-2", staysWriting},
-		{"node-2", "node-2", staysWriting},
-		{"node-4", "", staysWriting},
+		{"pod on the lost node, its one copy elsewhere", "node-1", one("node-2"), true, mustMove},
+		{"pod and its one copy on the lost node", "node-1", one("node-1"), true, mayMove},
+		{"pod on the lost node, its copies not known", "node-1", datapath.ReplicaSet{}, false, mayMove},
+		{"its one copy on the lost server", "node-4", one("node-1"), true, stallsInPlace},
+		{"its one copy elsewhere", "node-4", one("node-2"), true, staysWriting},
+		{"pod and its one copy on another node", "node-2", one("node-2"), true, staysWriting},
+		{"its copies not known", "node-4", datapath.ReplicaSet{}, false, staysWriting},
+		{"three in sync, holder elsewhere, pod on the lost node", "node-1", three("node-2", "node-1", "node-2", "node-3"), true, mustMove},
+		{"three in sync, holder elsewhere", "node-4", three("node-2", "node-1", "node-2", "node-3"), true, staysWriting},
+		{"three in sync, holder on the lost node", "node-4", three("node-1", "node-1", "node-2", "node-3"), true, stallsInPlace},
+		{"three in sync, holder on the lost node, pod too", "node-1", three("node-1", "node-1", "node-2", "node-3"), true, mayMove},
+		{"two in sync, the other one on the lost node", "node-4", three("node-2", "node-1", "node-2"), true, stallsInPlace},
+		{"two in sync, the other one on the lost node, pod too", "node-1", three("node-2", "node-1", "node-2"), true, mayMove},
+		{"two in sync, the lost node's replica out of sync", "node-1", three("node-2", "node-2", "node-3"), true, mustMove},
 	} {
-		if got := claimExpect(c.pod, c.holder, "node-1"); got != c.want {
-			t.Errorf("pod on %s, data on %q, node-1 lost: %q; want %q", c.pod, c.holder, got, c.want)
+		if got := claimExpect(c.pod, c.set, c.known, "node-1"); got != c.want {
+			t.Errorf("%s (pod on %s, set %+v): %q; want %q", c.name, c.pod, c.set, got, c.want)
 		}
 	}
 }

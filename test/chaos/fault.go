@@ -98,10 +98,12 @@ var HostKinds = []Kind{PowerCut, ShortPartition, PartitionAPIServer, PartitionDa
 	PartitionHealsAfterFence, FenceUncoveredPod}
 
 // ServerKinds are the kinds of a run with the datapath as a group of
-// GroupServers servers on nodes. A volume's data has one copy, on one
-// server, so a run with servers on nodes draws only these: a host kind that
-// cuts a node would take the volumes its server holds with it, which its
-// expectations (a failover within its bound) do not allow for.
+// GroupServers servers on nodes. A volume's reads go to its holder alone,
+// which never leaves the in-sync set, so even a volume of three copies
+// waits for its holder's server: a run with servers on nodes draws only
+// these, since a host kind that cuts a node would take the volumes its
+// server holds with it, which its expectations (a failover within its
+// bound) do not allow for.
 var ServerKinds = []Kind{DatapathLeaderPowerCut, DatapathServerPartition, DatapathRollingRestart}
 
 // AllKinds is every kind, in the order of the report.

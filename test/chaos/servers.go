@@ -57,12 +57,11 @@ func (g *groupState) record(p groupPoll) {
 	}
 }
 
-// holders is, by volume id, the node of the server holding its data, as last
-// seen.
-func (g *groupState) holders() map[string]string {
+// sets is, by volume id, its replica set, as last seen.
+func (g *groupState) sets() map[string]datapath.ReplicaSet {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.last.Holders
+	return g.last.Sets
 }
 
 func (g *groupState) close() {
@@ -169,9 +168,9 @@ func (h *Harness) pollGroup(ctx context.Context) {
 		if err != nil {
 			continue // a leader that lost its majority: it cannot answer current
 		}
-		p.Leader, p.Epochs, p.Holders = node, map[string]uint64{}, map[string]string{}
+		p.Leader, p.Epochs, p.Sets = node, map[string]uint64{}, map[string]datapath.ReplicaSet{}
 		for _, v := range vols {
-			p.Epochs[v.ID], p.Holders[v.ID] = v.Epoch, v.Server
+			p.Epochs[v.ID], p.Sets[v.ID] = v.Epoch, v.ReplicaSet()
 		}
 	}
 	p.At = time.Now()

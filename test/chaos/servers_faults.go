@@ -81,13 +81,14 @@ func (h *Harness) runLeaderPowerCut(ctx context.Context, f Fault, r *CycleResult
 // fates is each claim's claimExpect when node lost is lost, and the claims
 // that must fail over.
 func (h *Harness) fates(before map[string]string, lost string) (map[string]claimFate, map[string]bool) {
-	holders := h.group.holders()
+	sets := h.group.sets()
 	fates, moved := map[string]claimFate{}, map[string]bool{}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for claim, at := range before {
 		podNode := at[strings.LastIndex(at, "@")+1:]
-		fates[claim] = claimExpect(podNode, holders[h.claims[claim].Handle], lost)
+		set, known := sets[h.claims[claim].Handle]
+		fates[claim] = claimExpect(podNode, set, known, lost)
 		if fates[claim] == mustMove {
 			moved[claim] = true
 		}
