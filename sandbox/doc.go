@@ -108,13 +108,16 @@
 //     (Workload.WriterLedgerDir) acknowledging in a ledger on the host.
 //
 // The stack's CSI controller reads a managed settings overlay the stack writes
-// (stack-dir/csi-settings): default-replica-count is 1 (StackReplicaCount),
-// which the datapath on the host, one server, needs. Three servers on nodes
-// (StackConfig.DatapathServers) keep 1 too for now: StackReplicaCount says
-// which test a default of 3 breaks, and why. A volume of three replicas is
-// asked for with a StorageClass parameter replicas "3". The installed sandbox
-// runs one server, and its overlay (deploy/overlays/sandbox) sets the count
-// to 1 the same way.
+// (stack-dir/csi-settings): default-replica-count is one per datapath server,
+// at most 3 (StackReplicaCount). The datapath on the host is one server, so its
+// volumes have one copy; three servers on nodes (StackConfig.DatapathServers)
+// make volumes of three copies by default, as deploy/'s three servers do,
+// through the replicated create and the engine's fan-out. A volume of three
+// copies needs three servers that answer when it is provisioned: a claim made
+// while a server's node is off asks for fewer with a StorageClass parameter
+// replicas "1" (TestDatapathServers/LeaderPowerCut does). The installed
+// sandbox runs one server, and its overlay (deploy/overlays/sandbox) sets the
+// count to 1 the same way.
 //
 // # Installing deploy/ on real nodes
 //

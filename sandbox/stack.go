@@ -428,18 +428,15 @@ func (s *Sandbox) startStackHost(ctx context.Context, cfg StackConfig, stk *Stac
 }
 
 // StackReplicaCount is the replica count a stack's volumes get when their
-// StorageClass does not say: 1, whatever the number of servers. One per
-// server up to 3 (the setting's default) is what a cluster would run, but a
-// stack of three servers on nodes cannot run TestDatapathServers so: its
-// LeaderPowerCut provisions a claim while one of the three servers' nodes is
-// powered off, and a volume of 3 replicas needs 3 servers that answer (the
-// claim stayed Pending, with "read the datapath's servers: datapath Servers
-// at <the cut server> (4 attempts): connection error": the client read the
-// servers from the first server of its list only, which AnyServers fixed;
-// placement still needs 3 servers that answer). Volumes of
-// three can be asked for in the stack with a StorageClass parameter
-// replicas "3".
-func StackReplicaCount(*Stack) int { return 1 }
+// StorageClass does not say: one per datapath server, at most 3 (the
+// setting's default), so that three servers on nodes provision volumes of
+// three copies as deploy/'s three servers do, and the datapath on the host,
+// one server, volumes of one. A test that provisions while a server is down
+// asks for fewer copies with a StorageClass parameter replicas, since a
+// volume of R copies needs R servers that answer.
+func StackReplicaCount(stk *Stack) int {
+	return min(3, max(len(stk.DatapathServers), 1))
+}
 
 // writeStackSettings writes the CSI controller's managed settings overlay,
 // stack-dir/csi-settings: default-replica-count is StackReplicaCount (the

@@ -243,11 +243,12 @@ func TestAbortFUSEUnder_FreesAStuckReader(t *testing.T) {
 	}
 }
 
-// TestWriteStackSettings_OneReplica: the stack's CSI controller gets
-// default-replica-count 1 (StackReplicaCount says why), in a file the
-// settings accept, whatever the number of servers.
-func TestWriteStackSettings_OneReplica(t *testing.T) {
-	for _, servers := range []int{0, 1, 3} {
+// TestWriteStackSettings_OneReplicaPerServerUpToThree: the stack's CSI
+// controller gets default-replica-count of one per server, at most 3 (the
+// host's one server: 1; three servers on nodes: 3, as deploy/), in a file
+// the settings accept.
+func TestWriteStackSettings_OneReplicaPerServerUpToThree(t *testing.T) {
+	for servers, want := range map[int]string{0: "1", 1: "1", 2: "2", 3: "3", 5: "3"} {
 		stk := &Stack{Dir: t.TempDir(), DatapathServers: make([]StackServer, servers)}
 		dir, err := writeStackSettings(stk)
 		if err != nil {
@@ -257,8 +258,8 @@ func TestWriteStackSettings_OneReplica(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.TrimSpace(string(b)); got != "1" {
-			t.Errorf("%d servers: default-replica-count %q, want 1", servers, got)
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%d servers: default-replica-count %q, want %s", servers, got, want)
 		}
 		if _, err := settings.ParseValue(settings.NameDefaultReplicaCount, strings.TrimSpace(string(b))); err != nil {
 			t.Errorf("%d servers: %v", servers, err)

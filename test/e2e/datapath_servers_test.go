@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vigil "github.com/vigil-storage/vigil"
 	"github.com/vigil-storage/vigil/datapath"
 	dpclient "github.com/vigil-storage/vigil/datapath/client"
+	"github.com/vigil-storage/vigil/datapath/csi"
 	"github.com/vigil-storage/vigil/sandbox"
 )
 
@@ -114,7 +118,7 @@ func (e *serversEnv) testLeaderPowerCut(t *testing.T) {
 		t.Logf("the new leader took %.2fs, past the 3 s target", cut.leader.Seconds())
 	}
 
-	mountNewClaim(t, ctx, s, stk, sandbox.NodeName(3))
+	mountNewClaim(t, ctx, s, sandbox.NodeName(3))
 
 	must(t, s.Start(victim.Node))
 	zombie := dialServers(t, ctx, stk, sandbox.NodeTokenFile(s.NodeDir(victim.Node)), first.Address)
@@ -332,15 +336,23 @@ func fenceUntilCommitted(t *testing.T, ctx context.Context, ctl *dpclient.Client
 // newClaimName names the claim and pod of mountNewClaim.
 const newClaimName = "after-cut"
 
+// oneCopyClass is the StorageClass of mountNewClaim's claim: the stack's,
+// with StorageClass parameter replicas "1".
+const oneCopyClass = "vigil-one-copy"
+
 // mountNewClaim provisions a claim, runs a pod with it on node and waits
 // until the volume is attached and published there, then writes through
-// the mount.
-func mountNewClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *sandbox.Stack, node string) {
+// the mount. The claim is of one copy (oneCopyClass): it is provisioned
+// while a server's node is powered off, and a volume of the stack's default
+// three copies needs three servers that answer, so its claim would stay
+// Pending until the node is back.
+func mountNewClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, node string) {
 	t.Helper()
 	c := s.Client()
 	const claim = newClaimName
 	t0 := time.Now()
-	must(t, sandbox.CreateClaim(ctx, c, serversNS, claim, stk.StorageClass, "64Mi"))
+	createOneCopyClass(t, ctx, s)
+	must(t, sandbox.CreateClaim(ctx, c, serversNS, claim, oneCopyClass, "64Mi"))
 	must(t, sandbox.WaitPVCsBound(ctx, c, serversNS, []string{claim}, 60*time.Second))
 	pvc, err := c.CoreV1().PersistentVolumeClaims(serversNS).Get(ctx, claim, metav1.GetOptions{})
 	must(t, err)
@@ -355,4 +367,18 @@ func mountNewClaim(t *testing.T, ctx context.Context, s *sandbox.Sandbox, stk *s
 	target := waitPublished(t, ctx, s, node, pods[0], pvc.Spec.VolumeName)
 	writePayload(t, target)
 	t.Logf("FIGURE a new claim provisioned, attached, mounted on %s and written through in %.2fs", node, time.Since(t0).Seconds())
+}
+
+// createOneCopyClass creates oneCopyClass, the stack's StorageClass with
+// parameter replicas "1", unless it exists.
+func createOneCopyClass(t *testing.T, ctx context.Context, s *sandbox.Sandbox) {
+	t.Helper()
+	del := corev1.PersistentVolumeReclaimDelete
+	immediate := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: oneCopyClass},
+		Provisioner: vigil.DriverName, ReclaimPolicy: &del, VolumeBindingMode: &immediate,
+		Parameters: map[string]string{"csi.storage.k8s.io/fstype": "ext4", csi.ParameterReplicas: "1"}}
+	if _, err := s.Client().StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create StorageClass %s: %v", oneCopyClass, err)
+	}
 }
