@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,8 @@ import (
 )
 
 // testPodOnLeaderNode: the power cut of a node that runs a StatefulSet's pod
-// and the datapath's leader at once, while the pod's volume has its data on
-// another server. Kwok nodes with the kubelet stand-in; the closed loop's
+// and the datapath's leader at once, while the pod's volume (three copies,
+// the stack's default; one on the cut node) is held by another server. Kwok nodes with the kubelet stand-in; the closed loop's
 // manager (TestLoopKwok's, delete-both, the fast trigger, immediate
 // attachment recovery) is started here, as a host process: no power cut of
 // a node takes it down.
@@ -50,6 +51,11 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 
 	app := l.newAppClaim(t, "leader-node")
 	holder := groupHolder(t, ctx, e.ctl, app.handle)
+	// The claim's StorageClass names no replica count: the stack's default
+	// on three servers, three copies, as deploy/'s.
+	if v := groupVolume(t, ctx, e.ctl, app.handle); len(v.Replicas) != 3 || !slices.Equal(v.InSync, v.Replicas) {
+		t.Fatalf("the claim's volume %s: replicas %v, in sync %v; want three (the stack's default-replica-count on three servers), all in sync", app.handle, v.Replicas, v.InSync)
+	}
 	leader := waitDatapathLeader(t, ctx, e.s, "")
 	if leader.Node == holder {
 		if _, err := e.s.RestartProcess(holder, sandbox.StackDatapath, 10*time.Second); err != nil {
@@ -73,7 +79,7 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	}
 	own := e.ownVolume(t, ctx, leader)
 	logHeldBy(t, ctx, e.ctl, victim)
-	t.Logf("pod %s on %s, the leader's node; its volume %s held by %s, attached at epoch %d; ledger writer running", podA.Name, victim, app.handle, holder, epochA)
+	t.Logf("pod %s on %s, the leader's node; its volume %s of three copies held by %s, attached at epoch %d; ledger writer running", podA.Name, victim, app.handle, holder, epochA)
 
 	start := time.Now()
 	must(t, e.s.Stop(victim))
@@ -103,7 +109,7 @@ func (e *serversEnv) testPodOnLeaderNode(t *testing.T) {
 	if v, ok := l.mgr.metric(t, `vigil_fences_total{outcome="done"}`); !ok || v < 1 {
 		t.Errorf("vigil_fences_total{outcome=\"done\"} = %v (present %t), want ≥ 1", v, ok)
 	}
-	t.Log(tl.table(fmt.Sprintf("Power cut of %s (a StatefulSet's pod and the datapath's leader; the volume's data on %s) → replacement on %s", victim, holder, nodeB)))
+	t.Log(tl.table(fmt.Sprintf("Power cut of %s (a StatefulSet's pod and the datapath's leader; the volume held by %s) → replacement on %s", victim, holder, nodeB)))
 	fencedAfter := "never"
 	if f := rec.Status.FencedAt; f != nil {
 		fencedAfter = fmt.Sprintf("%.2fs", f.Sub(start).Seconds())
