@@ -219,7 +219,9 @@
 // stops the start with an error naming it: TestReadBootID_BadFilesClearErrors)
 // with every answer: the gRPC response header BootIDMetadataKey and the
 // message of the bulk hello's answer (TestClient_BootID_ReportedOnBothChannels).
-// A client asks for it per call with WithBootRecorder. The engine keeps every
+// A client asks for it per call with WithBootRecorder; a write or flush of
+// a volume of several copies records the holder's boot alone, as its reads
+// do (TestClient_Replicated_BootIsTheHolders). The engine keeps every
 // acknowledged write until a flush by the same boot covers it, and sends
 // again what another boot acknowledged before anything else goes out (see
 // package enginenode, Replay). Older peers keep working: a client from before
