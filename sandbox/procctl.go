@@ -189,7 +189,8 @@ func (s *Sandbox) RestartProcess(node, name string, timeout time.Duration) (Rest
 }
 
 // terminate sends SIGTERM to p alone, as a container runtime signals a
-// container's first process, waits up to grace for it to exit, then SIGKILLs
+// container's first process, waits up to grace for it to exit, then sends
+// SIGQUIT (a Go program dumps its goroutines to its log), then SIGKILLs
 // its process group: all of it if p did not exit, what p left in it if it
 // did (a container's stop leaves nothing behind). It reports whether p had to
 // be killed; a process that is not running is left alone.
@@ -206,6 +207,15 @@ func terminate(p *proc, grace time.Duration) (killed bool, err error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	killed = p.alive()
+	if killed {
+		// A Go program writes every goroutine's stack to its stderr (the
+		// process's log) on SIGQUIT and exits: the evidence of where it
+		// hung, before the SIGKILL.
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		for end := time.Now().Add(2 * time.Second); p.alive() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if err := killAll([]*proc{p}, 5*time.Second); err != nil {
 		return killed, err
 	}
