@@ -43,7 +43,10 @@ func datapathForceReplicaCommand() *cli.Command {
 			"The risk: a forced in-sync replica holds every acknowledged write (a write is acknowledged only once every\n" +
 			"in-sync replica took it); a forced out-of-sync replica lacks every write acknowledged since it fell out of\n" +
 			"sync, and those writes are lost from the volume. The volume keeps only the forced copies until new ones are\n" +
-			"rebuilt from them. Without --" + flagForceYes + " it prints the volume, its replicas and their states, what would change\n" +
+			"rebuilt from them. A replica left out whose server is alive but cut off from the group has not applied the\n" +
+			"force: it may still serve reads of the old copy to an engine that has not learned of it (a fenced node's\n" +
+			"included). Before a force that leaves out the holder, power its server off or cut it off from every node.\n" +
+			"Without --" + flagForceYes + " it prints the volume, its replicas and their states, what would change\n" +
 			"and the data that may be lost, and changes nothing. With --" + flagForceYes + " it forces and prints the new member epoch;\n" +
 			"the leader logs it at Warn and records who asked, when and your --" + flagForceReason + ".",
 		Flags: append(datapathClientFlags(),
@@ -76,11 +79,8 @@ func forceArgs(c *cli.Context) (datapath.ForceRequest, error) {
 		}
 		req.Replicas = append(req.Replicas, id)
 	}
-	switch {
-	case strings.TrimSpace(req.Reason) == "":
-		return req, cliflags.Usagef("--%s is empty: say why the volume may serve from these replicas (1 to %d characters)", flagForceReason, raftstate.MaxForceReason)
-	case len(req.Reason) > raftstate.MaxForceReason:
-		return req, cliflags.Usagef("--%s is %d bytes; at most %d are allowed", flagForceReason, len(req.Reason), raftstate.MaxForceReason)
+	if err := raftstate.ValidForceReason(req.Reason); err != nil {
+		return req, cliflags.Usagef("--%s: %v", flagForceReason, err)
 	}
 	return req, nil
 }
@@ -139,6 +139,9 @@ func printForcePlan(out io.Writer, p datapath.ForcePlan) error {
 		return err
 	}
 	fmt.Fprintln(out, "data that may be lost:", forceLoss(p))
+	if !slices.Contains(p.After.Replicas, b.Holder) {
+		fmt.Fprintf(out, "the holder %s is left out: until its server applies the force it may still serve reads of the old copy; power it off or cut it off from every node first\n", b.Holder)
+	}
 	if !p.Done {
 		_, err := fmt.Fprintf(out, "would serve from %s only (holder %s) at member epoch %d\nnothing changed: run again with --%s to force\n",
 			strings.Join(p.After.Replicas, ", "), p.After.Holder, p.After.MemberEpoch, flagForceYes)

@@ -23,9 +23,10 @@ func TestDatapathForceReplica_BadFlags(t *testing.T) {
 		extra      []string
 		want       string
 	}{
-		{"no reason", "--reason", "", nil, "--reason is empty"},
-		{"a blank reason", "--reason", "  ", nil, "--reason is empty"},
-		{"a long reason", "--reason", strings.Repeat("x", 257), nil, "--reason is 257 bytes; at most 256 are allowed"},
+		{"no reason", "--reason", "", nil, "--reason: datapath: invalid argument: a force needs a reason"},
+		{"a blank reason", "--reason", "  ", nil, "--reason: datapath: invalid argument: a force needs a reason"},
+		{"a long reason", "--reason", strings.Repeat("x", 257), nil, "--reason: datapath: invalid argument: the reason is 257 bytes; at most 256 are allowed"},
+		{"a reason not UTF-8", "--reason", "bad \xff", nil, "--reason: datapath: invalid argument: the reason is not valid UTF-8"},
 		{"an empty server", "--replica", "datapath-0,,datapath-1", nil, "an empty server id"},
 		{"a server twice", "--replica", "datapath-0,datapath-0", nil, "server datapath-0 is named twice"},
 		{"a bad volume id", "--volume", "../etc", nil, `--volume "../etc"`},
@@ -179,5 +180,26 @@ func TestForceLoss(t *testing.T) {
 	}
 	if !strings.HasPrefix(out, "every write acknowledged since c fell out of sync: those reached only a, b") {
 		t.Errorf("forcing an out-of-sync replica: %s", out)
+	}
+}
+
+// TestPrintForcePlan_HolderLeftOut: a plan that leaves the holder out says
+// to power its server off first (it may still serve reads of the old copy
+// until it applies the force); one that keeps it says nothing of it.
+func TestPrintForcePlan_HolderLeftOut(t *testing.T) {
+	before := datapath.ReplicaSet{Holder: "a", Replicas: []string{"a", "b", "c"}, InSync: []string{"a", "b"}}
+	for _, c := range []struct {
+		forced string
+		warned bool
+	}{{"b", true}, {"a", false}} {
+		var out strings.Builder
+		p := datapath.ForcePlan{VolumeID: "vol-1", Before: before, Unreachable: []string{"a", "c"},
+			After: datapath.ReplicaSet{Holder: c.forced, Replicas: []string{c.forced}, InSync: []string{c.forced}}}
+		if err := printForcePlan(&out, p); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out.String(), "the holder a is left out"); got != c.warned {
+			t.Errorf("forcing %s: the holder warning printed %v, want %v:\n%s", c.forced, got, c.warned, out.String())
+		}
 	}
 }

@@ -47,7 +47,7 @@ type ForceAudit = datapath.ForceRecord
 // validateForce checks a force-replicas command's fields: the volume, one
 // or more distinct servers, a caller and a reason.
 func (c Command) validateForce() error {
-	errs := []error{datapath.ValidVolumeID(c.VolumeID), validForceReason(c.Reason)}
+	errs := []error{datapath.ValidVolumeID(c.VolumeID), ValidForceReason(c.Reason)}
 	if len(c.Replicas) == 0 {
 		errs = append(errs, fmt.Errorf("%w: force replicas of volume %s names no replica; name one or more of its replicas", datapath.ErrInvalidArgument, c.VolumeID))
 	}
@@ -63,9 +63,9 @@ func (c Command) validateForce() error {
 	return firstErr(errs...)
 }
 
-// validForceReason requires the operator's reason: 1 to MaxForceReason
+// ValidForceReason requires the operator's reason: 1 to MaxForceReason
 // bytes of valid UTF-8, not only white space.
-func validForceReason(reason string) error {
+func ValidForceReason(reason string) error {
 	switch {
 	case strings.TrimSpace(reason) == "":
 		return fmt.Errorf("%w: a force needs a reason: say why the volume may serve from the replicas left (1 to %d characters)", datapath.ErrInvalidArgument, MaxForceReason)

@@ -142,7 +142,7 @@ func restoreVolume(sv snapshotVolume) (*volState, error) {
 		return nil, err
 	}
 	if sv.Forced != nil {
-		if err := firstErr(validForceReason(sv.Forced.Reason), checkForceAudit(*sv.Forced, vs.vol)); err != nil {
+		if err := firstErr(ValidForceReason(sv.Forced.Reason), checkForceAudit(*sv.Forced, vs.vol)); err != nil {
 			return nil, fmt.Errorf("forced: %w", err)
 		}
 		vs.forced = sv.Forced
