@@ -314,11 +314,7 @@ func (s *Store) DirtyRegions(volumeID, replica, node string, epoch uint64) (Dirt
 		return DirtyRegions{}, err
 	}
 	m, h := d.snapshot(), d.header()
-	out := DirtyRegions{VolumeID: volumeID, Replica: replica, Since: h.Start, MemberEpoch: set.MemberEpoch, All: m.All(), Ranges: m.Ranges()}
-	for _, r := range out.Ranges {
-		out.Bytes += r.Len
-	}
-	return out, nil
+	return DirtyRegions{VolumeID: volumeID, Replica: replica, Since: h.Start, MemberEpoch: set.MemberEpoch, All: m.All(), Ranges: m.Ranges(), Bytes: m.Bytes()}, nil
 }
 
 // dirtyPage is the part of ranges from byte from on (a range that holds

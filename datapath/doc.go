@@ -151,9 +151,10 @@
 // the write again at the new member epoch to the replicas still in sync,
 // so that it is in their dirty-region maps, before acknowledging it
 // (TestReplicatedWrite_SentAgainBeforeTheAck,
-// TestClient_Group_ReplicatedWrite_MissedWritesAreInTheDirtyMaps). Nothing
-// user-facing creates such a volume yet, and reads go to the holder, which
-// is always in sync. While a replica is out of sync, every in-sync replica
+// TestClient_Group_ReplicatedWrite_MissedWritesAreInTheDirtyMaps). The CSI
+// controller creates such volumes (a StorageClass's replicas, else the
+// setting default-replica-count), and reads go to the holder, which is
+// always in sync. While a replica is out of sync, every in-sync replica
 // keeps a dirty-region map of it (4 KiB regions), each write's regions
 // marked and synced in its file before the write (dirtymap.go,
 // dirtyfile.go, dirtytrack.go, whose comment argues when a map may start

@@ -264,13 +264,13 @@ func (s *Store) DeleteVolume(id string) error { return s.deleteVolume(id, nil) }
 
 // deleteVolume is DeleteVolume; pend as for grantAs.
 func (s *Store) deleteVolume(id string, pend *pendingApply) error {
-	if s.ctl != nil && pend != nil && s.othersApplyID(id) {
-		// Its other replicas must apply it (this server's copy, if any, is
-		// removed as it applies the delete: forget).
-		_, err := s.ctlChangeElsewhere(id, pend, func(ctx context.Context) (uint64, error) { return 0, s.ctl.DeleteVolume(ctx, id) })
-		return err
-	}
 	if s.ctl != nil && s.othersApplyID(id) {
+		if pend != nil {
+			// Its other replicas must apply it (this server's copy, if
+			// any, is removed as it applies the delete: forget).
+			_, err := s.ctlChangeElsewhere(id, pend, func(ctx context.Context) (uint64, error) { return 0, s.ctl.DeleteVolume(ctx, id) })
+			return err
+		}
 		if err := s.ctlCheckHere(id); err != nil {
 			return err
 		}

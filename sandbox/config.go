@@ -116,6 +116,10 @@ const (
 	MaxRackSize = 100
 )
 
+// DefaultPodSubnet is the pod addresses of real nodes when none is given: a
+// /24 per node.
+const DefaultPodSubnet = "10.214.0.0/16"
+
 // withDefaults returns c with every unset field given its default.
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -149,7 +153,7 @@ func (c Config) withDefaults() Config {
 		c.Kubelet = KubeletKwok
 	}
 	if c.PodSubnet == "" {
-		c.PodSubnet = "10.214.0.0/16"
+		c.PodSubnet = DefaultPodSubnet
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}

@@ -63,7 +63,7 @@ func upCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "node-image", Usage: "with --kubelet real: an image tarball (docker-archive or OCI) to import into every node's containerd; repeat it " +
 				"(default: the pause and tools images `make image` wrote into the images directory beside this binary)"},
 			&cli.StringFlag{Name: "pause-image", Usage: "with --kubelet real: the reference of the image, among --node-image, that holds each pod's sandbox (default: the pause image tagged dev)"},
-			&cli.StringFlag{Name: "pod-subnet", Value: "10.214.0.0/16", Usage: "with --kubelet real: pod addresses, a /24 per node"},
+			&cli.StringFlag{Name: "pod-subnet", Value: sandbox.DefaultPodSubnet, Usage: "with --kubelet real: pod addresses, a /24 per node"},
 			&cli.DurationFlag{Name: "node-monitor-grace-period", Value: 10 * time.Second,
 				Usage: "how long a silent node stays Ready"},
 			&cli.DurationFlag{Name: "node-monitor-period", Value: time.Second, Usage: "how often node health is checked"},

@@ -29,7 +29,7 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: vigil.DefaultAPIAddress, Usage: "the manager's UI, REST API and metrics (a loopback address; port 0: any free port)"},
 			&cli.StringFlag{Name: "subnet", Value: "10.213.0.0/16", Usage: "addresses of the node links"},
 			&cli.StringFlag{Name: "kubelet", Value: sandbox.KubeletReal, Usage: "what runs each node: real (a kubelet, containerd, CNI and kube-proxy) or kwok (a kwok process, no containers)"},
-			&cli.StringFlag{Name: "pod-subnet", Usage: "with --kubelet real: pod addresses, a /24 per node", DefaultText: "10.214.0.0/16"},
+			&cli.StringFlag{Name: "pod-subnet", Usage: "with --kubelet real: pod addresses, a /24 per node", DefaultText: sandbox.DefaultPodSubnet},
 			&cli.StringFlag{Name: "source", Usage: "with --kubelet real: Vigil's source tree, where the pause and writer images' programs are compiled",
 				DefaultText: "the parent of --vigil-bin-dir"},
 			&cli.DurationFlag{Name: "timeout", Value: demo.DefaultTimeout, Usage: "--auto: longest time from the power cut to the replacement with its data"},

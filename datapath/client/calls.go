@@ -396,13 +396,18 @@ func (c *Client) serversAt(ctx context.Context, addr string) (datapath.ServersRe
 // before replica sets). A server without a group reports its own volumes,
 // with no server.
 func (c *Client) GroupVolumes(ctx context.Context) ([]datapath.GroupVolume, error) {
-	return c.groupVolumesAt(ctx, "")
+	return c.groupVolumesAt(ctx, "", true)
 }
 
-// groupVolumesAt is GroupVolumes asked of the server at addr ("": Dial's).
-func (c *Client) groupVolumesAt(ctx context.Context, addr string) ([]datapath.GroupVolume, error) {
+// groupVolumesAt is GroupVolumes asked of the server at addr ("": Dial's);
+// each volume's last force (Forced) only when forced asks for it: the
+// write path's and the fence's own reads have no use for it.
+func (c *Client) groupVolumesAt(ctx context.Context, addr string, forced bool) ([]datapath.GroupVolume, error) {
 	var resp wire.GroupVolumeList
-	ctx = metadata.AppendToOutgoingContext(ctx, wire.ReplicasMetadataKey, "1", wire.ForcedMetadataKey, "1")
+	ctx = metadata.AppendToOutgoingContext(ctx, wire.ReplicasMetadataKey, "1")
+	if forced {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.ForcedMetadataKey, "1")
+	}
 	if err := c.callTo(ctx, "", addr, wire.MethodGroupVolumes, &wire.Empty{}, &resp, retrySafe); err != nil {
 		return nil, err
 	}

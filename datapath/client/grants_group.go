@@ -79,7 +79,7 @@ func (c *Client) volumesOf(ctx context.Context, answered, silent []string) ([]st
 			}
 		}
 	}
-	vols, err := c.groupVolumesAt(ctx, leader)
+	vols, err := c.groupVolumesAt(ctx, leader, false)
 	if err != nil {
 		return nil, err
 	}

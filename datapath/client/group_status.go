@@ -69,7 +69,7 @@ func (c *Client) GroupStatus(ctx context.Context, volumes bool) (datapath.GroupS
 		out.Servers = append(out.Servers, m)
 	}
 	if volumes && leader != "" {
-		vols, err := c.groupVolumesAt(ctx, leader)
+		vols, err := c.groupVolumesAt(ctx, leader, true)
 		if err == nil {
 			out.Volumes, out.VolumesKnown = vols, true
 		}

@@ -107,12 +107,12 @@ func (c *Client) renewView(ctx context.Context, vol string) (*replicaView, error
 // server that does not serve GroupVolumes, or not to an engine, predates
 // the replicated write path: vol is one copy, at member epoch 0.
 func (c *Client) readView(ctx context.Context, vol string) (*replicaView, error) {
-	vols, err := c.groupVolumesAt(ctx, "")
+	vols, err := c.groupVolumesAt(ctx, "", false)
 	var re *datapath.RemoteError
 	if len(c.group.servers) < 2 && errors.As(err, &re) && errors.Is(re, datapath.ErrNotLeader) && re.LeaderAddress != "" {
 		// A client of one server that is not the leader: ask the leader
 		// it names (a client of the group follows by itself).
-		vols, err = c.groupVolumesAt(ctx, re.LeaderAddress)
+		vols, err = c.groupVolumesAt(ctx, re.LeaderAddress, false)
 	}
 	if status.Code(err) == codes.Unimplemented || errors.Is(err, datapath.ErrPermissionDenied) {
 		// A server from before replica sets, or from before engines read

@@ -17,6 +17,7 @@ import (
 	vigil "github.com/vigil-storage/vigil"
 	v1alpha1 "github.com/vigil-storage/vigil/api/v1alpha1"
 	"github.com/vigil-storage/vigil/sandbox"
+	"github.com/vigil-storage/vigil/sandbox/kubelet"
 	"github.com/vigil-storage/vigil/sandbox/ledger"
 )
 
@@ -214,7 +215,7 @@ func (f *follower) volumeOf(ctx context.Context, pv string) string {
 	if err != nil || v.Spec.CSI == nil || v.Spec.CSI.Driver != vigil.DriverName {
 		return ""
 	}
-	return "kubernetes.io/csi/" + vigil.DriverName + "^" + v.Spec.CSI.VolumeHandle
+	return kubelet.UniqueVolumeName(vigil.DriverName, v.Spec.CSI.VolumeHandle)
 }
 
 // pods prints each pod's steps and picks the current one.
