@@ -21,9 +21,9 @@ const (
 	down     = "down"        // its connection fails at once
 	fenced   = "fenced"      // refuses the writer as fenced
 	stale    = "stale"       // refuses the member epoch
-	lateOK   = "late-ok"     // answers its first send after 4 deadlines, the next ones at once
+	lateOK   = "late-ok"     // answers its first send once asked out of sync, the next ones at once
 	downOnce = "down-once"   // fails once, then takes it
-	lateFenc = "late-fenced" // refuses as fenced after 4 deadlines
+	lateFenc = "late-fenced" // refuses as fenced once asked out of sync
 )
 
 type fakeReplicas struct {
@@ -32,6 +32,13 @@ type fakeReplicas struct {
 	sends map[string]int
 	marks []string
 	at    []string // every send as replica@member epoch, in order
+}
+
+// marked says whether the write asked to take id out of sync.
+func (f *fakeReplicas) marked(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.marks, id)
 }
 
 func (f *fakeReplicas) send(ctx context.Context, id string, member uint64, deadline time.Duration) error {
@@ -59,15 +66,19 @@ func (f *fakeReplicas) send(ctx context.Context, id string, member uint64, deadl
 		if how == lateOK && n > 1 {
 			return nil
 		}
-		select {
-		case <-time.After(4 * deadline):
-			if how == lateFenc {
-				return fmt.Errorf("%w: node n1 was fenced", datapath.ErrFenced)
+		// It answers once the write asked to take it out of sync: ordered
+		// by that event, not by a timer that a loaded machine may delay.
+		for !f.marked(id) {
+			select {
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
 		}
+		if how == lateFenc {
+			return fmt.Errorf("%w: node n1 was fenced", datapath.ErrFenced)
+		}
+		return nil
 	}
 	<-ctx.Done()
 	return ctx.Err()
@@ -187,12 +198,13 @@ func TestReplicatedWrite_LateReplicaWaitsForTheCommit(t *testing.T) {
 	set := datapath.ReplicaSet{VolumeID: "vol-1", Holder: "a", Replicas: []string{"a", "b", "c"}, InSync: []string{"a", "b", "c"}}
 	f := &fakeReplicas{how: map[string]string{"a": takes, "b": takes, "c": late}, sends: map[string]int{}}
 	asked, commit := make(chan struct{}), make(chan struct{})
+	askedOnce := sync.OnceFunc(func() { close(asked) }) // a slow "takes" may be asked out too
 	done := make(chan error, 1)
 	go func() {
 		_, err := replicatedWrite(context.Background(), fanOut{set: set, deadline: 10 * time.Millisecond, noQuorum: time.Second,
 			send: func(ctx context.Context, id string, m uint64) error { return f.send(ctx, id, m, 10*time.Millisecond) },
 			outOfSync: func(_ context.Context, id string, m uint64) (datapath.ReplicaSet, error) {
-				close(asked)
+				askedOnce()
 				<-commit
 				step, err := set.MarkOutOfSync(id, m)
 				return step.Set, err
