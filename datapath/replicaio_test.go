@@ -185,6 +185,11 @@ func TestStoreGroup_ReplicasTakeCheckedWrites(t *testing.T) {
 	done := make(chan error, 1)
 	datapath.SetMemberEpochWait(t, 5*time.Second)
 	go func() { done <- r.srvs[1].Store.WriteAtMember(id, "n1", e, 3, 0, []byte("2")) }()
+	select { // it cannot be taken before the change is applied
+	case err := <-done:
+		t.Fatalf("a write at member epoch 3 returned (%v) before that member epoch was committed; want it waiting", err)
+	case <-time.After(100 * time.Millisecond):
+	}
 	if _, err := r.leader.MarkReplicaInSync(ctx, id, r.ids[2], 2); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,11 @@ func TestStoreGroup_ReplicaBehindOnAGrant_NotAppliedNeverFenced(t *testing.T) {
 	datapath.SetMemberEpochWait(t, 5*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- s.WriteAtMember(id, "n2", e2, member, 0, []byte("new")) }()
-	time.Sleep(100 * time.Millisecond)
+	select { // it cannot be taken before the replica applies the grant
+	case err := <-done:
+		t.Fatalf("n2's write returned (%v) before the replica applied its grant; want it waiting", err)
+	case <-time.After(100 * time.Millisecond):
+	}
 	lags[behind].release()
 	if err := <-done; err != nil {
 		t.Fatalf("n2's write that waited for the replica to apply its grant: %v; want it taken", err)

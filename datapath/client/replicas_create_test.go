@@ -33,7 +33,7 @@ func dialGroup(t *testing.T, ctx context.Context, srvs []*datapathtest.Server, o
 
 // TestClient_CreateReplicated: a volume created with three replicas has
 // its data file on each of the three servers, open there, one id, and the
-// group records the three in sync at member epoch 0; its writer's engine
+// group records the three in sync at member epoch 1; its writer's engine
 // writes at each replica over the wire; a create again by name is the same
 // volume.
 func TestClient_CreateReplicated(t *testing.T) {
@@ -173,9 +173,11 @@ func TestClient_CreateReplicated_TheServerDialedIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, gv := range vols {
-		if gv.ID == v.ID && (len(gv.Replicas) != 2 || slices.Contains(gv.Replicas, stopped)) {
-			t.Errorf("replicas %v; want 2, none on the stopped server %s", gv.Replicas, stopped)
-		}
+	i := slices.IndexFunc(vols, func(gv datapath.GroupVolume) bool { return gv.ID == v.ID })
+	if i < 0 {
+		t.Fatalf("volume %s not among the group's volumes %v", v.ID, vols)
+	}
+	if gv := vols[i]; len(gv.Replicas) != 2 || slices.Contains(gv.Replicas, stopped) {
+		t.Errorf("replicas %v; want 2, none on the stopped server %s", gv.Replicas, stopped)
 	}
 }

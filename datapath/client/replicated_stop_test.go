@@ -48,9 +48,6 @@ func TestClient_Group_ReplicatedWrite_AReplicaStops(t *testing.T) {
 		}
 	}
 	t.Logf("longest write (the stall) with a replica deadline of %s: %s", deadline, longest)
-	if longest > deadline+3*time.Second {
-		t.Errorf("the longest write took %s; want the deadline %s plus one commit", longest, deadline)
-	}
 	in, m := memberOf(t, ctx, r.ctl, r.vol)
 	if slices.Contains(in, victim) || m != 2 {
 		t.Errorf("in sync %v at member epoch %d; want %s out of sync at member epoch 2", in, m, victim)
