@@ -82,7 +82,6 @@ func (v *volume) setMemberLocked(cv ControlVolume) {
 		close(v.changed)
 	}
 	v.changed = make(chan struct{})
-	v.memberEpoch = cv.MemberEpoch
 	v.set = cv.ReplicaSet()
 }
 
@@ -93,7 +92,7 @@ func (v *volume) setMemberLocked(cv ControlVolume) {
 // replicas, but not applied here yet); nil otherwise, and always without a
 // control group. The caller holds v.mu.
 func (v *volume) aheadLocked(epoch, member uint64) <-chan struct{} {
-	if member > v.memberEpoch || epoch > v.rec.Epoch {
+	if member > v.set.MemberEpoch || epoch > v.rec.Epoch {
 		return v.changed
 	}
 	return nil
