@@ -241,9 +241,9 @@ func (v *volume) checkIO(op, node string, epoch uint64) error {
 // change has replaced (or this server has not applied its change yet). The
 // caller holds v.mu.
 func (v *volume) checkMember(op string, member uint64) error {
-	if member != v.set.MemberEpoch {
+	if member != v.memberEpoch {
 		return fmt.Errorf("%w: %s volume %s carries member epoch %d; this server applied member epoch %d: read the volume's replicas again",
-			ErrStaleMemberEpoch, op, v.rec.ID, member, v.set.MemberEpoch)
+			ErrStaleMemberEpoch, op, v.rec.ID, member, v.memberEpoch)
 	}
 	return nil
 }

@@ -123,7 +123,7 @@ func (s *Store) readOnce(v *volume, node string, epoch uint64, off int64, n int)
 		return nil, nil, 0, err
 	}
 	if in := s.notInSyncLocked(v); in != nil {
-		return nil, in, v.set.MemberEpoch, nil
+		return nil, in, v.memberEpoch, nil
 	}
 	if err := validRange("read", v.rec.ID, off, int64(n), v.rec.Size); err != nil {
 		return nil, nil, 0, err

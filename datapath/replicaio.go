@@ -82,6 +82,7 @@ func (v *volume) setMemberLocked(cv ControlVolume) {
 		close(v.changed)
 	}
 	v.changed = make(chan struct{})
+	v.memberEpoch = cv.MemberEpoch
 	v.set = cv.ReplicaSet()
 }
 
@@ -92,7 +93,7 @@ func (v *volume) setMemberLocked(cv ControlVolume) {
 // replicas, but not applied here yet); nil otherwise, and always without a
 // control group. The caller holds v.mu.
 func (v *volume) aheadLocked(epoch, member uint64) <-chan struct{} {
-	if member > v.set.MemberEpoch || epoch > v.rec.Epoch {
+	if member > v.memberEpoch || epoch > v.rec.Epoch {
 		return v.changed
 	}
 	return nil

@@ -107,14 +107,17 @@ type volume struct {
 	failed *failureRecord
 	// syncs tracks the volume's syncs in flight (failure.go).
 	syncs volSyncs
+	// memberEpoch is the volume's member epoch as this server applied it
+	// (0 for a single copy, and without a control group): a write must
+	// carry it (checkMember).
+	memberEpoch uint64
 	// changed is closed, and replaced, each time this server applies a
 	// change of v (a write ahead of what it applied waits for it); nil
 	// without a control group.
 	changed chan struct{}
 	// set is v's replica set as this server applied it (empty without a
 	// control group): a replica serves reads only while in its in-sync set
-	// (replicaio.go), and a write must carry its member epoch (0 for a
-	// single copy, and without a control group: checkMember).
+	// (replicaio.go).
 	set ReplicaSet
 	// dirty is, while this server's copy is in sync, the dirty-region map
 	// of each replica out of sync, by server id (dirtytrack.go); changed
