@@ -182,42 +182,17 @@ func (s *Store) ForceReplicas(ctx context.Context, by Identity, req ForceRequest
 	return plan, nil
 }
 
-// forceReplicasMethod is the ForceReplicas handler: method's steps, with
-// the caller's identity handed to the Store to record.
+// forceReplicasMethod is the ForceReplicas handler: the caller's identity
+// is handed to the Store to record.
 func forceReplicasMethod() grpc.MethodDesc {
-	const name = wire.MethodForceReplicas
-	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		s := srv.(*Server)
-		id, err := s.authenticate(ctx)
+	return methodAs(wire.MethodForceReplicas, func(ctx context.Context, st *Store, id Identity, req *wire.ForceReplicasRequest) (wire.Message, error) {
+		plan, err := st.ForceReplicas(ctx, id, ForceRequest{VolumeID: req.VolumeID, Replicas: req.Replicas,
+			MemberEpoch: req.MemberEpoch, Reason: req.Reason, DryRun: req.DryRun})
 		if err != nil {
-			return nil, ToStatus(authError(err))
-		}
-		var frame wire.Frame
-		if err := dec(&frame); err != nil {
 			return nil, err
 		}
-		defer frame.Free()
-		req := &wire.ForceReplicasRequest{}
-		if err := req.Unmarshal(frame.Bytes()); err != nil {
-			return nil, ToStatus(fmt.Errorf("%w: %s request: %v", ErrInvalidArgument, name, err))
-		}
-		if err := Authorize(id, name, ""); err != nil {
-			return nil, ToStatus(err)
-		}
-		run := func(ctx context.Context, _ any) (any, error) {
-			plan, err := s.store.ForceReplicas(ctx, id, ForceRequest{VolumeID: req.VolumeID, Replicas: req.Replicas,
-				MemberEpoch: req.MemberEpoch, Reason: req.Reason, DryRun: req.DryRun})
-			if err != nil {
-				return nil, ToStatus(err)
-			}
-			return forcePlanToWire(plan), nil
-		}
-		if ic == nil {
-			return run(ctx, req)
-		}
-		return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: wire.FullMethod(name)}, run)
-	}
-	return grpc.MethodDesc{MethodName: name, Handler: handler}
+		return forcePlanToWire(plan), nil
+	})
 }
 
 func forcePlanToWire(p ForcePlan) *wire.ForceReplicasReport {

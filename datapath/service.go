@@ -241,6 +241,17 @@ func methodCtx[R any, PR interface {
 	*R
 	wire.Message
 }](name string, call func(context.Context, *Store, PR) (wire.Message, error)) grpc.MethodDesc {
+	return methodAs(name, func(ctx context.Context, st *Store, _ Identity, req PR) (wire.Message, error) {
+		return call(ctx, st, req)
+	})
+}
+
+// methodAs is methodCtx handing the call the caller's identity too, for a
+// change that records who asked (ForceReplicas).
+func methodAs[R any, PR interface {
+	*R
+	wire.Message
+}](name string, call func(context.Context, *Store, Identity, PR) (wire.Message, error)) grpc.MethodDesc {
 	handler := func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		s := srv.(*Server)
 		id, err := s.authenticate(ctx)
@@ -260,7 +271,7 @@ func methodCtx[R any, PR interface {
 			return nil, ToStatus(err)
 		}
 		run := func(ctx context.Context, req any) (any, error) {
-			resp, err := call(ctx, s.store, req.(PR))
+			resp, err := call(ctx, s.store, id, req.(PR))
 			if err != nil {
 				return nil, ToStatus(err)
 			}
